@@ -1,0 +1,178 @@
+// cuda_async_resource: stream-ordered device memory from a CUDA memory pool
+// (cudaMallocFromPoolAsync / cudaFreeAsync).
+//
+// Owns a pool it creates (destroyed with it) or views one it is given, such as the device's
+// default pool. Complexity: the driver's (~1.2 µs for a warm allocate+free pair on an H200).
+// Thread-safe. Alignment: 256 natively; larger powers of two are met by over-allocating.
+// Stream semantics: allocate_async memory is usable by work on that stream issued afterwards;
+// deallocate_async memory is reused by the pool only after the stream's earlier work. The plain
+// allocate allocates on the default stream and waits for it, so the memory is usable on any
+// stream; the plain deallocate frees on the default stream (the caller promises no work still
+// uses the memory). Exhaustion: out_of_memory with the pool's used and reserved bytes; other CUDA
+// failures: cuda_error. Equal when they use the same pool.
+#pragma once
+
+#include <poolkit/core/concepts.hpp>
+#include <poolkit/upstream/detail/cuda_runtime.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <utility>
+
+namespace poolkit {
+
+struct cuda_async_options {
+    // Device the pool lives on; negative means the current device.
+    int device = -1;
+    // Bytes the pool keeps reserved across synchronizations. Empty: keep everything (the driver's
+    // default of 0 would return memory at every synchronization and make allocations slow).
+    std::optional<std::size_t> release_threshold;
+};
+
+class cuda_async_resource {
+public:
+    static constexpr std::size_t native_alignment = 256;
+
+    // Owns a new pool on the current device that keeps what it reserved.
+    cuda_async_resource() : cuda_async_resource(cuda_async_options{}) {}
+
+    // Owns a new pool configured by `options`.
+    explicit cuda_async_resource(cuda_async_options options) : owned_(true) {
+        int device = options.device;
+        if (device < 0) detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+        cudaMemPoolProps properties{};
+        properties.allocType = cudaMemAllocationTypePinned;
+        properties.handleTypes = cudaMemHandleTypeNone;
+        properties.location.type = cudaMemLocationTypeDevice;
+        properties.location.id = device;
+        detail::check_cuda(cudaMemPoolCreate(&pool_, &properties), "cudaMemPoolCreate");
+        try {
+            set_release_threshold(options.release_threshold.value_or(std::numeric_limits<std::size_t>::max()));
+        } catch (...) {
+            static_cast<void>(cudaMemPoolDestroy(pool_));
+            throw;
+        }
+    }
+
+    // Views `pool` without owning it; the pool must outlive this resource.
+    [[nodiscard]] static cuda_async_resource view(cudaMemPool_t pool) noexcept { return cuda_async_resource(pool); }
+
+    // Views the default pool of `device` (the current device when negative).
+    [[nodiscard]] static cuda_async_resource device_default(int device = -1) {
+        if (device < 0) detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+        cudaMemPool_t pool{};
+        detail::check_cuda(cudaDeviceGetDefaultMemPool(&pool, device), "cudaDeviceGetDefaultMemPool");
+        return cuda_async_resource(pool);
+    }
+
+    cuda_async_resource(cuda_async_resource&& other) noexcept
+        : pool_(std::exchange(other.pool_, nullptr)), owned_(std::exchange(other.owned_, false)) {}
+    cuda_async_resource& operator=(cuda_async_resource other) noexcept {
+        std::swap(pool_, other.pool_);
+        std::swap(owned_, other.owned_);
+        return *this;
+    }
+    cuda_async_resource(const cuda_async_resource&) = delete;
+
+    // Allocations still live when an owned pool is destroyed stay valid until freed (driver rule).
+    ~cuda_async_resource() {
+        if (owned_ && pool_ != nullptr) detail::check_cuda_in_deallocate(cudaMemPoolDestroy(pool_), "cudaMemPoolDestroy");
+    }
+
+    void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+        validate_alignment(alignment);
+        if (bytes == 0) return nullptr;
+        const auto padded = detail::over_aligned_registry::padded_size(bytes, alignment, native_alignment);
+        if (!padded) throw out_of_memory("cuda_async_resource", memory_figures::request(bytes, alignment));
+        void* base = nullptr;
+        const cudaError_t status = cudaMallocFromPoolAsync(&base, *padded, pool_, stream.get());
+        if (status != cudaSuccess) {
+            detail::throw_allocation_failure(status, "cudaMallocFromPoolAsync", "cuda_async_resource",
+                                             figures(bytes, alignment));
+        }
+        try {
+            return registry().adopt(base, alignment, native_alignment);
+        } catch (...) {
+            detail::check_cuda_in_deallocate(cudaFreeAsync(base, stream.get()), "cudaFreeAsync");
+            throw;
+        }
+    }
+
+    void deallocate_async(void* pointer, std::size_t, std::size_t alignment, stream_ref stream) noexcept {
+        if (pointer == nullptr) return;
+        void* base = registry().base_of(pointer, alignment, native_alignment);
+        detail::check_cuda_in_deallocate(cudaFreeAsync(base, stream.get()), "cudaFreeAsync");
+    }
+
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        void* pointer = allocate_async(bytes, alignment, stream_ref{});
+        if (pointer == nullptr) return nullptr;
+        const cudaError_t status = cudaStreamSynchronize(nullptr);
+        if (status != cudaSuccess) {
+            deallocate_async(pointer, bytes, alignment, stream_ref{});
+            detail::throw_cuda_error(status, "cudaStreamSynchronize");
+        }
+        return pointer;
+    }
+
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        deallocate_async(pointer, bytes, alignment, stream_ref{});
+    }
+
+    // Returns the pool's free memory to the device (cudaMemPoolTrimTo 0). Frees still pending on
+    // a stream are returned once that stream reaches them and the pool is trimmed again.
+    void release() { detail::check_cuda(cudaMemPoolTrimTo(pool_, 0), "cudaMemPoolTrimTo"); }
+
+    void set_release_threshold(std::size_t bytes) {
+        auto threshold = static_cast<std::uint64_t>(bytes);
+        detail::check_cuda(cudaMemPoolSetAttribute(pool_, cudaMemPoolAttrReleaseThreshold, &threshold),
+                           "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
+    }
+
+    // Bytes the pool holds from the device, and bytes of it in use.
+    [[nodiscard]] std::size_t reserved_bytes() const { return attribute(cudaMemPoolAttrReservedMemCurrent); }
+    [[nodiscard]] std::size_t used_bytes() const { return attribute(cudaMemPoolAttrUsedMemCurrent); }
+
+    [[nodiscard]] cudaMemPool_t pool_handle() const noexcept { return pool_; }
+    [[nodiscard]] bool owns_pool() const noexcept { return owned_; }
+
+    friend bool operator==(const cuda_async_resource& a, const cuda_async_resource& b) noexcept {
+        return a.pool_ == b.pool_;
+    }
+    friend constexpr void get_property(const cuda_async_resource&, device_accessible) noexcept {}
+
+private:
+    explicit cuda_async_resource(cudaMemPool_t pool) noexcept : pool_(pool), owned_(false) {}
+
+    std::size_t attribute(cudaMemPoolAttr which) const {
+        std::uint64_t value = 0;
+        detail::check_cuda(cudaMemPoolGetAttribute(pool_, which, &value), "cudaMemPoolGetAttribute");
+        return static_cast<std::size_t>(value);
+    }
+
+    memory_figures figures(std::size_t bytes, std::size_t alignment) const noexcept {
+        memory_figures result = memory_figures::request(bytes, alignment);
+        std::uint64_t used = 0;
+        std::uint64_t reserved = 0;
+        if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess &&
+            cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess) {
+            result.live_bytes = used;
+            result.reserved_bytes = reserved;
+            result.cached_bytes = reserved - used;
+        }
+        return result;
+    }
+
+    static detail::over_aligned_registry& registry() {
+        return detail::over_aligned_registry::instance<cuda_async_resource>();
+    }
+
+    cudaMemPool_t pool_ = nullptr;
+    bool owned_ = false;
+};
+
+static_assert(stream_resource_with<cuda_async_resource, device_accessible>);
+static_assert(cuda::mr::async_resource_with<cuda_async_resource, cuda::mr::device_accessible>);
+
+}  // namespace poolkit
