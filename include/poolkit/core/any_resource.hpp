@@ -26,9 +26,16 @@ protected:
         : erased_handle(other.object_ ? other.table_->clone(other.object_) : nullptr, other.table_) {}
     owning_handle(owning_handle&& other) noexcept
         : erased_handle(std::exchange(other.object_, nullptr), other.table_) {}
-    owning_handle& operator=(owning_handle other) noexcept {
-        std::swap(object_, other.object_);
-        std::swap(table_, other.table_);
+    owning_handle& operator=(const owning_handle& other) {
+        if (this != &other) *this = owning_handle(other);
+        return *this;
+    }
+    owning_handle& operator=(owning_handle&& other) noexcept {
+        if (this != &other) {
+            if (object_) table_->destroy(object_);
+            object_ = std::exchange(other.object_, nullptr);
+            table_ = other.table_;
+        }
         return *this;
     }
     ~owning_handle() {
@@ -61,7 +68,9 @@ public:
         table_->deallocate(checked_object(), pointer, bytes, alignment);
     }
 
-    friend bool operator==(const any_resource& a, const any_resource& b) {
+    // A template, so that no argument converts implicitly (which would make the concepts recurse).
+    template <std::same_as<any_resource> Other>
+    friend bool operator==(const any_resource& a, const Other& b) {
         return detail::erased_equal(a.table_, a.object_, b.table_, b.object_);
     }
 };
@@ -88,7 +97,9 @@ public:
         table_->deallocate_async(checked_object(), pointer, bytes, alignment, stream);
     }
 
-    friend bool operator==(const any_stream_resource& a, const any_stream_resource& b) {
+    // A template, so that no argument converts implicitly (which would make the concepts recurse).
+    template <std::same_as<any_stream_resource> Other>
+    friend bool operator==(const any_stream_resource& a, const Other& b) {
         return detail::erased_equal(a.table_, a.object_, b.table_, b.object_);
     }
 };

@@ -27,8 +27,8 @@ struct assertion_failure {
     int line;
 };
 
-// Called on a failed assertion. It must not return normally; it may throw only where the
-// failing call is not noexcept (deallocate always is), so in practice it logs and aborts.
+// Called on a failed assertion. It must not return. It may throw, but a throw out of a noexcept
+// function (every deallocate) ends the program, so a handler for production logs and aborts.
 using assertion_handler = void (*)(const assertion_failure&);
 
 namespace detail {
@@ -45,7 +45,7 @@ inline std::atomic<assertion_handler>& installed_assertion_handler() noexcept {
 }
 
 [[noreturn]] inline void assertion_failed(const char* expression, const char* message,
-                                          const char* file, int line) noexcept {
+                                          const char* file, int line) {
     installed_assertion_handler().load()(assertion_failure{expression, message, file, line});
     std::abort();  // a handler that returns still stops the program
 }

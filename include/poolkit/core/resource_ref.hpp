@@ -87,7 +87,9 @@ public:
         table_->deallocate(object_, pointer, bytes, alignment);
     }
 
-    friend bool operator==(const resource_ref& a, const resource_ref& b) {
+    // A template, so that no argument converts implicitly (which would make the concepts recurse).
+    template <std::same_as<resource_ref> Other>
+    friend bool operator==(const resource_ref& a, const Other& b) {
         return detail::erased_equal(a.table_, a.object_, b.table_, b.object_);
     }
 };
@@ -119,7 +121,9 @@ public:
         table_->deallocate_async(object_, pointer, bytes, alignment, stream);
     }
 
-    friend bool operator==(const stream_resource_ref& a, const stream_resource_ref& b) {
+    // A template, so that no argument converts implicitly (which would make the concepts recurse).
+    template <std::same_as<stream_resource_ref> Other>
+    friend bool operator==(const stream_resource_ref& a, const Other& b) {
         return detail::erased_equal(a.table_, a.object_, b.table_, b.object_);
     }
 };
