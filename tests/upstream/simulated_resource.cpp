@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 using namespace poolkit;
@@ -105,5 +107,29 @@ TEST_CASE("random allocate and free keep the invariants and return everything") 
     for (const auto& block : live) resource.deallocate(block.pointer, block.bytes);
     CHECK(resource.live_bytes() == 0);
     CHECK(resource.live_allocations() == 0);
+    resource.check_invariants();
+}
+
+TEST_CASE("simulated_resource is safe to share between threads" * doctest::test_suite("concurrency")) {
+    simulated_resource resource{{.capacity = 1024 * MiB}};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+        threads.emplace_back([&resource, t] {
+            std::mt19937_64 random(static_cast<unsigned>(t));
+            std::vector<std::pair<void*, std::size_t>> live;
+            for (int step = 0; step < 4000; ++step) {
+                if (live.empty() || random() % 2 == 0) {
+                    const std::size_t bytes = 1 + random() % 100000;
+                    live.emplace_back(resource.allocate(bytes), bytes);
+                } else {
+                    resource.deallocate(live.back().first, live.back().second);
+                    live.pop_back();
+                }
+            }
+            for (auto [pointer, bytes] : live) resource.deallocate(pointer, bytes);
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    CHECK(resource.live_bytes() == 0);
     resource.check_invariants();
 }
