@@ -1,0 +1,453 @@
+// best_fit<Upstream>: a coalescing best-fit pool over chunks taken from Upstream.
+//
+// A request is rounded up to options.granularity and served from the smallest free block that
+// holds it (ties: lowest address); the block is split when the remainder is at least
+// options.minimum_split. A freed block merges at once with free neighbours in the same chunk;
+// blocks of different chunks never merge, contiguous or not. When nothing fits, a chunk is taken
+// from the upstream as options.growth says, between options.initial_size for the first and
+// options.maximum_size reserved in all. Bookkeeping lives in host nodes from a node pool, never
+// in the managed memory, so Upstream may hand out device memory or bare address space.
+// Complexity: allocate and deallocate O(log n) in the number of blocks (free blocks in a
+// multiset by size then address, live blocks in a set by address); coalescing O(1) through
+// the address-ordered list of each chunk; no heap allocation per call once warm.
+// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Alignment: any power of two. Up to the granularity it costs nothing; above it a block may be
+// split to start at the right address, and a chunk for it is taken with that alignment.
+// Stream semantics: none; a freed block is reusable at once. Put stream_ordered<> around it.
+// Exhaustion: when the upstream throws std::bad_alloc or the maximum would be passed, it tries
+// a chunk of just the needed size, then returns its wholly free chunks and tries once more, then
+// throws out_of_memory with the live, reserved and cached bytes.
+#pragma once
+
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/assert.hpp>
+#include <poolkit/core/concepts.hpp>
+#include <poolkit/core/errors.hpp>
+#include <poolkit/core/properties.hpp>
+#include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/strategy/detail/intrusive.hpp>
+#include <poolkit/strategy/detail/leak_report.hpp>
+#include <poolkit/strategy/detail/node_pool.hpp>
+#include <poolkit/strategy/growth.hpp>
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+namespace poolkit {
+
+struct best_fit_options {
+    // The first chunk, taken on the first allocate that needs one.
+    std::size_t initial_size = std::size_t{2} << 20;
+    // How large each later chunk is.
+    growth_policy growth = growth_policy::geometric(2);
+    // Most bytes reserved from the upstream at once.
+    std::size_t maximum_size = std::numeric_limits<std::size_t>::max();
+    // Block sizes and chunk sizes round up to this power of two; chunks are aligned to it.
+    std::size_t granularity = 256;
+    // A block is split only when the rest would be at least this many bytes.
+    std::size_t minimum_split = 256;
+};
+
+namespace detail::best_fit_parts {
+
+struct by_size_tag;
+struct in_chunk_tag;
+struct chunk_tag;
+
+struct chunk;
+
+// One block of a chunk, free or live. It sits in the free multiset or the live set (never both:
+// they share the hook) and always in its chunk's address-ordered list.
+struct block : intrusive::set_hook<by_size_tag>, intrusive::list_hook<in_chunk_tag> {
+    block(std::uintptr_t address_, std::size_t bytes_, chunk* owner_) noexcept
+        : address(address_), bytes(bytes_), owner(owner_) {}
+    std::uintptr_t address;
+    std::size_t bytes;           // the whole block, a multiple of the granularity
+    std::size_t requested = 0;   // live: the request rounded to the granularity (<= bytes)
+    chunk* owner;
+    bool free = true;
+};
+
+struct by_size {
+    struct key {
+        std::size_t bytes;
+        std::uintptr_t address;
+    };
+    bool operator()(const block& a, const block& b) const noexcept {
+        return a.bytes < b.bytes || (a.bytes == b.bytes && a.address < b.address);
+    }
+    bool operator()(const block& a, const key& b) const noexcept {
+        return a.bytes < b.bytes || (a.bytes == b.bytes && a.address < b.address);
+    }
+    bool operator()(const key& a, const block& b) const noexcept {
+        return a.bytes < b.bytes || (a.bytes == b.bytes && a.address < b.address);
+    }
+};
+
+struct by_address {
+    bool operator()(const block& a, const block& b) const noexcept { return a.address < b.address; }
+    bool operator()(const block& a, std::uintptr_t b) const noexcept { return a.address < b; }
+    bool operator()(std::uintptr_t a, const block& b) const noexcept { return a < b.address; }
+};
+
+using block_list = intrusive::list<block, in_chunk_tag>;
+
+// One range taken from the upstream, tiled by its blocks in address order.
+struct chunk : intrusive::set_hook<chunk_tag> {
+    chunk(std::uintptr_t address_, std::size_t bytes_, std::size_t alignment_) noexcept
+        : address(address_), bytes(bytes_), alignment(alignment_) {}
+    std::uintptr_t address;
+    std::size_t bytes;
+    std::size_t alignment;  // as asked of the upstream, to give it back the same way
+    block_list blocks;
+
+    [[nodiscard]] bool wholly_free() const noexcept { return blocks.size() == 1 && blocks.front().free; }
+};
+
+struct chunk_by_address {
+    bool operator()(const chunk& a, const chunk& b) const noexcept { return a.address < b.address; }
+    bool operator()(const chunk& a, std::uintptr_t b) const noexcept { return a.address < b; }
+    bool operator()(std::uintptr_t a, const chunk& b) const noexcept { return a < b.address; }
+};
+
+using free_blocks = intrusive::multiset<block, by_size_tag, by_size>;
+using live_blocks = intrusive::set<block, by_size_tag, by_address>;
+using chunk_set = intrusive::set<chunk, chunk_tag, chunk_by_address>;
+
+}  // namespace detail::best_fit_parts
+
+template <resource Upstream>
+class best_fit : public forward_properties<best_fit<Upstream>, Upstream> {
+public:
+    using upstream_type = Upstream;
+    using options_type = best_fit_options;
+
+    best_fit()
+        requires std::default_initializable<Upstream>
+        : best_fit(Upstream{}, best_fit_options{}) {}
+
+    explicit best_fit(Upstream upstream, best_fit_options options = {})
+        : upstream_(std::move(upstream)), options_(options) {
+        validate_alignment(options_.granularity);
+        options_.growth.validate();
+        options_.minimum_split = std::max(options_.minimum_split, options_.granularity);
+    }
+
+    best_fit(const best_fit&) = delete;
+    best_fit& operator=(const best_fit&) = delete;
+    // Moves every chunk and block; the source is left empty and may be destroyed or used again.
+    best_fit(best_fit&& other) noexcept
+        : upstream_(std::move(other.upstream_)),
+          options_(other.options_),
+          blocks_(std::move(other.blocks_)),
+          chunks_(std::move(other.chunks_)),
+          free_(std::move(other.free_)),
+          live_(std::move(other.live_)),
+          chunk_index_(std::move(other.chunk_index_)),
+          reserved_bytes_(std::exchange(other.reserved_bytes_, 0)),
+          live_bytes_(std::exchange(other.live_bytes_, 0)) {}
+
+    ~best_fit() {
+        detail::report_leaks("best_fit", live_.size(), live_bytes_);
+        live_.clear();
+        free_.clear();
+        chunk_index_.clear_and_dispose([this](chunk* c) { return_chunk(c); });
+    }
+
+    // Requires: alignment a power of two (else std::invalid_argument). Returns nullptr for 0 bytes.
+    [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        validate_alignment(alignment);
+        if (bytes == 0) return nullptr;
+        const auto rounded = checked_align_up(bytes, options_.granularity);
+        if (!rounded) throw out_of_memory("best_fit", figures(bytes, alignment));
+        if (void* pointer = place(*rounded, alignment)) return pointer;
+        block& fresh = grow(bytes, *rounded, alignment);  // aligned as asked: no padding
+        return carve(fresh, fresh.address, *rounded);
+    }
+
+    // As allocate, but nullptr instead of any exception.
+    [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (!is_power_of_two(alignment)) return nullptr;
+        try {
+            return allocate(bytes, alignment);
+        } catch (...) {
+            return nullptr;
+        }
+    }
+
+    // Requires: `pointer` came from allocate(bytes, alignment) of this pool and is not yet freed.
+    // Asserts both in debug builds; otherwise a pointer it does not know is ignored, and the size
+    // it recorded is used whatever `bytes` says. Complexity O(log n).
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (pointer == nullptr) return;
+        const auto found = live_.find(reinterpret_cast<std::uintptr_t>(pointer), by_address{});
+        POOLKIT_ASSERT(found != live_.end(), "deallocate of a pointer best_fit did not hand out (or freed twice)");
+        if (found == live_.end()) return;
+        block* freed = &*found;
+        POOLKIT_ASSERT(checked_align_up(bytes, options_.granularity) == freed->requested,
+                       "deallocate with a size other than the one allocated");
+        POOLKIT_ASSERT(is_aligned(pointer, alignment), "deallocate with an alignment the block does not have");
+        static_cast<void>(bytes);
+        static_cast<void>(alignment);
+        live_.erase(found);
+        live_bytes_ -= freed->bytes;
+        freed->free = true;
+        auto& blocks = freed->owner->blocks;
+        const auto position = blocks.iterator_to(*freed);
+        if (const auto next = std::next(position); next != blocks.end() && next->free) {
+            block* absorbed = &*next;
+            free_.erase(free_.iterator_to(*absorbed));
+            blocks.erase(next);
+            freed->bytes += absorbed->bytes;
+            blocks_.destroy(absorbed);
+        }
+        if (position != blocks.begin()) {
+            if (const auto previous = std::prev(position); previous->free) {
+                block* survivor = &*previous;
+                free_.erase(free_.iterator_to(*survivor));
+                survivor->bytes += freed->bytes;
+                blocks.erase(position);
+                blocks_.destroy(freed);
+                freed = survivor;
+            }
+        }
+        free_.insert(*freed);
+    }
+
+    // Returns every wholly free chunk to the upstream. O(chunks).
+    void release() noexcept {
+        for (auto it = chunk_index_.begin(); it != chunk_index_.end();) {
+            chunk* c = &*it;
+            ++it;
+            if (c->wholly_free()) {
+                free_.erase(free_.iterator_to(c->blocks.front()));
+                chunk_index_.erase(chunk_index_.iterator_to(*c));
+                return_chunk(c);
+            }
+        }
+    }
+
+    // Whether `pointer` lies inside a live block of this pool. O(log n).
+    [[nodiscard]] bool owns(const void* pointer) const noexcept {
+        const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+        auto after = live_.upper_bound(address, by_address{});
+        if (after == live_.begin()) return false;
+        const block& b = *std::prev(after);
+        return address - b.address < b.bytes;
+    }
+
+    // Walks every chunk and block: blocks tile their chunk in address order; no two free blocks
+    // touch; each block is in exactly the index its state says; counts and byte totals agree.
+    void check_invariants() const {
+        std::size_t reserved = 0, live = 0, cached = 0, live_count = 0, free_count = 0, block_count = 0;
+        for (const chunk& c : chunk_index_) {
+            POOLKIT_ASSERT(!c.blocks.empty(), "a chunk without blocks");
+            POOLKIT_ASSERT(c.address % options_.granularity == 0, "a chunk off the granularity");
+            std::uintptr_t expected = c.address;
+            bool previous_free = false;
+            for (const block& b : c.blocks) {
+                POOLKIT_ASSERT(b.owner == &c, "a block linked into another chunk");
+                POOLKIT_ASSERT(b.address == expected, "blocks do not tile their chunk");
+                POOLKIT_ASSERT(b.bytes > 0 && b.bytes % options_.granularity == 0, "a block size off the granularity");
+                POOLKIT_ASSERT(!(b.free && previous_free), "two free neighbours not coalesced");
+                if (b.free) {
+                    POOLKIT_ASSERT(free_.find(b) != free_.end(), "a free block missing from the size index");
+                    cached += b.bytes;
+                    ++free_count;
+                } else {
+                    const auto found = live_.find(b.address, by_address{});
+                    POOLKIT_ASSERT(found != live_.end() && &*found == &b, "a live block missing from the live index");
+                    POOLKIT_ASSERT(b.requested > 0 && b.requested <= b.bytes &&
+                                       b.bytes - b.requested < options_.minimum_split,
+                                   "a live block holds a remainder it should have split off");
+                    live += b.bytes;
+                    ++live_count;
+                }
+                previous_free = b.free;
+                expected += b.bytes;
+                ++block_count;
+            }
+            POOLKIT_ASSERT(expected == c.address + c.bytes, "blocks do not cover their chunk");
+            reserved += c.bytes;
+        }
+        POOLKIT_ASSERT(free_count == free_.size(), "the size index holds blocks that are not free");
+        POOLKIT_ASSERT(live_count == live_.size(), "the live index holds blocks that are not live");
+        POOLKIT_ASSERT(live == live_bytes_, "live byte count drifted");
+        POOLKIT_ASSERT(reserved == reserved_bytes_, "reserved byte count drifted");
+        POOLKIT_ASSERT(reserved == live + cached, "live and free blocks do not add up to the chunks");
+        POOLKIT_ASSERT(reserved <= options_.maximum_size, "reserved past the maximum");
+        POOLKIT_ASSERT(blocks_.in_use() == block_count && chunks_.in_use() == chunk_index_.size(),
+                       "bookkeeping nodes leaked");
+        static_cast<void>(reserved), static_cast<void>(cached), static_cast<void>(block_count);
+    }
+
+    // Bytes handed out (counted in whole blocks), taken from the upstream, and free inside chunks.
+    [[nodiscard]] std::size_t live_bytes() const noexcept { return live_bytes_; }
+    [[nodiscard]] std::size_t reserved_bytes() const noexcept { return reserved_bytes_; }
+    [[nodiscard]] std::size_t cached_bytes() const noexcept { return reserved_bytes_ - live_bytes_; }
+    [[nodiscard]] std::size_t live_blocks() const noexcept { return live_.size(); }
+    [[nodiscard]] std::size_t free_blocks() const noexcept { return free_.size(); }
+    [[nodiscard]] std::size_t chunks() const noexcept { return chunk_index_.size(); }
+    [[nodiscard]] const best_fit_options& options() const noexcept { return options_; }
+
+    [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
+    [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
+
+    // Identity: only the pool that handed out a block can take it back.
+    friend bool operator==(const best_fit& a, const best_fit& b) noexcept { return &a == &b; }
+
+private:
+    using block = detail::best_fit_parts::block;
+    using chunk = detail::best_fit_parts::chunk;
+    using by_size = detail::best_fit_parts::by_size;
+    using by_address = detail::best_fit_parts::by_address;
+
+    // How many next-larger candidates an aligned request inspects before it asks for a block
+    // large enough to hold any padding.
+    static constexpr int aligned_candidates = 8;
+
+    // A live block for `rounded` bytes at `alignment`, or nullptr when no free block holds it.
+    void* place(std::size_t rounded, std::size_t alignment) {
+        auto candidate = free_.lower_bound(by_size::key{rounded, 0}, by_size{});
+        if (alignment <= options_.granularity) {
+            if (candidate == free_.end()) return nullptr;
+            return carve(*candidate, candidate->address, rounded);
+        }
+        for (int i = 0; i < aligned_candidates && candidate != free_.end(); ++i, ++candidate) {
+            const std::uintptr_t start = align_up(candidate->address, alignment);
+            if (start - candidate->address <= candidate->bytes - rounded) return carve(*candidate, start, rounded);
+        }
+        const auto padded = checked_add(rounded, alignment - options_.granularity);
+        if (!padded) return nullptr;
+        candidate = free_.lower_bound(by_size::key{*padded, 0}, by_size{});
+        if (candidate == free_.end()) return nullptr;
+        return carve(*candidate, align_up(candidate->address, alignment), rounded);
+    }
+
+    // Turns free block `b` into a live block of `rounded` bytes at `start`, splitting off the
+    // padding before it and, when large enough, the remainder after it. Strong guarantee: the
+    // nodes are made before anything changes.
+    void* carve(block& b, std::uintptr_t start, std::size_t rounded) {
+        const std::size_t padding = start - b.address;
+        const std::size_t remainder = b.bytes - padding - rounded;
+        block* front = padding > 0 ? blocks_.make(b.address, padding, b.owner) : nullptr;
+        block* back = nullptr;
+        if (remainder >= options_.minimum_split) {
+            try {
+                back = blocks_.make(start + rounded, remainder, b.owner);
+            } catch (...) {
+                if (front) blocks_.destroy(front);
+                throw;
+            }
+        }
+        free_.erase(free_.iterator_to(b));
+        auto& blocks = b.owner->blocks;
+        if (front) {
+            blocks.insert(blocks.iterator_to(b), *front);
+            free_.insert(*front);
+        }
+        if (back) {
+            blocks.insert(std::next(blocks.iterator_to(b)), *back);
+            free_.insert(*back);
+        }
+        b.address = start;
+        b.bytes -= padding + (back ? remainder : 0);
+        b.requested = rounded;
+        b.free = false;
+        live_.insert(b);
+        live_bytes_ += b.bytes;
+        return reinterpret_cast<void*>(start);
+    }
+
+    // Takes a chunk that holds `rounded` bytes at `alignment` and returns its one free block.
+    block& grow(std::size_t bytes, std::size_t rounded, std::size_t alignment) {
+        const std::size_t chunk_alignment = std::max(alignment, options_.granularity);
+        const auto preferred = options_.growth.next_chunk(rounded, reserved_bytes_, options_.initial_size,
+                                                          options_.maximum_size, options_.granularity);
+        if (preferred) {
+            if (block* fresh = try_grow(*preferred, chunk_alignment)) return *fresh;
+            if (*preferred != rounded) {
+                if (block* fresh = try_grow(rounded, chunk_alignment)) return *fresh;
+            }
+        }
+        release();
+        const auto retry = options_.growth.next_chunk(rounded, reserved_bytes_, 0, options_.maximum_size,
+                                                      options_.granularity);
+        if (retry) {
+            if (block* fresh = try_grow(rounded, chunk_alignment)) return *fresh;
+        }
+        memory_figures failure = figures(bytes, alignment);
+        if (options_.maximum_size != std::numeric_limits<std::size_t>::max()) failure.limit_bytes = options_.maximum_size;
+        throw out_of_memory("best_fit", failure);
+    }
+
+    // Takes a chunk of `bytes` and files it as one free block; nullptr when the upstream refuses.
+    block* try_grow(std::size_t bytes, std::size_t alignment) {
+        void* memory = nullptr;
+        try {
+            memory = upstream_.allocate(bytes, alignment);
+        } catch (const std::bad_alloc&) {
+            return nullptr;
+        }
+        if (memory == nullptr) return nullptr;
+        const auto address = reinterpret_cast<std::uintptr_t>(memory);
+        chunk* c = nullptr;
+        try {
+            c = chunks_.make(address, bytes, alignment);
+            block* whole = blocks_.make(address, bytes, c);
+            c->blocks.push_back(*whole);
+        } catch (...) {
+            if (c) chunks_.destroy(c);
+            upstream_.deallocate(memory, bytes, alignment);
+            throw;
+        }
+        chunk_index_.insert(*c);
+        free_.insert(c->blocks.front());
+        reserved_bytes_ += bytes;
+        return &c->blocks.front();
+    }
+
+    // Gives a chunk, already out of every index, back to the upstream with its nodes.
+    void return_chunk(chunk* c) noexcept {
+        c->blocks.clear_and_dispose([this](block* b) { blocks_.destroy(b); });
+        reserved_bytes_ -= c->bytes;
+        upstream_.deallocate(reinterpret_cast<void*>(c->address), c->bytes, c->alignment);
+        chunks_.destroy(c);
+    }
+
+    [[nodiscard]] memory_figures figures(std::size_t bytes, std::size_t alignment) const noexcept {
+        memory_figures result = memory_figures::request(bytes, alignment);
+        result.live_bytes = live_bytes_;
+        result.reserved_bytes = reserved_bytes_;
+        result.cached_bytes = reserved_bytes_ - live_bytes_;
+        return result;
+    }
+
+    [[no_unique_address]] Upstream upstream_;
+    best_fit_options options_;
+    // Declared before the indexes, so that the indexes go first on destruction.
+    detail::node_pool<block> blocks_;
+    detail::node_pool<chunk> chunks_;
+    // Invariant: every free block is in free_, every live block in live_, each block in its
+    // chunk's list; a block's `free` says which.
+    detail::best_fit_parts::free_blocks free_;
+    detail::best_fit_parts::live_blocks live_;
+    detail::best_fit_parts::chunk_set chunk_index_;
+    std::size_t reserved_bytes_ = 0;  // sum of chunk sizes
+    std::size_t live_bytes_ = 0;      // sum of live block sizes
+};
+
+static_assert(resource_with<best_fit<detail::resource_archetype<host_accessible>>, host_accessible>);
+static_assert(has_try_allocate<best_fit<detail::resource_archetype<>>> && has_release<best_fit<detail::resource_archetype<>>> &&
+              has_owns<best_fit<detail::resource_archetype<>>> && has_check_invariants<best_fit<detail::resource_archetype<>>> &&
+              has_upstream<best_fit<detail::resource_archetype<>>>);
+static_assert(!has_property<best_fit<detail::resource_archetype<>>, device_accessible>);
+
+}  // namespace poolkit

@@ -1,0 +1,57 @@
+// The conformance suite over every strategy, each over an instrumented host upstream (memory
+// that may be touched) and over simulated address space (memory that must never be touched).
+#include "../support/conformance.hpp"
+
+#include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/upstream/simulated_resource.hpp>
+
+namespace {
+
+using namespace poolkit;
+using test::host_touch;
+using test::instrumented;
+using test::no_touch;
+
+// A strategy over a ref to an instrumented host upstream, which checks how the strategy uses it.
+template <class Strategy>
+struct over_instrumented : host_touch {
+    static constexpr bool stateless = false;
+    instrumented<> upstream_;
+    Strategy resource_;
+    template <class... Options>
+    explicit over_instrumented(Options... options) : resource_(upstream_, options...) {}
+    instrumented<>* upstream() { return &upstream_; }
+    Strategy& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
+    ~over_instrumented() { resource_.check_invariants(); }
+};
+
+// A strategy over simulated address space: any write into a block would fault.
+template <class Strategy>
+struct over_simulated : no_touch {
+    static constexpr bool stateless = false;
+    simulated_resource addresses_{{.capacity = std::size_t{16} << 20}};
+    Strategy resource_;
+    template <class... Options>
+    explicit over_simulated(Options... options) : resource_(addresses_, options...) {}
+    instrumented<>* upstream() { return nullptr; }
+    Strategy& resource() { return resource_; }
+    void exhaust_setup() {}  // the capacity above is small enough
+    ~over_simulated() {
+        resource_.check_invariants();
+        resource_.release();
+        CHECK(addresses_.live_bytes() == 0);
+    }
+};
+
+struct best_fit_fixture : over_instrumented<best_fit<ref<instrumented<>>>> {
+    static constexpr const char* name = "best_fit<ref<instrumented>>";
+};
+struct best_fit_simulated_fixture : over_simulated<best_fit<ref<simulated_resource>>> {
+    static constexpr const char* name = "best_fit<ref<simulated_resource>>";
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture);
