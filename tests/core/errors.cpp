@@ -42,10 +42,18 @@ TEST_CASE("cuda_error keeps the runtime's code") {
 }
 
 namespace {
+void checked(int value) { POOLKIT_ASSERT(value > 0, "value must be positive"); }
+void verified(int value) { POOLKIT_VERIFY(value > 0, "value must be positive"); }
 struct assertion_seen : std::exception {};
 [[noreturn]] void throwing_handler(const assertion_failure&) { throw assertion_seen{}; }
-void checked(int value) { POOLKIT_ASSERT(value > 0, "value must be positive"); }
 }  // namespace
+
+TEST_CASE("POOLKIT_VERIFY is active in every build") {
+    const assertion_handler previous = set_assertion_handler(&throwing_handler);
+    CHECK_NOTHROW(verified(1));
+    CHECK_THROWS_AS(verified(0), assertion_seen);
+    set_assertion_handler(previous);
+}
 
 TEST_CASE("POOLKIT_ASSERT calls the installed handler") {
 #if POOLKIT_ENABLE_ASSERTS

@@ -1,8 +1,10 @@
-// POOLKIT_ASSERT: the one precondition check of the library.
+// POOLKIT_ASSERT: the one precondition check of the library, and POOLKIT_VERIFY, its always-on twin.
 //
-// Active when POOLKIT_ENABLE_ASSERTS is 1, which it is by default unless NDEBUG is defined.
-// A failed check calls the installed handler (default: print to stderr, then std::abort()).
-// A user may define POOLKIT_ASSERT before including any poolkit header to replace it entirely.
+// POOLKIT_ASSERT guards preconditions on hot paths (a deallocate of a pointer a block does not own).
+// It is active when POOLKIT_ENABLE_ASSERTS is 1, which it is by default unless NDEBUG is defined.
+// POOLKIT_VERIFY is for checks that were asked for explicitly (check_invariants()) and is active in
+// every build. A failed check calls the installed handler (default: print to stderr, then
+// std::abort()). A user may define POOLKIT_ASSERT before including any poolkit header to replace it.
 #pragma once
 
 #include <atomic>
@@ -59,6 +61,11 @@ inline assertion_handler set_assertion_handler(assertion_handler handler) noexce
 
 }  // namespace poolkit
 
+#define POOLKIT_VERIFY(expression, message)                                              \
+    (static_cast<bool>(expression)                                                       \
+         ? void(0)                                                                       \
+         : ::poolkit::detail::assertion_failed(#expression, message, __FILE__, __LINE__))
+
 #ifndef POOLKIT_ASSERT
 #  if POOLKIT_ENABLE_ASSERTS
 #    define POOLKIT_ASSERT(expression, message)                                          \
@@ -66,6 +73,7 @@ inline assertion_handler set_assertion_handler(assertion_handler handler) noexce
              ? void(0)                                                                   \
              : ::poolkit::detail::assertion_failed(#expression, message, __FILE__, __LINE__))
 #  else
-#    define POOLKIT_ASSERT(expression, message) void(0)
+// Never called, but names that only assertions read still count as used (g++ and nvcc alike).
+#    define POOLKIT_ASSERT(expression, message) static_cast<void>([&]() -> bool { return expression; })
 #  endif
 #endif

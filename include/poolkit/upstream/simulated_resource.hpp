@@ -138,12 +138,12 @@ public:
     // by size, and with live ranges they tile the reservation.
     void check_invariants() const {
         std::lock_guard lock(mutex_);
-        POOLKIT_ASSERT(free_by_address_.size() == free_by_size_.size(), "free indexes disagree");
+        POOLKIT_VERIFY(free_by_address_.size() == free_by_size_.size(), "free indexes disagree");
         std::uintptr_t previous_end = 0;
         std::size_t free_total = 0;
         for (const auto& [start, bytes] : free_by_address_) {
-            POOLKIT_ASSERT(start > previous_end || previous_end == 0, "free ranges touch or overlap");
-            POOLKIT_ASSERT(free_by_size_.count({bytes, start}) == 1, "free range missing from the size index");
+            POOLKIT_VERIFY(start > previous_end || previous_end == 0, "free ranges touch or overlap");
+            POOLKIT_VERIFY(free_by_size_.count({bytes, start}) == 1, "free range missing from the size index");
             previous_end = start + bytes;
             free_total += bytes;
         }
@@ -153,8 +153,8 @@ public:
             footprint_total += range.footprint;
             live_total += range.rounded_bytes;
         }
-        POOLKIT_ASSERT(live_total == live_bytes_, "live byte count drifted");
-        POOLKIT_ASSERT(free_total + footprint_total + (align_up(base_, options_.granularity) - base_) == span_,
+        POOLKIT_VERIFY(live_total == live_bytes_, "live byte count drifted");
+        POOLKIT_VERIFY(free_total + footprint_total + (align_up(base_, options_.granularity) - base_) == span_,
                        "live and free ranges do not tile the reservation");
     }
 
