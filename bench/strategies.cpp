@@ -7,6 +7,8 @@
 // Numbers quoted in docs/strategies.md name the machine they were taken on.
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/fixed_size.hpp>
+#include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
 #include <benchmark/benchmark.h>
@@ -29,6 +31,15 @@ constexpr std::size_t MiB = 1024 * KiB;
 struct best_fit_factory {
     simulated_resource addresses{{.capacity = std::size_t{512} << 30}};
     best_fit<simulated_ref> resource{addresses, {.initial_size = std::size_t{1} << 30}};
+};
+
+struct size_classes_factory {
+    simulated_resource addresses{{.capacity = std::size_t{512} << 30}};
+    size_classes<simulated_ref> resource{addresses};
+};
+struct fixed_size_factory {  // 1 MiB blocks: every size of the benchmarks fits
+    simulated_resource addresses{{.capacity = std::size_t{512} << 30}};
+    fixed_size<simulated_ref> resource{addresses, {.block_size = std::size_t{1} << 20, .slab_size = std::size_t{64} << 20}};
 };
 
 template <class Factory>
@@ -115,3 +126,7 @@ void random_shapes(benchmark::internal::Benchmark* benchmark) {
 
 BENCHMARK(allocate_free_pair<best_fit_factory>)->Name("best_fit/pair")->Apply(fixed_sizes);
 BENCHMARK(random_allocations<best_fit_factory>)->Name("best_fit/random")->Apply(random_shapes);
+BENCHMARK(allocate_free_pair<size_classes_factory>)->Name("size_classes/pair")->Apply(fixed_sizes);
+BENCHMARK(random_allocations<size_classes_factory>)->Name("size_classes/random")->Apply(random_shapes);
+BENCHMARK(allocate_free_pair<fixed_size_factory>)->Name("fixed_size/pair")->Apply(fixed_sizes);
+BENCHMARK(random_allocations<fixed_size_factory>)->Name("fixed_size/random")->Apply(random_shapes);

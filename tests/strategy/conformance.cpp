@@ -4,6 +4,8 @@
 
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/fixed_size.hpp>
+#include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
 namespace {
@@ -19,8 +21,7 @@ struct over_instrumented : host_touch {
     static constexpr bool stateless = false;
     instrumented<> upstream_;
     Strategy resource_;
-    template <class... Options>
-    explicit over_instrumented(Options... options) : resource_(upstream_, options...) {}
+    explicit over_instrumented(typename Strategy::options_type options = {}) : resource_(upstream_, std::move(options)) {}
     instrumented<>* upstream() { return &upstream_; }
     Strategy& resource() { return resource_; }
     void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
@@ -33,8 +34,7 @@ struct over_simulated : no_touch {
     static constexpr bool stateless = false;
     simulated_resource addresses_{{.capacity = std::size_t{16} << 20}};
     Strategy resource_;
-    template <class... Options>
-    explicit over_simulated(Options... options) : resource_(addresses_, options...) {}
+    explicit over_simulated(typename Strategy::options_type options = {}) : resource_(addresses_, std::move(options)) {}
     instrumented<>* upstream() { return nullptr; }
     Strategy& resource() { return resource_; }
     void exhaust_setup() {}  // the capacity above is small enough
@@ -52,6 +52,24 @@ struct best_fit_simulated_fixture : over_simulated<best_fit<ref<simulated_resour
     static constexpr const char* name = "best_fit<ref<simulated_resource>>";
 };
 
+
+struct size_classes_fixture : over_instrumented<size_classes<ref<instrumented<>>>> {
+    static constexpr const char* name = "size_classes<ref<instrumented>>";
+};
+struct size_classes_simulated_fixture : over_simulated<size_classes<ref<simulated_resource>>> {
+    static constexpr const char* name = "size_classes<ref<simulated_resource>>";
+    size_classes_simulated_fixture() : over_simulated({.slab_size = std::size_t{128} << 10}) {}
+};
+
+struct fixed_size_fixture : over_instrumented<fixed_size<ref<instrumented<>>>> {
+    static constexpr const char* name = "fixed_size<ref<instrumented>>";
+};
+struct fixed_size_simulated_fixture : over_simulated<fixed_size<ref<simulated_resource>>> {
+    static constexpr const char* name = "fixed_size<ref<simulated_resource>>, 4 KiB blocks";
+    fixed_size_simulated_fixture() : over_simulated({.block_size = 4096}) {}
+};
+
 }  // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture);
+TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture, size_classes_fixture,
+                          size_classes_simulated_fixture, fixed_size_fixture, fixed_size_simulated_fixture);
