@@ -182,6 +182,20 @@ public:
         }
     }
 
+    // As allocate, but only from free blocks already held: never takes a chunk from the upstream.
+    // nullptr when nothing fits (or for 0 bytes or a bad alignment). stream_ordered<> asks this of
+    // a stream's lane before it looks elsewhere.
+    [[nodiscard]] void* try_allocate_cached(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (bytes == 0 || !is_power_of_two(alignment)) return nullptr;
+        const auto rounded = checked_align_up(bytes, options_.granularity);
+        if (!rounded) return nullptr;
+        try {
+            return place(*rounded, alignment);
+        } catch (...) {  // no host memory for a bookkeeping node
+            return nullptr;
+        }
+    }
+
     // Requires: `pointer` came from allocate(bytes, alignment) of this pool and is not yet freed.
     // Asserts both in debug builds; otherwise a pointer it does not know is ignored, and the size
     // it recorded is used whatever `bytes` says. Complexity O(log n).

@@ -1,0 +1,90 @@
+// cuda_events: the Events policy of stream_ordered on real CUDA streams.
+//
+// Events are created with cudaEventDisableTiming and pooled: record() takes one from the pool (or
+// creates one) and records it, recycle() puts it back. wait() is cudaStreamWaitEvent (no host
+// synchronization); done() is cudaEventQuery; synchronize() is cudaEventSynchronize. Events belong
+// to the device that was current when they were created: use one stream_ordered per device. Not
+// thread-safe (stream_ordered is not either; synchronized<> guards both).
+// cudaStreamPerThread — and the default stream 0 where this translation unit was compiled for the
+// per-thread default stream — names a different stream on each host thread: per_thread() says so,
+// and stream_ordered keeps such lanes apart by thread.
+#pragma once
+
+#include <poolkit/core/stream_ref.hpp>
+#include <poolkit/upstream/detail/cuda_runtime.hpp>
+
+#include <utility>
+#include <vector>
+
+namespace poolkit {
+
+class cuda_events {
+public:
+    using event_type = cudaEvent_t;
+
+    cuda_events() = default;
+    cuda_events(const cuda_events&) = delete;
+    cuda_events& operator=(const cuda_events&) = delete;
+    cuda_events(cuda_events&& other) noexcept : free_(std::move(other.free_)) {}
+    cuda_events& operator=(cuda_events&& other) noexcept {
+        std::swap(free_, other.free_);
+        return *this;
+    }
+    ~cuda_events() {
+        for (cudaEvent_t event : free_) detail::check_cuda_in_deallocate(cudaEventDestroy(event), "cudaEventDestroy");
+    }
+
+    event_type record(stream_ref stream) {
+        cudaEvent_t event{};
+        if (free_.empty()) {
+            detail::check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+        } else {
+            event = free_.back();
+            free_.pop_back();
+        }
+        const cudaError_t status = cudaEventRecord(event, stream.get());
+        if (status != cudaSuccess) {
+            free_.push_back(event);
+            detail::throw_cuda_error(status, "cudaEventRecord");
+        }
+        return event;
+    }
+
+    void wait(stream_ref waiter, event_type event) {
+        detail::check_cuda(cudaStreamWaitEvent(waiter.get(), event, 0), "cudaStreamWaitEvent");
+    }
+
+    [[nodiscard]] bool done(event_type event) {
+        const cudaError_t status = cudaEventQuery(event);
+        if (status == cudaErrorNotReady) return false;
+        detail::check_cuda(status, "cudaEventQuery");
+        return true;
+    }
+
+    void synchronize(event_type event) { detail::check_cuda(cudaEventSynchronize(event), "cudaEventSynchronize"); }
+
+    // The event may be recorded again at once: a wait already issued keeps the state it saw.
+    void recycle(event_type event) noexcept {
+        try {
+            free_.push_back(event);
+        } catch (...) {
+            detail::check_cuda_in_deallocate(cudaEventDestroy(event), "cudaEventDestroy");
+        }
+    }
+
+    [[nodiscard]] static bool per_thread(stream_ref stream) noexcept {
+        if (stream.get() == cudaStreamPerThread) return true;
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+        if (stream.get() == nullptr) return true;
+#endif
+        return false;
+    }
+
+    // Pooled events on hand (for tests).
+    [[nodiscard]] std::size_t pooled() const noexcept { return free_.size(); }
+
+private:
+    std::vector<cudaEvent_t> free_;
+};
+
+}  // namespace poolkit

@@ -1,0 +1,293 @@
+// stream_ordered over best_fit with simulated streams (host_events): the test decides when work
+// completes, so every ordering rule is checked on a CPU.
+#include "../support/instrumented.hpp"
+
+#include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/upstream/simulated_resource.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <vector>
+
+using namespace poolkit;
+using test::instrumented;
+
+namespace {
+
+constexpr std::size_t KiB = 1024;
+constexpr std::size_t MiB = 1024 * KiB;
+
+using upstream = ref<instrumented<>>;
+using ordered = stream_ordered<best_fit<upstream>, host_events>;
+
+// One chunk per request, sized to it: lanes hold exactly what they were asked for.
+constexpr best_fit_options exact{.initial_size = 0, .growth = growth_policy::as_needed(4 * KiB), .granularity = 256};
+
+struct fixture {
+    instrumented<> memory;
+    host_events events;
+    stream_ref a = events.make_stream();
+    stream_ref b = events.make_stream();
+    ordered pool{upstream{memory}, exact, events};
+
+    ~fixture() {
+        pool.release();
+        CHECK(memory.errors().empty());
+    }
+};
+
+}  // namespace
+
+static_assert(stream_resource<ordered>);
+static_assert(!has_property<ordered, host_accessible> || has_property<instrumented<>, host_accessible>);
+
+TEST_CASE("a block freed on a stream is reused on that stream at once, with no event") {
+    fixture f;
+    void* first = f.pool.allocate_async(100 * KiB, 256, f.a);
+    f.events.submit(f.a);  // a kernel still uses it
+    f.pool.deallocate_async(first, 100 * KiB, 256, f.a);
+    void* second = f.pool.allocate_async(100 * KiB, 256, f.a);
+    CHECK(second == first);
+    CHECK(f.events.waits().empty());
+    CHECK(f.pool.deferred_blocks() == 0);
+    f.pool.deallocate_async(second, 100 * KiB, 256, f.a);
+    f.pool.check_invariants();
+}
+
+TEST_CASE("another stream reuses a freed block only behind an event recorded on the freeing stream") {
+    fixture f;
+    void* block = f.pool.allocate_async(1 * MiB, 256, f.a);
+    const auto work_on_a = f.events.submit(f.a);
+    f.pool.deallocate_async(block, 1 * MiB, 256, f.a);
+
+    void* taken = f.pool.allocate_async(1 * MiB, 256, f.b);  // b's lane is empty: it borrows from a
+    CHECK(taken == block);
+    REQUIRE(f.events.waits().size() == 1);
+    CHECK(f.events.waits()[0].waiter == f.b);
+    CHECK(f.events.waits()[0].event.position >= work_on_a);
+    CHECK(f.memory.allocations() == 1);  // no growth: the cached block was used
+
+    // b's work on the block cannot finish before a's work on it did.
+    f.events.submit(f.b);
+    f.events.complete(f.b);
+    CHECK(f.events.completed(f.a) >= work_on_a);
+    CHECK(f.events.synchronizations() == 0);  // and the host never blocked
+    f.pool.deallocate_async(taken, 1 * MiB, 256, f.b);  // back to a's lane, after b's work
+    CHECK(f.pool.deferred_blocks() == 1);
+    f.pool.check_invariants();
+}
+
+TEST_CASE("record_use delays reuse until the other stream's work is done") {
+    fixture f;
+    void* block = f.pool.allocate_async(64 * KiB, 256, f.a);
+    f.pool.record_use(block, f.b);
+    f.events.submit(f.b);  // b reads the block
+    f.pool.deallocate_async(block, 64 * KiB, 256, f.a);
+    CHECK(f.pool.deferred_blocks() == 1);
+
+    void* meanwhile = f.pool.allocate_async(64 * KiB, 256, f.a);
+    CHECK(meanwhile != block);  // b may still be reading it
+    f.events.complete(f.b);
+    void* after = f.pool.allocate_async(64 * KiB, 256, f.a);
+    CHECK(after == block);
+    CHECK(f.pool.deferred_blocks() == 0);
+    f.pool.deallocate_async(meanwhile, 64 * KiB, 256, f.a);
+    f.pool.deallocate_async(after, 64 * KiB, 256, f.a);
+}
+
+TEST_CASE("a block freed on another stream than its lane's waits for that stream") {
+    fixture f;
+    void* block = f.pool.allocate_async(64 * KiB, 256, f.a);
+    f.events.submit(f.b);
+    f.pool.deallocate_async(block, 64 * KiB, 256, f.b);
+    CHECK(f.pool.deferred_blocks() == 1);
+    void* other = f.pool.allocate_async(64 * KiB, 256, f.a);
+    CHECK(other != block);
+    f.events.complete(f.b);
+    void* reused = f.pool.allocate_async(64 * KiB, 256, f.a);
+    CHECK(reused == block);
+    f.pool.deallocate_async(other, 64 * KiB, 256, f.a);
+    f.pool.deallocate_async(reused, 64 * KiB, 256, f.a);
+}
+
+TEST_CASE("memory freed on a stream that went idle serves another stream: nothing is stranded") {
+    fixture f;
+    f.memory.limit(8 * MiB);
+    void* big = f.pool.allocate_async(8 * MiB, 256, f.a);
+    f.pool.deallocate_async(big, 8 * MiB, 256, f.a);
+    // a never allocates again; b asks for pieces of what a holds.
+    void* piece = f.pool.allocate_async(3 * MiB, 256, f.b);
+    void* another = f.pool.allocate_async(3 * MiB, 256, f.b);
+    CHECK(f.memory.allocations() == 1);
+    f.pool.deallocate_async(piece, 3 * MiB, 256, f.b);
+    f.pool.deallocate_async(another, 3 * MiB, 256, f.b);
+}
+
+TEST_CASE("when the upstream is exhausted every lane releases its free chunks and the request is retried") {
+    fixture f;
+    f.memory.limit(8 * MiB);
+    void* on_a = f.pool.allocate_async(6 * MiB, 256, f.a);
+    f.events.submit(f.a);
+    f.pool.deallocate_async(on_a, 6 * MiB, 256, f.a);
+    void* on_b = f.pool.allocate_async(8 * MiB, 256, f.b);  // 6 MiB cached on a cannot hold it
+    CHECK(on_b != nullptr);
+    CHECK(f.memory.live_bytes() == 8 * MiB);
+    CHECK(f.events.synchronizations() >= 1);  // a's chunk went back only after a's work
+    CHECK(f.events.completed(f.a) == f.events.issued(f.a));
+    try {
+        static_cast<void>(f.pool.allocate_async(1 * MiB, 256, f.a));
+        FAIL("allocate past the upstream's limit succeeded");
+    } catch (const out_of_memory& error) {
+        CHECK(error.figures().reserved_bytes == 8 * MiB);
+        CHECK(error.figures().live_bytes == 8 * MiB);
+        CHECK(std::string(error.what()).find("stream_ordered") != std::string::npos);
+    }
+    f.pool.deallocate_async(on_b, 8 * MiB, 256, f.b);
+}
+
+TEST_CASE("plain allocate takes a stream's block only after the host waited for that stream") {
+    fixture f;
+    void* block = f.pool.allocate_async(1 * MiB, 256, f.a);
+    f.events.submit(f.a);
+    f.pool.deallocate_async(block, 1 * MiB, 256, f.a);
+    void* plain = f.pool.allocate(1 * MiB);
+    CHECK(plain == block);
+    CHECK(f.events.synchronizations() == 1);
+    CHECK(f.events.completed(f.a) == f.events.issued(f.a));
+    f.pool.deallocate(plain, 1 * MiB);  // back to a's lane, idle
+
+    // Blocks of the plain lane are idle: a stream takes them without waiting on anything.
+    void* idle = f.pool.allocate(3 * MiB);  // grows the plain lane
+    f.pool.deallocate(idle, 3 * MiB);
+    const auto waits = f.events.waits().size();
+    void* again = f.pool.allocate_async(3 * MiB, 256, f.b);
+    CHECK(again == idle);
+    CHECK(f.events.waits().size() == waits);
+    f.pool.deallocate_async(again, 3 * MiB, 256, f.b);
+}
+
+TEST_CASE("a forgotten stream's lane is idle: others take from it without an event") {
+    fixture f;
+    void* block = f.pool.allocate_async(1 * MiB, 256, f.a);
+    f.events.submit(f.a);
+    f.pool.deallocate_async(block, 1 * MiB, 256, f.a);
+    f.pool.forget_stream(f.a);
+    CHECK(f.events.completed(f.a) == f.events.issued(f.a));
+    void* taken = f.pool.allocate_async(1 * MiB, 256, f.b);
+    CHECK(taken == block);
+    CHECK(f.events.waits().empty());
+    f.pool.deallocate_async(taken, 1 * MiB, 256, f.b);
+}
+
+TEST_CASE("release returns every wholly free chunk once all work is done") {
+    fixture f;
+    std::vector<void*> blocks;
+    for (stream_ref s : {f.a, f.b}) blocks.push_back(f.pool.allocate_async(2 * MiB, 256, s));
+    f.pool.deallocate_async(blocks[0], 2 * MiB, 256, f.a);
+    f.pool.deallocate_async(blocks[1], 2 * MiB, 256, f.a);  // b's block, freed on a: deferred
+    CHECK(f.pool.deferred_blocks() == 1);
+    f.pool.release();
+    CHECK(f.pool.deferred_blocks() == 0);
+    CHECK(f.memory.live_bytes() == 0);
+}
+
+// Random traffic on four streams. Oracle: whenever a block is handed to stream S, every earlier use
+// of any byte of it by another stream must be ordered before S's next work — completing S's work
+// in the simulation must complete those uses too.
+TEST_CASE("random multi-stream traffic never hands out a block before its earlier users are done") {
+    instrumented<> memory;
+    host_events events;
+    std::vector<stream_ref> streams;
+    for (int i = 0; i < 4; ++i) streams.push_back(events.make_stream());
+    best_fit_options options{.initial_size = 1 * MiB, .growth = growth_policy::as_needed(256 * KiB)};
+    ordered pool{upstream{memory}, options, events};
+
+    struct use {
+        stream_ref stream;
+        std::uint64_t position;
+    };
+    struct range {
+        std::uintptr_t begin, end;
+        std::vector<use> uses;
+    };
+    struct live_block {
+        void* pointer;
+        std::size_t bytes;
+        range history;
+    };
+    std::vector<live_block> live;
+    std::vector<range> retired;  // ranges freed, with the uses made of them
+    std::mt19937_64 random(11);
+    std::size_t checked = 0;
+
+    for (int step = 0; step < 3000; ++step) {
+        const stream_ref s = streams[random() % streams.size()];
+        const unsigned action = random() % 100;
+        if (live.empty() || action < 45) {
+            const std::size_t bytes = 256 + random() % (random() % 5 == 0 ? 2 * MiB : 64 * KiB);
+            void* p = pool.allocate_async(bytes, 256, s);
+            const auto begin = reinterpret_cast<std::uintptr_t>(p);
+            const std::uint64_t mine = events.submit(s);
+            events.complete(s);  // the oracle: S's work, and all it depends on, completes
+            for (const range& old : retired) {
+                if (old.end <= begin || old.begin >= begin + bytes) continue;
+                for (const use& u : old.uses) {
+                    ++checked;
+                    CHECK(events.completed(u.stream) >= u.position);
+                }
+            }
+            std::erase_if(retired, [&](const range& old) {
+                return std::all_of(old.uses.begin(), old.uses.end(),
+                                   [&](const use& u) { return events.completed(u.stream) >= u.position; });
+            });
+            live.push_back({p, bytes, {begin, begin + bytes, {{s, mine}}}});
+        } else if (action < 60) {
+            auto& block = live[random() % live.size()];
+            const stream_ref user = streams[random() % streams.size()];
+            pool.record_use(block.pointer, user);
+            block.history.uses.push_back({user, events.submit(user)});
+        } else if (action < 90) {
+            const std::size_t index = random() % live.size();
+            live_block block = live[index];
+            live[index] = live.back();
+            live.pop_back();
+            // Usually freed on the stream that allocated it, sometimes on another.
+            const stream_ref freeing = random() % 4 == 0 ? s : block.history.uses.front().stream;
+            block.history.uses.push_back({freeing, events.issued(freeing)});
+            pool.deallocate_async(block.pointer, block.bytes, 256, freeing);
+            retired.push_back(block.history);
+        } else {
+            events.complete(s);  // some stream catches up on its own
+        }
+        if (step % 100 == 0) pool.check_invariants();
+    }
+    for (const auto& block : live) pool.deallocate_async(block.pointer, block.bytes, 256, block.history.uses.front().stream);
+    pool.release();
+    CHECK(checked > 100);
+    CHECK(memory.live_bytes() == 0);
+    CHECK(memory.errors().empty());
+}
+
+TEST_CASE("best_fit::try_allocate_cached serves only from free blocks it holds") {
+    instrumented<> memory;
+    best_fit<upstream> pool{upstream{memory}, exact};
+    CHECK(pool.try_allocate_cached(1 * KiB) == nullptr);  // nothing held: no growth
+    CHECK(memory.allocations() == 0);
+    void* block = pool.allocate(64 * KiB);
+    pool.deallocate(block, 64 * KiB);
+    void* cached = pool.try_allocate_cached(16 * KiB, 4096);
+    CHECK(cached == block);
+    CHECK(pool.try_allocate_cached(64 * KiB) == nullptr);  // 48 KiB left: too small
+    CHECK(pool.try_allocate_cached(0) == nullptr);
+    CHECK(pool.try_allocate_cached(16, 3) == nullptr);
+    CHECK(memory.allocations() == 1);
+    pool.deallocate(cached, 16 * KiB, 4096);
+    pool.check_invariants();
+}
