@@ -18,7 +18,8 @@
 // Exhaustion: out_of_memory with live, reserved and cached bytes summed over lanes.
 //
 // Pool requirements: a resource with `try_allocate_cached(bytes, alignment) noexcept` (serve from
-// free blocks only, never grow), `release()`, constructible from (ref<Upstream>, options_type).
+// free blocks only, never grow), `release()`, constructible from (ref<Upstream>, options_type);
+// it need not be movable.
 // Events requirements: the events_policy concept below (cuda_events, host_events).
 #pragma once
 
@@ -192,8 +193,9 @@ public:
 
 private:
     struct lane {
-        lane(stream_ref stream_, std::thread::id thread_, bool plain_, lane_pool pool_)
-            : stream(stream_), thread(thread_), plain(plain_), pool(std::move(pool_)) {}
+        lane(stream_ref stream_, std::thread::id thread_, bool plain_, ref<upstream_type> upstream,
+             const pool_options& options)
+            : stream(stream_), thread(thread_), plain(plain_), pool(upstream, options) {}
         stream_ref stream;
         std::thread::id thread;  // only for per-thread stream handles
         bool plain;              // the lane of allocate/deallocate: its free blocks are idle
@@ -237,7 +239,7 @@ private:
             found->idle = false;  // a reused handle: the stream is alive again
             return *found;
         }
-        lanes_.push_back(std::make_unique<lane>(stream, thread_of(stream), plain, lane_pool(ref<upstream_type>(upstream_), options_)));
+        lanes_.push_back(std::make_unique<lane>(stream, thread_of(stream), plain, ref<upstream_type>(upstream_), options_));
         return *(last_ = lanes_.back().get());
     }
 

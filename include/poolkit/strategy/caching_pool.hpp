@@ -1,0 +1,187 @@
+// caching_pool<Upstream>: the placement rules of PyTorch's CUDA caching allocator, made of best_fit pools.
+//
+// Requests round up to options.rounding (512 B), or to one of options.power2_divisions steps per
+// power of two when that is set. Rounded requests up to options.small_size (1 MiB) come from a
+// small best_fit pool of options.small_chunk (2 MiB) chunks, split down to the rounding; larger
+// ones from a large pool whose chunks grow as options.large_growth says and whose blocks split
+// only when more than options.small_size would remain; requests of options.max_split_size or more
+// from an oversize pool whose blocks are never split, so that they cannot fragment the large pool.
+// Complexity: one size test, then the chosen best_fit's O(log n). Thread safety: none (wrap in
+// synchronized<>, or use the presets). Alignment: any power of two (best_fit's). Stream
+// semantics: none; stream_ordered<caching_pool<...>> is the caching allocator. Exhaustion: each pool
+// releases its wholly free chunks and retries (best_fit's rule), then out_of_memory; release()
+// returns every wholly free chunk of all three pools (empty_cache).
+#pragma once
+
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/concepts.hpp>
+#include <poolkit/core/errors.hpp>
+#include <poolkit/core/properties.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <limits>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+
+namespace poolkit {
+
+struct caching_options {
+    // Every request rounds up to a multiple of this power of two.
+    std::size_t rounding = 512;
+    // If 2 or more (a power of two), a request above `rounding` times this rounds up to one of
+    // this many steps per power of two (PyTorch's roundup_power2_divisions): fewer distinct sizes,
+    // more reuse, some waste.
+    std::size_t power2_divisions = 0;
+    // Rounded requests up to this size use the small pool.
+    std::size_t small_size = std::size_t{1} << 20;
+    // Chunk size of the small pool.
+    std::size_t small_chunk = std::size_t{2} << 20;
+    // How the large pool grows: as needed, rounded to 2 MiB, unless told otherwise.
+    growth_policy large_growth = growth_policy::as_needed(std::size_t{2} << 20);
+    // Requests of at least this size get whole, never-split blocks of their own pool.
+    std::size_t max_split_size = std::numeric_limits<std::size_t>::max();
+};
+
+template <resource Upstream>
+class caching_pool : public forward_properties<caching_pool<Upstream>, Upstream> {
+public:
+    using upstream_type = Upstream;
+    using options_type = caching_options;
+
+    caching_pool()
+        requires std::default_initializable<Upstream>
+        : caching_pool(Upstream{}) {}
+
+    explicit caching_pool(Upstream upstream, caching_options options = {})
+        : upstream_(std::move(upstream)),
+          options_(validated(options)),
+          small_(ref<Upstream>(upstream_), small_options(options_)),
+          large_(ref<Upstream>(upstream_), large_options(options_, false)),
+          oversize_(ref<Upstream>(upstream_), large_options(options_, true)) {}
+
+    caching_pool(const caching_pool&) = delete;
+    caching_pool& operator=(const caching_pool&) = delete;
+    // The pools refer to upstream_ through refs: moving would leave them pointing at the old one.
+    caching_pool(caching_pool&&) = delete;
+
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        validate_alignment(alignment);
+        if (bytes == 0) return nullptr;
+        const auto rounded = round(bytes);
+        if (!rounded) throw out_of_memory("caching_pool", figures(bytes, alignment));
+        return pool_for(*rounded).allocate(*rounded, alignment);
+    }
+
+    void* try_allocate_cached(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (bytes == 0 || !is_power_of_two(alignment)) return nullptr;
+        const auto rounded = round(bytes);
+        if (!rounded) return nullptr;
+        return pool_for(*rounded).try_allocate_cached(*rounded, alignment);
+    }
+
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (pointer == nullptr) return;
+        const auto rounded = round(bytes);
+        POOLKIT_ASSERT(rounded.has_value(), "deallocate with a size no allocation could have had");
+        if (!rounded) return;
+        pool_for(*rounded).deallocate(pointer, *rounded, alignment);
+    }
+
+    void release() noexcept {
+        small_.release();
+        large_.release();
+        oversize_.release();
+    }
+
+    [[nodiscard]] bool owns(const void* pointer) const noexcept {
+        return small_.owns(pointer) || large_.owns(pointer) || oversize_.owns(pointer);
+    }
+
+    void check_invariants() const {
+        small_.check_invariants();
+        large_.check_invariants();
+        oversize_.check_invariants();
+    }
+
+    [[nodiscard]] std::size_t live_bytes() const noexcept {
+        return small_.live_bytes() + large_.live_bytes() + oversize_.live_bytes();
+    }
+    [[nodiscard]] std::size_t reserved_bytes() const noexcept {
+        return small_.reserved_bytes() + large_.reserved_bytes() + oversize_.reserved_bytes();
+    }
+    [[nodiscard]] std::size_t cached_bytes() const noexcept { return reserved_bytes() - live_bytes(); }
+    [[nodiscard]] const caching_options& options() const noexcept { return options_; }
+
+    // The size a request of `bytes` occupies: the rounding rules above. Nothing on overflow.
+    [[nodiscard]] std::optional<std::size_t> round(std::size_t bytes) const noexcept {
+        const std::size_t divisions = options_.power2_divisions;
+        if (divisions > 1 && bytes / divisions > options_.rounding) {
+            const std::size_t floor = std::bit_floor(bytes);
+            return checked_round_up(bytes, floor / std::bit_floor(divisions));
+        }
+        return checked_align_up(bytes, options_.rounding);
+    }
+
+    [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
+    [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
+
+    friend bool operator==(const caching_pool& a, const caching_pool& b) noexcept { return &a == &b; }
+
+private:
+    using pool = best_fit<ref<Upstream>>;
+
+    static caching_options validated(caching_options options) {
+        validate_alignment(options.rounding);
+        options.large_growth.validate();
+        if (options.power2_divisions > 1 && !is_power_of_two(options.power2_divisions)) {
+            throw std::invalid_argument("poolkit: caching_options.power2_divisions must be a power of two");
+        }
+        if (options.small_chunk < options.small_size) {
+            throw std::invalid_argument("poolkit: caching_options.small_chunk must hold a small request");
+        }
+        return options;
+    }
+    static best_fit_options small_options(const caching_options& options) {
+        best_fit_options result;
+        result.initial_size = options.small_chunk;
+        result.growth = growth_policy::fixed_step(options.small_chunk);
+        result.granularity = options.rounding;
+        result.minimum_split = options.rounding;
+        return result;
+    }
+    static best_fit_options large_options(const caching_options& options, bool oversize) {
+        best_fit_options result;
+        result.initial_size = 0;
+        result.growth = oversize ? growth_policy::as_needed(options.rounding) : options.large_growth;
+        result.granularity = options.rounding;
+        // Large blocks split only when more than a small request would remain; oversize never.
+        result.minimum_split = oversize ? std::numeric_limits<std::size_t>::max() : options.small_size + 1;
+        return result;
+    }
+
+    pool& pool_for(std::size_t rounded) noexcept {
+        if (rounded <= options_.small_size) return small_;
+        return rounded < options_.max_split_size ? large_ : oversize_;
+    }
+
+    memory_figures figures(std::size_t bytes, std::size_t alignment) const noexcept {
+        memory_figures result = memory_figures::request(bytes, alignment);
+        result.live_bytes = live_bytes();
+        result.reserved_bytes = reserved_bytes();
+        result.cached_bytes = cached_bytes();
+        return result;
+    }
+
+    Upstream upstream_;
+    caching_options options_;
+    pool small_;
+    pool large_;
+    pool oversize_;
+};
+
+}  // namespace poolkit

@@ -1,0 +1,87 @@
+// The conformance suite over the stream-ordering blocks and the adaptors around them.
+#include "../support/conformance.hpp"
+
+#include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/retry_on_oom.hpp>
+#include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/adaptor/synchronized.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/presets.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/caching_pool.hpp>
+#include <poolkit/upstream/simulated_resource.hpp>
+
+namespace {
+
+using namespace poolkit;
+using test::host_touch;
+using test::instrumented;
+using test::no_touch;
+
+using upstream_ref = ref<instrumented<>>;
+
+template <class Block>
+struct over_instrumented : host_touch {
+    static constexpr bool stateless = false;
+    instrumented<> upstream_;
+    Block resource_{upstream_ref{upstream_}};
+    instrumented<>* upstream() { return &upstream_; }
+    Block& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{8} << 20); }
+    ~over_instrumented() {
+        resource_.check_invariants();
+        resource_.release();
+        CHECK(upstream_.live_bytes() == 0);
+    }
+};
+
+struct caching_pool_fixture : over_instrumented<caching_pool<upstream_ref>> {
+    static constexpr const char* name = "caching_pool<ref<instrumented>>";
+};
+struct stream_ordered_fixture : over_instrumented<stream_ordered<best_fit<upstream_ref>, host_events>> {
+    static constexpr const char* name = "stream_ordered<best_fit<ref<instrumented>>, host_events>";
+};
+struct caching_allocator_fixture : over_instrumented<caching_allocator<upstream_ref, host_events>> {
+    static constexpr const char* name = "caching_allocator<ref<instrumented>, host_events>";
+};
+
+struct caching_allocator_simulated_fixture : no_touch {
+    static constexpr const char* name = "caching_allocator<ref<simulated_resource>, host_events>";
+    static constexpr bool stateless = false;
+    simulated_resource addresses_{{.capacity = std::size_t{16} << 20}};
+    caching_allocator<ref<simulated_resource>, host_events> resource_{ref<simulated_resource>(addresses_)};
+    instrumented<>* upstream() { return nullptr; }
+    auto& resource() { return resource_; }
+    void exhaust_setup() {}
+    ~caching_allocator_simulated_fixture() {
+        resource_.release();
+        CHECK(addresses_.live_bytes() == 0);
+    }
+};
+
+struct synchronized_fixture : host_touch {
+    static constexpr const char* name = "synchronized<best_fit<ref<instrumented>>>";
+    static constexpr bool stateless = false;
+    instrumented<> upstream_;
+    synchronized<best_fit<upstream_ref>> resource_{std::in_place, upstream_ref{upstream_}};
+    instrumented<>* upstream() { return &upstream_; }
+    auto& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{8} << 20); }
+};
+
+// Retries once after the callback lifts the limit a little: the suite's exhaustion still ends in
+// out_of_memory once the raised limit is reached too.
+struct retry_fixture : host_touch {
+    static constexpr const char* name = "retry_on_oom<ref<instrumented>>";
+    static constexpr bool stateless = false;
+    instrumented<> upstream_;
+    retry_on_oom<upstream_ref> resource_{upstream_ref{upstream_}, [](const oom_event&) { return false; }};
+    instrumented<>* upstream() { return &upstream_; }
+    auto& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE_INVOKE(conformance, caching_pool_fixture, stream_ordered_fixture, caching_allocator_fixture,
+                          caching_allocator_simulated_fixture, synchronized_fixture, retry_fixture);
