@@ -7,6 +7,7 @@
 // Numbers quoted in docs/strategies.md name the machine they were taken on.
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/buddy.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
@@ -36,6 +37,10 @@ struct best_fit_factory {
 struct size_classes_factory {
     simulated_resource addresses{{.capacity = std::size_t{512} << 30}};
     size_classes<simulated_ref> resource{addresses};
+};
+struct buddy_factory {
+    simulated_resource addresses{{.capacity = std::size_t{512} << 30}};
+    buddy<simulated_ref> resource{addresses, {.chunk_size = std::size_t{64} << 20}};
 };
 struct fixed_size_factory {  // 1 MiB blocks: every size of the benchmarks fits
     simulated_resource addresses{{.capacity = std::size_t{512} << 30}};
@@ -128,5 +133,7 @@ BENCHMARK(allocate_free_pair<best_fit_factory>)->Name("best_fit/pair")->Apply(fi
 BENCHMARK(random_allocations<best_fit_factory>)->Name("best_fit/random")->Apply(random_shapes);
 BENCHMARK(allocate_free_pair<size_classes_factory>)->Name("size_classes/pair")->Apply(fixed_sizes);
 BENCHMARK(random_allocations<size_classes_factory>)->Name("size_classes/random")->Apply(random_shapes);
+BENCHMARK(allocate_free_pair<buddy_factory>)->Name("buddy/pair")->Apply(fixed_sizes);
+BENCHMARK(random_allocations<buddy_factory>)->Name("buddy/random")->Apply(random_shapes);
 BENCHMARK(allocate_free_pair<fixed_size_factory>)->Name("fixed_size/pair")->Apply(fixed_sizes);
 BENCHMARK(random_allocations<fixed_size_factory>)->Name("fixed_size/random")->Apply(random_shapes);

@@ -4,6 +4,7 @@
 
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/buddy.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
@@ -69,7 +70,17 @@ struct fixed_size_simulated_fixture : over_simulated<fixed_size<ref<simulated_re
     fixed_size_simulated_fixture() : over_simulated({.block_size = 4096}) {}
 };
 
+struct buddy_fixture : over_instrumented<buddy<ref<instrumented<>>>> {
+    static constexpr const char* name = "buddy<ref<instrumented>>";
+    buddy_fixture() : over_instrumented({.chunk_size = std::size_t{1} << 20}) {}
+};
+struct buddy_simulated_fixture : over_simulated<buddy<ref<simulated_resource>>> {
+    static constexpr const char* name = "buddy<ref<simulated_resource>>";
+    buddy_simulated_fixture() : over_simulated({.chunk_size = std::size_t{1} << 20}) {}
+};
+
 }  // namespace
 
 TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture, size_classes_fixture,
-                          size_classes_simulated_fixture, fixed_size_fixture, fixed_size_simulated_fixture);
+                          size_classes_simulated_fixture, fixed_size_fixture, fixed_size_simulated_fixture,
+                          buddy_fixture, buddy_simulated_fixture);

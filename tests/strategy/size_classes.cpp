@@ -178,13 +178,14 @@ TEST_CASE("size_classes: randomized sequences keep every invariant and return al
         CHECK(upstream.live_blocks() == 0);
         CHECK(upstream.errors().empty());
     }
-    SUBCASE("over simulated address space, explicit classes") {
-        simulated_resource addresses;
-        size_classes<ref<simulated_resource>> pool{addresses, {.sizes = {512, 1536, 4096, 10000, 65536}}};
-        test::run_shuffled(pool, {.seed = 9, .steps = 3000, .small_bytes = 70000, .largest_alignment_log2 = 14});
-        pool.release();
-        CHECK(addresses.live_bytes() == 0);
-    }
+}
+
+TEST_CASE("size_classes: randomized sequences over simulated address space, explicit classes") {
+    simulated_resource addresses;
+    size_classes<ref<simulated_resource>> pool{addresses, {.sizes = {512, 1536, 4096, 10000, 65536}}};
+    test::run_shuffled(pool, {.seed = 9, .steps = 3000, .small_bytes = 70000, .largest_alignment_log2 = 14});
+    pool.release();
+    CHECK(addresses.live_bytes() == 0);
 }
 
 #if POOLKIT_ENABLE_ASSERTS

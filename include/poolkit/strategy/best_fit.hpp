@@ -262,23 +262,23 @@ public:
     void check_invariants() const {
         std::size_t reserved = 0, live = 0, cached = 0, live_count = 0, free_count = 0, block_count = 0;
         for (const chunk& c : chunk_index_) {
-            POOLKIT_ASSERT(!c.blocks.empty(), "a chunk without blocks");
-            POOLKIT_ASSERT(c.address % options_.granularity == 0, "a chunk off the granularity");
+            POOLKIT_VERIFY(!c.blocks.empty(), "a chunk without blocks");
+            POOLKIT_VERIFY(c.address % options_.granularity == 0, "a chunk off the granularity");
             std::uintptr_t expected = c.address;
             bool previous_free = false;
             for (const block& b : c.blocks) {
-                POOLKIT_ASSERT(b.owner == &c, "a block linked into another chunk");
-                POOLKIT_ASSERT(b.address == expected, "blocks do not tile their chunk");
-                POOLKIT_ASSERT(b.bytes > 0 && b.bytes % options_.granularity == 0, "a block size off the granularity");
-                POOLKIT_ASSERT(!(b.free && previous_free), "two free neighbours not coalesced");
+                POOLKIT_VERIFY(b.owner == &c, "a block linked into another chunk");
+                POOLKIT_VERIFY(b.address == expected, "blocks do not tile their chunk");
+                POOLKIT_VERIFY(b.bytes > 0 && b.bytes % options_.granularity == 0, "a block size off the granularity");
+                POOLKIT_VERIFY(!(b.free && previous_free), "two free neighbours not coalesced");
                 if (b.free) {
-                    POOLKIT_ASSERT(free_.find(b) != free_.end(), "a free block missing from the size index");
+                    POOLKIT_VERIFY(free_.find(b) != free_.end(), "a free block missing from the size index");
                     cached += b.bytes;
                     ++free_count;
                 } else {
                     const auto found = live_.find(b.address, by_address{});
-                    POOLKIT_ASSERT(found != live_.end() && &*found == &b, "a live block missing from the live index");
-                    POOLKIT_ASSERT(b.requested > 0 && b.requested <= b.bytes &&
+                    POOLKIT_VERIFY(found != live_.end() && &*found == &b, "a live block missing from the live index");
+                    POOLKIT_VERIFY(b.requested > 0 && b.requested <= b.bytes &&
                                        b.bytes - b.requested < options_.minimum_split,
                                    "a live block holds a remainder it should have split off");
                     live += b.bytes;
@@ -288,16 +288,16 @@ public:
                 expected += b.bytes;
                 ++block_count;
             }
-            POOLKIT_ASSERT(expected == c.address + c.bytes, "blocks do not cover their chunk");
+            POOLKIT_VERIFY(expected == c.address + c.bytes, "blocks do not cover their chunk");
             reserved += c.bytes;
         }
-        POOLKIT_ASSERT(free_count == free_.size(), "the size index holds blocks that are not free");
-        POOLKIT_ASSERT(live_count == live_.size(), "the live index holds blocks that are not live");
-        POOLKIT_ASSERT(live == live_bytes_, "live byte count drifted");
-        POOLKIT_ASSERT(reserved == reserved_bytes_, "reserved byte count drifted");
-        POOLKIT_ASSERT(reserved == live + cached, "live and free blocks do not add up to the chunks");
-        POOLKIT_ASSERT(reserved <= options_.maximum_size, "reserved past the maximum");
-        POOLKIT_ASSERT(blocks_.in_use() == block_count && chunks_.in_use() == chunk_index_.size(),
+        POOLKIT_VERIFY(free_count == free_.size(), "the size index holds blocks that are not free");
+        POOLKIT_VERIFY(live_count == live_.size(), "the live index holds blocks that are not live");
+        POOLKIT_VERIFY(live == live_bytes_, "live byte count drifted");
+        POOLKIT_VERIFY(reserved == reserved_bytes_, "reserved byte count drifted");
+        POOLKIT_VERIFY(reserved == live + cached, "live and free blocks do not add up to the chunks");
+        POOLKIT_VERIFY(reserved <= options_.maximum_size, "reserved past the maximum");
+        POOLKIT_VERIFY(blocks_.in_use() == block_count && chunks_.in_use() == chunk_index_.size(),
                        "bookkeeping nodes leaked");
         static_cast<void>(reserved), static_cast<void>(cached), static_cast<void>(block_count);
     }

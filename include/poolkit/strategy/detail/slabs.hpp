@@ -108,7 +108,7 @@ public:
           slabs_(std::move(other.slabs_)),
           reserved_bytes_(std::exchange(other.reserved_bytes_, 0)),
           live_bytes_(std::exchange(other.live_bytes_, 0)) {}
-    ~slab_engine() { POOLKIT_ASSERT(slabs_.empty(), "slab_engine destroyed before its slabs went back"); }
+    ~slab_engine() { POOLKIT_VERIFY(slabs_.empty(), "slab_engine destroyed before its slabs went back"); }
 
     [[nodiscard]] std::size_t class_count() const noexcept { return class_count_; }
     [[nodiscard]] const class_spec& spec(std::size_t index) const noexcept { return classes_[index].spec; }
@@ -196,43 +196,48 @@ public:
     void check_invariants() const {
         std::size_t reserved = 0, live_bytes = 0, on_lists = 0;
         std::vector<std::size_t> live_per_class(class_count_, 0);
+        std::vector<std::size_t> with_free_per_class(class_count_, 0);
         std::vector<bool> seen;
         for (const slab& s : slabs_) {
-            POOLKIT_ASSERT(s.class_index < class_count_, "a slab of no class");
+            POOLKIT_VERIFY(s.class_index < class_count_, "a slab of no class");
             const slab_class& c = classes_[s.class_index];
-            POOLKIT_ASSERT(s.blocks > 0 && s.free_count <= s.blocks, "a slab's free count is out of range");
-            POOLKIT_ASSERT(s.bytes == s.blocks * c.spec.block_size, "a slab's size is not its blocks");
-            POOLKIT_ASSERT(s.address % c.spec.alignment == 0, "a slab off its class alignment");
+            POOLKIT_VERIFY(s.blocks > 0 && s.free_count <= s.blocks, "a slab's free count is out of range");
+            POOLKIT_VERIFY(s.bytes == s.blocks * c.spec.block_size, "a slab's size is not its blocks");
+            POOLKIT_VERIFY(s.address % c.spec.alignment == 0, "a slab off its class alignment");
             seen.assign(s.blocks, false);
             for (std::uint32_t i = 0; i < s.free_count; ++i) {
                 const std::uint32_t block = s.free_stack[i];
-                POOLKIT_ASSERT(block < s.blocks && !seen[block], "a free index out of range or listed twice");
-                POOLKIT_ASSERT(!s.is_live(block), "a free index marked live");
+                POOLKIT_VERIFY(block < s.blocks && !seen[block], "a free index out of range or listed twice");
+                POOLKIT_VERIFY(!s.is_live(block), "a free index marked live");
                 seen[block] = true;
             }
             std::size_t live = 0;
             for (std::uint32_t i = 0; i < s.blocks; ++i) live += s.is_live(i) ? 1 : 0;
-            POOLKIT_ASSERT(live + s.free_count == s.blocks, "live and free blocks do not add up to the slab");
-            bool listed = false;
-            for (const slab& other : c.with_free) listed = listed || &other == &s;
-            POOLKIT_ASSERT(listed == (s.free_count > 0), "a slab with free blocks off its list, or a full one on it");
+            POOLKIT_VERIFY(live + s.free_count == s.blocks, "live and free blocks do not add up to the slab");
+            if (s.free_count > 0) ++with_free_per_class[s.class_index];
             live_per_class[s.class_index] += live;
             live_bytes += live * c.spec.block_size;
             reserved += s.bytes;
         }
         for (std::size_t i = 0; i < class_count_; ++i) {
-            POOLKIT_ASSERT(live_per_class[i] == classes_[i].live_blocks, "a class's live count drifted");
+            POOLKIT_VERIFY(live_per_class[i] == classes_[i].live_blocks, "a class's live count drifted");
+            // Only slabs of this class with a free block, as many as the walk found: each once.
+            for (const slab& listed : classes_[i].with_free) {
+                POOLKIT_VERIFY(listed.class_index == i && listed.free_count > 0, "a full slab or another class's on a list");
+                POOLKIT_VERIFY(slabs_.find(listed) != slabs_.end(), "a list holds a slab that is not in the index");
+            }
+            POOLKIT_VERIFY(classes_[i].with_free.size() == with_free_per_class[i], "a slab with free blocks off its list");
             on_lists += classes_[i].with_free.size();
             if (const slab* recent = classes_[i].recent) {
-                POOLKIT_ASSERT(slabs_.find(*recent) != slabs_.end() && recent->class_index == i,
+                POOLKIT_VERIFY(slabs_.find(*recent) != slabs_.end() && recent->class_index == i,
                                "a class remembers a slab it does not have");
             }
         }
-        POOLKIT_ASSERT(on_lists <= slabs_.size(), "a slab on two lists");
-        POOLKIT_ASSERT(reserved == reserved_bytes_, "reserved byte count drifted");
-        POOLKIT_ASSERT(live_bytes == live_bytes_, "live byte count drifted");
-        POOLKIT_ASSERT(reserved <= maximum_reserved_, "reserved past the maximum");
-        POOLKIT_ASSERT(nodes_.in_use() == slabs_.size(), "slab records leaked");
+        POOLKIT_VERIFY(on_lists <= slabs_.size(), "a slab on two lists");
+        POOLKIT_VERIFY(reserved == reserved_bytes_, "reserved byte count drifted");
+        POOLKIT_VERIFY(live_bytes == live_bytes_, "live byte count drifted");
+        POOLKIT_VERIFY(reserved <= maximum_reserved_, "reserved past the maximum");
+        POOLKIT_VERIFY(nodes_.in_use() == slabs_.size(), "slab records leaked");
     }
 
 private:

@@ -1,0 +1,442 @@
+// buddy<Upstream>: a binary buddy system over power-of-two chunks taken from Upstream.
+//
+// A request becomes a block of the smallest power of two that holds its bytes and its alignment
+// and is at least options.minimum_block. A larger free block is halved until it fits; a freed
+// block merges with its buddy (the other half of the block they were split from) while that is
+// free, up to the whole chunk. Chunks are options.chunk_size bytes, or the request rounded up to a
+// power of two when larger. Bookkeeping lives in host nodes (one per block, from a node pool) and
+// a per-chunk table of block heads, one pointer per minimum block; nothing is written into the
+// chunks.
+// Complexity: allocate and deallocate O(levels) = O(log2(chunk / minimum block)), plus O(log
+// chunks) to find a freed block's chunk; no heap allocation per call once warm. Internal
+// fragmentation is up to half a block.
+// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Alignment: any power of two. A block is aligned to its size up to the chunk's alignment
+// (options.chunk_alignment, or the chunk size if smaller); larger alignments get a chunk taken
+// with that alignment.
+// Stream semantics: none; a freed block is reusable at once. Put stream_ordered<> around it.
+// Exhaustion: when the upstream throws std::bad_alloc or options.maximum_size would be passed, it
+// tries a chunk of just the block size, then returns its wholly free chunks and tries once more,
+// then throws out_of_memory with the live, reserved and cached bytes.
+#pragma once
+
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/assert.hpp>
+#include <poolkit/core/concepts.hpp>
+#include <poolkit/core/errors.hpp>
+#include <poolkit/core/properties.hpp>
+#include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/strategy/detail/intrusive.hpp>
+#include <poolkit/strategy/detail/leak_report.hpp>
+#include <poolkit/strategy/detail/node_pool.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <new>
+#include <stdexcept>
+#include <utility>
+
+namespace poolkit {
+
+struct buddy_options {
+    // Bytes of each chunk, a power of two; a larger request gets a chunk of its own.
+    std::size_t chunk_size = std::size_t{32} << 20;
+    // The smallest block, a power of two.
+    std::size_t minimum_block = 512;
+    // The most alignment a chunk is asked for (a power of two), unless a request needs more.
+    std::size_t chunk_alignment = std::size_t{64} << 10;
+    // Most bytes reserved from the upstream at once.
+    std::size_t maximum_size = std::numeric_limits<std::size_t>::max();
+};
+
+namespace detail::buddy_parts {
+
+struct free_tag;
+struct chunk_tag;
+struct chunk;
+
+struct block : intrusive::list_hook<free_tag> {
+    block(std::uintptr_t address_, unsigned order_, chunk* owner_) noexcept
+        : address(address_), order(order_), owner(owner_) {}
+    std::uintptr_t address;
+    unsigned order;              // the block is minimum_block << order bytes
+    chunk* owner;
+    bool free = true;
+};
+
+struct chunk : intrusive::set_hook<chunk_tag> {
+    chunk(std::uintptr_t address_, std::size_t bytes_, std::size_t alignment_, unsigned top_order_, std::size_t granules)
+        : address(address_), bytes(bytes_), alignment(alignment_), top_order(top_order_), heads(new block*[granules]()) {}
+    std::uintptr_t address;
+    std::size_t bytes;
+    std::size_t alignment;           // as asked of the upstream
+    unsigned top_order;              // the order of the whole chunk
+    std::unique_ptr<block*[]> heads; // heads[i]: the block that starts at minimum block i, or nullptr
+};
+
+struct chunk_by_address {
+    bool operator()(const chunk& a, const chunk& b) const noexcept { return a.address < b.address; }
+    bool operator()(const chunk& a, std::uintptr_t b) const noexcept { return a.address < b; }
+    bool operator()(std::uintptr_t a, const chunk& b) const noexcept { return a < b.address; }
+};
+
+using free_list = intrusive::list<block, free_tag>;
+using chunk_set = intrusive::set<chunk, chunk_tag, chunk_by_address>;
+
+inline constexpr unsigned order_limit = 48;
+
+}  // namespace detail::buddy_parts
+
+template <resource Upstream>
+class buddy : public forward_properties<buddy<Upstream>, Upstream> {
+public:
+    using upstream_type = Upstream;
+    using options_type = buddy_options;
+
+    buddy()
+        requires std::default_initializable<Upstream>
+        : buddy(Upstream{}, buddy_options{}) {}
+
+    explicit buddy(Upstream upstream, buddy_options options = {}) : upstream_(std::move(upstream)), options_(options) {
+        if (!is_power_of_two(options_.chunk_size) || !is_power_of_two(options_.minimum_block) ||
+            !is_power_of_two(options_.chunk_alignment) || options_.chunk_size < options_.minimum_block) {
+            throw std::invalid_argument(
+                "poolkit: buddy needs power-of-two chunk_size >= minimum_block and a power-of-two chunk_alignment");
+        }
+        minimum_shift_ = static_cast<unsigned>(std::countr_zero(options_.minimum_block));
+    }
+
+    buddy(const buddy&) = delete;
+    buddy& operator=(const buddy&) = delete;
+    // Moves every chunk and block; the source is left empty.
+    buddy(buddy&& other) noexcept
+        : upstream_(std::move(other.upstream_)),
+          options_(other.options_),
+          minimum_shift_(other.minimum_shift_),
+          blocks_(std::move(other.blocks_)),
+          chunks_(std::move(other.chunks_)),
+          free_(std::move(other.free_)),
+          chunk_index_(std::move(other.chunk_index_)),
+          reserved_bytes_(std::exchange(other.reserved_bytes_, 0)),
+          live_bytes_(std::exchange(other.live_bytes_, 0)),
+          live_blocks_(std::exchange(other.live_blocks_, 0)) {}
+
+    ~buddy() {
+        detail::report_leaks("buddy", live_blocks_, live_bytes_);
+        for (auto& list : free_) list.clear();
+        chunk_index_.clear_and_dispose([this](chunk* c) { return_chunk(c); });
+    }
+
+    // Requires: alignment a power of two (else std::invalid_argument). Returns nullptr for 0 bytes.
+    [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        validate_alignment(alignment);
+        if (bytes == 0) return nullptr;
+        const auto order = order_for(bytes, alignment);
+        if (!order) throw out_of_memory("buddy", figures(bytes, alignment));
+        block* found = find_free(*order, alignment);
+        if (found == nullptr) found = grow(bytes, *order, alignment);
+        return take(*found, *order);
+    }
+
+    // As allocate, but nullptr instead of any exception.
+    [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (!is_power_of_two(alignment)) return nullptr;
+        try {
+            return allocate(bytes, alignment);
+        } catch (...) {
+            return nullptr;
+        }
+    }
+
+    // Requires: `pointer` came from allocate(bytes, alignment) of this pool and is not yet freed.
+    // Asserts it in debug builds (a size of another order counts as wrong); otherwise a block it
+    // cannot find is ignored and the recorded order is used.
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (pointer == nullptr) return;
+        block* b = find_live(reinterpret_cast<std::uintptr_t>(pointer));
+        POOLKIT_ASSERT(b != nullptr, "deallocate of a pointer buddy did not hand out (or freed twice)");
+        if (b == nullptr) return;
+        POOLKIT_ASSERT(order_for(bytes, alignment) == b->order, "deallocate with a size other than the one allocated");
+        static_cast<void>(bytes), static_cast<void>(alignment);
+        live_bytes_ -= block_bytes(b->order);
+        --live_blocks_;
+        b->free = true;
+        chunk& c = *b->owner;
+        std::size_t index = granule(c, b->address);
+        while (b->order < c.top_order) {
+            const std::size_t buddy_index = index ^ (std::size_t{1} << b->order);
+            block* other = c.heads[buddy_index];
+            if (other == nullptr || !other->free || other->order != b->order) break;
+            free_[other->order].erase(free_[other->order].iterator_to(*other));
+            block* lower = buddy_index < index ? other : b;
+            block* upper = buddy_index < index ? b : other;
+            c.heads[granule(c, upper->address)] = nullptr;
+            blocks_.destroy(upper);
+            b = lower;
+            ++b->order;
+            index = std::min(index, buddy_index);
+        }
+        free_[b->order].push_front(*b);
+    }
+
+    // Returns every wholly free chunk to the upstream. O(chunks).
+    void release() noexcept {
+        for (auto it = chunk_index_.begin(); it != chunk_index_.end();) {
+            chunk* c = &*it++;
+            block* whole = c->heads[0];
+            if (whole->free && whole->order == c->top_order) {
+                free_[whole->order].erase(free_[whole->order].iterator_to(*whole));
+                chunk_index_.erase(chunk_index_.iterator_to(*c));
+                return_chunk(c);
+            }
+        }
+    }
+
+    // Whether `pointer` lies inside a live block. O(log chunks + levels).
+    [[nodiscard]] bool owns(const void* pointer) const noexcept {
+        const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+        const chunk* c = find_chunk(address);
+        if (c == nullptr) return false;
+        // The block containing `address` starts at the highest aligned head at or below it.
+        std::size_t index = granule(*c, address);
+        for (unsigned order = 0; order <= c->top_order; ++order) {
+            const std::size_t start = index & ~((std::size_t{1} << order) - 1);
+            if (const block* b = c->heads[start]; b != nullptr && b->order >= order) return !b->free;
+        }
+        return false;
+    }
+
+    // Walks every chunk: its blocks tile it, each at a multiple of its own size; interior table
+    // entries are empty; no two free buddies of one order remain unmerged; free blocks are on the
+    // list of their order and nowhere else; counts and byte totals add up.
+    void check_invariants() const {
+        std::size_t reserved = 0, live = 0, live_count = 0, free_count = 0, block_count = 0;
+        std::array<std::size_t, order_limit> free_per_order{};
+        for (const chunk& c : chunk_index_) {
+            POOLKIT_VERIFY(c.bytes == block_bytes(c.top_order), "a chunk that is not a power of two of blocks");
+            const std::size_t granules = c.bytes >> minimum_shift_;
+            std::size_t index = 0;
+            while (index < granules) {
+                const block* b = c.heads[index];
+                POOLKIT_VERIFY(b != nullptr, "a hole between the blocks of a chunk");
+                POOLKIT_VERIFY(b->owner == &c && b->address == c.address + (index << minimum_shift_),
+                               "a block head at the wrong place");
+                const std::size_t span = std::size_t{1} << b->order;
+                POOLKIT_VERIFY(index % span == 0 && index + span <= granules, "a block off its buddy grid");
+                for (std::size_t inner = index + 1; inner < index + span; ++inner) {
+                    POOLKIT_VERIFY(c.heads[inner] == nullptr, "a block head inside another block");
+                }
+                if (b->free) {
+                    ++free_count;
+                    if (b->order < c.top_order) {
+                        const block* other = c.heads[index ^ span];
+                        POOLKIT_VERIFY(!(other && other->free && other->order == b->order), "free buddies not merged");
+                    }
+                    ++free_per_order[b->order];
+                } else {
+                    ++live_count;
+                    live += block_bytes(b->order);
+                }
+                ++block_count;
+                index += span;
+            }
+            reserved += c.bytes;
+        }
+        // Each list holds only free blocks of its order, each a head of its chunk, and as many as
+        // the walk found: so every free block is on the list of its order, once.
+        for (unsigned order = 0; order < order_limit; ++order) {
+            for (const block& entry : free_[order]) {
+                POOLKIT_VERIFY(entry.free && entry.order == order, "a free list holds a block that is not free or of another order");
+                POOLKIT_VERIFY(entry.owner->heads[granule(*entry.owner, entry.address)] == &entry,
+                               "a free list holds a block that is not in its chunk");
+            }
+            POOLKIT_VERIFY(free_[order].size() == free_per_order[order], "a free block off the list of its order");
+        }
+        static_cast<void>(free_count);
+        POOLKIT_VERIFY(live_count == live_blocks_ && live == live_bytes_, "live counts drifted");
+        POOLKIT_VERIFY(reserved == reserved_bytes_, "reserved byte count drifted");
+        POOLKIT_VERIFY(reserved <= options_.maximum_size, "reserved past the maximum");
+        POOLKIT_VERIFY(blocks_.in_use() == block_count && chunks_.in_use() == chunk_index_.size(),
+                       "bookkeeping nodes leaked");
+        static_cast<void>(reserved), static_cast<void>(live), static_cast<void>(live_count);
+    }
+
+    // The block size a request would get, or 0 when no block can hold it.
+    [[nodiscard]] std::size_t block_size(std::size_t bytes, std::size_t alignment = default_alignment) const noexcept {
+        const auto order = order_for(bytes, alignment);
+        return order ? block_bytes(*order) : 0;
+    }
+    [[nodiscard]] std::size_t live_bytes() const noexcept { return live_bytes_; }
+    [[nodiscard]] std::size_t reserved_bytes() const noexcept { return reserved_bytes_; }
+    [[nodiscard]] std::size_t chunks() const noexcept { return chunk_index_.size(); }
+    [[nodiscard]] const buddy_options& options() const noexcept { return options_; }
+
+    [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
+    [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
+
+    // Identity: only the pool that handed out a block can take it back.
+    friend bool operator==(const buddy& a, const buddy& b) noexcept { return &a == &b; }
+
+private:
+    using block = detail::buddy_parts::block;
+    using chunk = detail::buddy_parts::chunk;
+    using chunk_by_address = detail::buddy_parts::chunk_by_address;
+    static constexpr unsigned order_limit = detail::buddy_parts::order_limit;
+
+    [[nodiscard]] std::size_t block_bytes(unsigned order) const noexcept { return options_.minimum_block << order; }
+    [[nodiscard]] std::size_t granule(const chunk& c, std::uintptr_t address) const noexcept {
+        return (address - c.address) >> minimum_shift_;
+    }
+
+    // The order of the block for a request, or nothing when none can hold it.
+    [[nodiscard]] std::optional<unsigned> order_for(std::size_t bytes, std::size_t alignment) const noexcept {
+        const std::size_t needed = std::max({bytes, alignment, options_.minimum_block});
+        if (needed > (std::size_t{1} << 62)) return std::nullopt;
+        const auto order = static_cast<unsigned>(std::countr_zero(std::bit_ceil(needed))) - minimum_shift_;
+        if (order >= order_limit) return std::nullopt;
+        return order;
+    }
+
+    // A free block of at least `order` that starts aligned to `alignment`: the first on each
+    // list, since every block is aligned to its size up to its chunk's alignment, unless the
+    // alignment is above that; then the lists are searched.
+    block* find_free(unsigned order, std::size_t alignment) noexcept {
+        for (unsigned k = order; k < order_limit; ++k) {
+            for (block& candidate : free_[k]) {
+                if (is_aligned(reinterpret_cast<void*>(candidate.address), alignment)) return &candidate;
+                if (alignment <= options_.chunk_alignment) break;
+            }
+        }
+        return nullptr;
+    }
+
+    // Splits free block `b` down to `order`, marks it live and returns its address. The nodes
+    // for the split-off halves are made first: nothing changes if that throws.
+    void* take(block& b, unsigned order) {
+        std::array<block*, order_limit> halves{};
+        const unsigned splits = b.order - order;
+        try {
+            for (unsigned i = 0; i < splits; ++i) halves[i] = blocks_.make(0, 0, b.owner);
+        } catch (...) {
+            for (unsigned i = 0; i < splits && halves[i]; ++i) blocks_.destroy(halves[i]);
+            throw;
+        }
+        free_[b.order].erase(free_[b.order].iterator_to(b));
+        chunk& c = *b.owner;
+        for (unsigned i = 0; i < splits; ++i) {
+            --b.order;
+            block* upper = halves[i];
+            upper->address = b.address + block_bytes(b.order);
+            upper->order = b.order;
+            c.heads[granule(c, upper->address)] = upper;
+            free_[upper->order].push_front(*upper);
+        }
+        b.free = false;
+        live_bytes_ += block_bytes(order);
+        ++live_blocks_;
+        return reinterpret_cast<void*>(b.address);
+    }
+
+    // Takes a chunk that holds a block of `order` aligned as asked; returns its one free block.
+    block* grow(std::size_t bytes, unsigned order, std::size_t alignment) {
+        const std::size_t needed = block_bytes(order);
+        const std::size_t preferred = std::max(needed, options_.chunk_size);
+        if (block* fresh = try_grow(preferred, alignment)) return fresh;
+        if (preferred != needed) {
+            if (block* fresh = try_grow(needed, alignment)) return fresh;
+        }
+        release();
+        if (block* fresh = try_grow(needed, alignment)) return fresh;
+        memory_figures failure = figures(bytes, alignment);
+        if (options_.maximum_size != std::numeric_limits<std::size_t>::max()) failure.limit_bytes = options_.maximum_size;
+        throw out_of_memory("buddy", failure);
+    }
+
+    block* try_grow(std::size_t bytes, std::size_t alignment) {
+        if (reserved_bytes_ > options_.maximum_size || bytes > options_.maximum_size - reserved_bytes_) return nullptr;
+        const std::size_t chunk_alignment = std::max(std::min(bytes, options_.chunk_alignment), alignment);
+        void* memory = nullptr;
+        try {
+            memory = upstream_.allocate(bytes, chunk_alignment);
+        } catch (const std::bad_alloc&) {
+            return nullptr;
+        }
+        if (memory == nullptr) return nullptr;
+        const auto address = reinterpret_cast<std::uintptr_t>(memory);
+        const auto top_order = static_cast<unsigned>(std::countr_zero(bytes)) - minimum_shift_;
+        chunk* c = nullptr;
+        try {
+            c = chunks_.make(address, bytes, chunk_alignment, top_order, bytes >> minimum_shift_);
+            c->heads[0] = blocks_.make(address, top_order, c);
+        } catch (...) {
+            if (c) chunks_.destroy(c);
+            upstream_.deallocate(memory, bytes, chunk_alignment);
+            throw;
+        }
+        chunk_index_.insert(*c);
+        free_[top_order].push_front(*c->heads[0]);
+        reserved_bytes_ += bytes;
+        return c->heads[0];
+    }
+
+    [[nodiscard]] const chunk* find_chunk(std::uintptr_t address) const noexcept {
+        auto after = chunk_index_.upper_bound(address, chunk_by_address{});
+        if (after == chunk_index_.begin()) return nullptr;
+        const chunk& c = *std::prev(after);
+        return address - c.address < c.bytes ? &c : nullptr;
+    }
+
+    // The live block that starts at `address`, or nullptr.
+    block* find_live(std::uintptr_t address) noexcept {
+        const chunk* c = find_chunk(address);
+        if (c == nullptr || (address - c->address) % options_.minimum_block != 0) return nullptr;
+        block* b = c->heads[granule(*c, address)];
+        return b != nullptr && !b->free ? b : nullptr;
+    }
+
+    // Gives a chunk, already out of the index and with its blocks off the free lists, back.
+    void return_chunk(chunk* c) noexcept {
+        const std::size_t granules = c->bytes >> minimum_shift_;
+        for (std::size_t i = 0; i < granules; ++i) {
+            if (c->heads[i] != nullptr) blocks_.destroy(c->heads[i]);
+        }
+        reserved_bytes_ -= c->bytes;
+        upstream_.deallocate(reinterpret_cast<void*>(c->address), c->bytes, c->alignment);
+        chunks_.destroy(c);
+    }
+
+    [[nodiscard]] memory_figures figures(std::size_t bytes, std::size_t alignment) const noexcept {
+        memory_figures result = memory_figures::request(bytes, alignment);
+        result.live_bytes = live_bytes_;
+        result.reserved_bytes = reserved_bytes_;
+        result.cached_bytes = reserved_bytes_ - live_bytes_;
+        return result;
+    }
+
+    [[no_unique_address]] Upstream upstream_;
+    buddy_options options_;
+    unsigned minimum_shift_ = 0;  // log2(minimum_block)
+    // Declared before the indexes, so that the indexes go first on destruction.
+    detail::node_pool<block> blocks_;
+    detail::node_pool<chunk> chunks_;
+    // Invariant: free_[k] holds exactly the free blocks of order k.
+    std::array<detail::buddy_parts::free_list, order_limit> free_;
+    detail::buddy_parts::chunk_set chunk_index_;
+    std::size_t reserved_bytes_ = 0;
+    std::size_t live_bytes_ = 0;
+    std::size_t live_blocks_ = 0;
+};
+
+static_assert(resource_with<buddy<detail::resource_archetype<host_accessible>>, host_accessible>);
+static_assert(has_try_allocate<buddy<detail::resource_archetype<>>> && has_release<buddy<detail::resource_archetype<>>> &&
+              has_owns<buddy<detail::resource_archetype<>>> && has_check_invariants<buddy<detail::resource_archetype<>>> &&
+              has_upstream<buddy<detail::resource_archetype<>>>);
+
+}  // namespace poolkit
