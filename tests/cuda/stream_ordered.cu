@@ -63,7 +63,8 @@ struct counter {
     }
 };
 
-// Stream a writes slowly and checks; stream b then takes the same size and writes at once.
+// Stream a writes late and checks; stream b then takes the same size, writes at once and checks
+// late. Unordered, b's block is a's: a's late writes land before b's check, which counts them.
 // Returns how many of b's blocks were a's, freed moments before.
 template <class Pool>
 int ping_pong(Pool& pool, cudaStream_t a, cudaStream_t b, counter& bad, int rounds) {
@@ -78,7 +79,7 @@ int ping_pong(Pool& pool, cudaStream_t a, cudaStream_t b, counter& bad, int roun
         auto* second = static_cast<std::uint32_t*>(pool.allocate_async(bytes, 256, stream_ref{b}));
         reused += second == first;
         slow_fill<<<grid, block, 0, b>>>(second, count, 2 * round + 2, 0);
-        count_other<<<grid, block, 0, b>>>(second, count, 2 * round + 2, 0, bad.device);
+        count_other<<<grid, block, 0, b>>>(second, count, 2 * round + 2, 2 * slow, bad.device);
         pool.deallocate_async(second, bytes, 256, stream_ref{b});
     }
     REQUIRE(cudaGetLastError() == cudaSuccess);
@@ -109,7 +110,8 @@ TEST_CASE("control: the same traffic through an unordered pool is caught by the 
     } racy{unordered};
     ping_pong(racy, s.handles[0], s.handles[1], bad, 20);
     const auto mismatches = bad.read();
-    // Not a CHECK: a race is likely, not certain. It shows the check above can see a mistake.
+    // b's check starts a millisecond after a's writes land: the race is not a matter of luck.
+    CHECK(mismatches > 0);
     MESSAGE("mismatches seen without stream ordering: " << mismatches);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
 }
