@@ -1,0 +1,59 @@
+// The caching preset's CPU cost per call, over simulated memory and simulated streams: what it adds
+// to a replay or a training step, apart from the GPU.
+//   build-release/bench/poolkit-bench-presets
+#include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/presets.hpp>
+#include <poolkit/upstream/simulated_resource.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+namespace {
+
+using simulated_caching = poolkit::caching_allocator<poolkit::ref<poolkit::simulated_resource>, poolkit::host_events>;
+
+// A warm allocate + free pair of one size on one stream.
+void caching_pair(benchmark::State& state) {
+    poolkit::simulated_resource memory;
+    simulated_caching pool{poolkit::ref(memory)};
+    const auto bytes = static_cast<std::size_t>(state.range(0));
+    const poolkit::stream_ref stream{};
+    pool.deallocate_async(pool.allocate_async(bytes, 256, stream), bytes, 256, stream);
+    for (auto _ : state) {
+        void* p = pool.allocate_async(bytes, 256, stream);
+        benchmark::DoNotOptimize(p);
+        pool.deallocate_async(p, bytes, 256, stream);
+    }
+    state.SetItemsProcessed(state.iterations() * 2);
+}
+
+// RMM's random_allocations shape: 73% allocate, sizes uniform up to a maximum, frees at random.
+void caching_random(benchmark::State& state) {
+    poolkit::simulated_resource memory;
+    simulated_caching pool{poolkit::ref(memory)};
+    const auto maximum = static_cast<std::size_t>(state.range(0));
+    const poolkit::stream_ref stream{};
+    std::mt19937_64 random(1);
+    std::vector<std::pair<void*, std::size_t>> live;
+    live.reserve(1 << 16);
+    for (auto _ : state) {
+        if (live.empty() || (random() % 100 < 73 && live.size() < 4096)) {
+            const std::size_t bytes = 1 + random() % maximum;
+            live.emplace_back(pool.allocate_async(bytes, 256, stream), bytes);
+        } else {
+            const std::size_t index = random() % live.size();
+            pool.deallocate_async(live[index].first, live[index].second, 256, stream);
+            live[index] = live.back();
+            live.pop_back();
+        }
+    }
+    for (auto [p, bytes] : live) pool.deallocate_async(p, bytes, 256, stream);
+    state.SetItemsProcessed(state.iterations());
+}
+
+}  // namespace
+
+BENCHMARK(caching_pair)->Arg(4096)->Arg(1 << 20)->Arg(64 << 20);
+BENCHMARK(caching_random)->Arg(1 << 20)->Arg(64 << 20);
