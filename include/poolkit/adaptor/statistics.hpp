@@ -1,0 +1,293 @@
+// statistics<Upstream, Counters>: counts what passes through it, with PyTorch's memory_stats()
+// names.
+//
+// For each metric it keeps current, peak, total allocated and total freed: allocations (blocks),
+// allocated bytes (the block size where Upstream tells it through block_size(bytes, alignment),
+// else the bytes asked), requested bytes (as asked); and the allocate calls that failed (OOMs).
+// Where it sits decides what it sees: around a whole composition it sees what users hold; between
+// a strategy and its upstream (best_fit<ref<statistics<cuda_device_resource>>>) it sees what the
+// strategy reserves. memory_stats() reports both: the reserved figures (reserved_bytes.*,
+// segment.*, num_device_alloc/free, num_alloc_retries) come from the nearest statistics<> found
+// by walking upstream_resource() (and through ref<>), and are absent when there is none.
+// push_scope()/pop_scope() measure a region: pop returns what was allocated and freed since the
+// matching push and the peak reached in between, then folds that peak into the enclosing one.
+// Complexity: O(1) per call on top of Upstream. Thread safety: with concurrent_counters (the
+// default) every counter is a relaxed atomic and may be updated from any number of threads, as
+// Upstream allows; the scope stack takes a mutex. single_thread_counters uses plain integers.
+// Alignment, stream semantics and exhaustion: Upstream's; a failed allocate is counted and rethrown.
+#pragma once
+
+#include <poolkit/adaptor/detail/counters.hpp>
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/assert.hpp>
+#include <poolkit/core/concepts.hpp>
+#include <poolkit/core/properties.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/detail/archetype.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <new>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace poolkit {
+
+// Every counter of a statistics<> at one moment.
+struct statistics_figures {
+    metric_figures allocations;      // blocks
+    metric_figures allocated_bytes;  // block sizes
+    metric_figures requested_bytes;  // bytes as asked
+    std::int64_t ooms = 0;           // allocate calls that threw std::bad_alloc (try_allocate: nullptr)
+};
+
+template <resource Upstream, class Counters = concurrent_counters>
+class statistics;
+
+namespace detail {
+template <class R>
+inline constexpr bool is_statistics = false;
+template <class U, class C>
+inline constexpr bool is_statistics<statistics<U, C>> = true;
+template <class R>
+inline constexpr bool is_ref = false;
+template <class R>
+inline constexpr bool is_ref<ref<R>> = true;
+
+// The block size Upstream reports for a request, or the request itself.
+template <class R>
+std::size_t block_bytes(const R& resource, std::size_t bytes, std::size_t alignment) noexcept {
+    if constexpr (is_ref<R>) {
+        return block_bytes(resource.get(), bytes, alignment);
+    } else if constexpr (requires { { resource.block_size(bytes, alignment) } noexcept -> std::convertible_to<std::size_t>; }) {
+        const std::size_t block = resource.block_size(bytes, alignment);
+        return block != 0 ? block : bytes;
+    } else {
+        return bytes;
+    }
+}
+}  // namespace detail
+
+// The figures of the first statistics<> met walking down from `r` (r itself included) through
+// upstream_resource() and ref<>, or nothing when there is none.
+template <class R>
+[[nodiscard]] std::optional<statistics_figures> find_statistics(const R& r) {
+    if constexpr (detail::is_statistics<R>) {
+        return r.figures();
+    } else if constexpr (detail::is_ref<R>) {
+        return find_statistics(r.get());
+    } else if constexpr (has_upstream<R>) {
+        return find_statistics(r.upstream_resource());
+    } else {
+        return std::nullopt;
+    }
+}
+
+template <resource Upstream, class Counters>
+class statistics : public forward_properties<statistics<Upstream, Counters>, Upstream> {
+public:
+    using upstream_type = Upstream;
+
+    statistics()
+        requires std::default_initializable<Upstream>
+    = default;
+    explicit statistics(Upstream upstream) : upstream_(std::move(upstream)) {}
+    // Builds the upstream in place, for upstreams that do not move (simulated_resource).
+    template <class... Args>
+    explicit statistics(std::in_place_t, Args&&... args) : upstream_(std::forward<Args>(args)...) {}
+
+    statistics(const statistics&) = delete;
+    statistics& operator=(const statistics&) = delete;
+
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        void* pointer = nullptr;
+        try {
+            pointer = upstream_.allocate(bytes, alignment);
+        } catch (const std::bad_alloc&) {
+            ooms_.increment();
+            throw;
+        }
+        if (pointer != nullptr) record_allocate(bytes, alignment);
+        return pointer;
+    }
+
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (pointer == nullptr) return;
+        upstream_.deallocate(pointer, bytes, alignment);
+        record_deallocate(bytes, alignment);
+    }
+
+    [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept
+        requires has_try_allocate<Upstream>
+    {
+        void* pointer = upstream_.try_allocate(bytes, alignment);
+        if (pointer != nullptr) {
+            record_allocate(bytes, alignment);
+        } else if (bytes != 0 && is_power_of_two(alignment)) {
+            ooms_.increment();
+        }
+        return pointer;
+    }
+
+    void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream)
+        requires stream_resource<Upstream>
+    {
+        void* pointer = nullptr;
+        try {
+            pointer = upstream_.allocate_async(bytes, alignment, stream);
+        } catch (const std::bad_alloc&) {
+            ooms_.increment();
+            throw;
+        }
+        if (pointer != nullptr) record_allocate(bytes, alignment);
+        return pointer;
+    }
+
+    void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept
+        requires stream_resource<Upstream>
+    {
+        if (pointer == nullptr) return;
+        upstream_.deallocate_async(pointer, bytes, alignment, stream);
+        record_deallocate(bytes, alignment);
+    }
+
+    void release()
+        requires has_release<Upstream>
+    {
+        upstream_.release();
+    }
+    [[nodiscard]] bool owns(const void* pointer) const
+        requires has_owns<Upstream>
+    {
+        return upstream_.owns(pointer);
+    }
+    // Counters never go negative and peaks are at least the current values (exact when no other
+    // thread is inside the resource); then Upstream's own invariants.
+    void check_invariants() const {
+        const statistics_figures now = figures();
+        for (const metric_figures* m : {&now.allocations, &now.allocated_bytes, &now.requested_bytes}) {
+            POOLKIT_VERIFY(m->current >= 0, "statistics: a current count went negative (a free of what was not allocated here)");
+            POOLKIT_VERIFY(m->peak >= m->current, "statistics: a peak below its current value");
+        }
+        if constexpr (has_check_invariants<Upstream>) upstream_.check_invariants();
+    }
+
+    // Every counter, read one by one (not one atomic snapshot when other threads allocate).
+    [[nodiscard]] statistics_figures figures() const noexcept {
+        return {allocations_.read(), allocated_bytes_.read(), requested_bytes_.read(), ooms_.read()};
+    }
+
+    // PyTorch's memory_stats() for this resource and, for the reserved figures, the nearest
+    // statistics<> below it. Keys as in torch.cuda.memory_stats(): "allocated_bytes.all.current" ...
+    [[nodiscard]] std::map<std::string, std::int64_t> memory_stats() const {
+        std::map<std::string, std::int64_t> stats;
+        const statistics_figures own = figures();
+        const auto put = [&stats](const std::string& name, const metric_figures& m) {
+            stats[name + ".all.current"] = m.current;
+            stats[name + ".all.peak"] = m.peak;
+            stats[name + ".all.allocated"] = m.allocated;
+            stats[name + ".all.freed"] = m.freed;
+        };
+        put("allocation", own.allocations);
+        put("allocated_bytes", own.allocated_bytes);
+        put("requested_bytes", own.requested_bytes);
+        put("active", own.allocations);  // nothing here waits on a stream: active is allocated
+        put("active_bytes", own.allocated_bytes);
+        stats["num_ooms"] = own.ooms;
+        if (const auto reserved = find_statistics(upstream_)) {
+            put("reserved_bytes", reserved->allocated_bytes);
+            put("segment", reserved->allocations);
+            stats["num_device_alloc"] = reserved->allocations.allocated;
+            stats["num_device_free"] = reserved->allocations.freed;
+            stats["num_alloc_retries"] = reserved->ooms;  // each upstream refusal made the strategy retry or fail
+        }
+        return stats;
+    }
+
+    // Every peak becomes its current value (torch.cuda.reset_peak_memory_stats()).
+    void reset_peak() noexcept {
+        allocations_.reset_peak();
+        allocated_bytes_.reset_peak();
+        requested_bytes_.reset_peak();
+    }
+    // Totals allocated and freed and the OOM count restart at 0 (reset_accumulated_memory_stats()).
+    void reset_accumulated() noexcept {
+        allocations_.reset_accumulated();
+        allocated_bytes_.reset_accumulated();
+        requested_bytes_.reset_accumulated();
+        ooms_.reset();
+    }
+
+    // Opens a scope: its totals start at 0 and its peaks at the current values.
+    void push_scope() {
+        std::lock_guard lock(scopes_mutex_);
+        scopes_.push_back(figures());
+        reset_peak();
+    }
+    // Closes the innermost scope and returns its figures: current as now, peak reached inside,
+    // totals allocated and freed inside, OOMs inside. The enclosing peak keeps the larger of the
+    // two. Requires: a scope is open.
+    statistics_figures pop_scope() {
+        std::lock_guard lock(scopes_mutex_);
+        POOLKIT_ASSERT(!scopes_.empty(), "pop_scope without push_scope");
+        if (scopes_.empty()) return figures();
+        const statistics_figures outer = scopes_.back();
+        scopes_.pop_back();
+        statistics_figures inner = figures();
+        const auto since = [](metric_figures& m, const metric_figures& before) {
+            m.allocated -= before.allocated;
+            m.freed -= before.freed;
+        };
+        since(inner.allocations, outer.allocations);
+        since(inner.allocated_bytes, outer.allocated_bytes);
+        since(inner.requested_bytes, outer.requested_bytes);
+        inner.ooms -= outer.ooms;
+        allocations_.raise_peak(outer.allocations.peak);
+        allocated_bytes_.raise_peak(outer.allocated_bytes.peak);
+        requested_bytes_.raise_peak(outer.requested_bytes.peak);
+        return inner;
+    }
+    [[nodiscard]] std::size_t scope_depth() const {
+        std::lock_guard lock(scopes_mutex_);
+        return scopes_.size();
+    }
+
+    [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
+    [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
+
+    // Equal when the upstreams are: memory passes between them as it would between those.
+    friend bool operator==(const statistics& a, const statistics& b) { return a.upstream_ == b.upstream_; }
+
+private:
+    void record_allocate(std::size_t bytes, std::size_t alignment) noexcept {
+        allocations_.add(1);
+        allocated_bytes_.add(static_cast<std::int64_t>(detail::block_bytes(upstream_, bytes, alignment)));
+        requested_bytes_.add(static_cast<std::int64_t>(bytes));
+    }
+    void record_deallocate(std::size_t bytes, std::size_t alignment) noexcept {
+        allocations_.remove(1);
+        allocated_bytes_.remove(static_cast<std::int64_t>(detail::block_bytes(upstream_, bytes, alignment)));
+        requested_bytes_.remove(static_cast<std::int64_t>(bytes));
+    }
+
+    [[no_unique_address]] Upstream upstream_;
+    detail::metric<Counters> allocations_;
+    detail::metric<Counters> allocated_bytes_;
+    detail::metric<Counters> requested_bytes_;
+    detail::event_count<Counters> ooms_;
+    mutable std::mutex scopes_mutex_;
+    std::vector<statistics_figures> scopes_;  // what was read at each open push_scope(), innermost last
+};
+
+static_assert(resource_with<statistics<detail::resource_archetype<host_accessible>>, host_accessible>);
+static_assert(!has_property<statistics<detail::resource_archetype<host_accessible>>, device_accessible>);
+static_assert(has_upstream<statistics<detail::resource_archetype<host_accessible>>>);
+static_assert(!has_release<statistics<detail::resource_archetype<host_accessible>>> && !has_try_allocate<statistics<detail::resource_archetype<host_accessible>>>);
+
+}  // namespace poolkit

@@ -1,0 +1,216 @@
+// What is special about statistics<>: the four figures of each metric, block sizes from the
+// resource below, PyTorch's key names with reserved figures from an inner statistics<>, resets,
+// scopes, OOM counting, forwarded capabilities, and exact counts under concurrent use.
+#include "../support/instrumented.hpp"
+
+#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/size_classes.hpp>
+#include <poolkit/upstream/new_delete_resource.hpp>
+#include <poolkit/upstream/simulated_resource.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace poolkit;
+using test::instrumented;
+using upstream_ref = ref<instrumented<>>;
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+}  // namespace
+
+static_assert(resource_with<statistics<new_delete_resource>, host_accessible>);
+static_assert(has_try_allocate<statistics<new_delete_resource>>);
+static_assert(!has_try_allocate<statistics<upstream_ref>>);
+static_assert(stream_resource<statistics<ref<simulated_resource>>>);
+static_assert(!stream_resource<statistics<new_delete_resource>>);
+static_assert(has_release<statistics<ref<best_fit<upstream_ref>>>> && has_owns<statistics<ref<best_fit<upstream_ref>>>>);
+static_assert(has_check_invariants<statistics<upstream_ref>> && has_upstream<statistics<upstream_ref>>);
+static_assert(!has_property<statistics<ref<simulated_resource>>, host_accessible>);
+
+TEST_CASE("statistics: current, peak, total allocated and total freed") {
+    instrumented<> upstream;
+    statistics<upstream_ref> stats{upstream};
+    void* a = stats.allocate(100);
+    void* b = stats.allocate(300);
+    stats.deallocate(a, 100);
+    void* c = stats.allocate(50);
+    const statistics_figures f = stats.figures();
+    CHECK(f.allocations.current == 2);
+    CHECK(f.allocations.peak == 2);
+    CHECK(f.allocations.allocated == 3);
+    CHECK(f.allocations.freed == 1);
+    CHECK(f.requested_bytes.current == 350);
+    CHECK(f.requested_bytes.peak == 400);
+    CHECK(f.requested_bytes.allocated == 450);
+    CHECK(f.requested_bytes.freed == 100);
+    CHECK(f.allocated_bytes.current == 350);  // instrumented reports no block size
+    stats.deallocate(b, 300);
+    stats.deallocate(c, 50);
+    stats.deallocate(nullptr, 0);
+    CHECK(stats.figures().allocations.current == 0);
+    CHECK(stats.figures().requested_bytes.peak == 400);
+    stats.check_invariants();
+    CHECK(upstream.errors().empty());
+}
+
+TEST_CASE("statistics: allocated bytes are the block sizes the resource below reports") {
+    instrumented<> upstream;
+    size_classes<upstream_ref> classes{upstream};
+    statistics<ref<size_classes<upstream_ref>>> stats{classes};
+    void* p = stats.allocate(1000);  // class 1024
+    CHECK(stats.figures().requested_bytes.current == 1000);
+    CHECK(stats.figures().allocated_bytes.current == static_cast<std::int64_t>(classes.block_size(1000)));
+    CHECK(stats.figures().allocated_bytes.current >= 1000);
+    stats.deallocate(p, 1000);
+    CHECK(stats.figures().allocated_bytes.current == 0);
+}
+
+TEST_CASE("statistics: memory_stats() speaks PyTorch's keys; reserved comes from the statistics below") {
+    instrumented<> upstream;
+    using counted = statistics<upstream_ref>;
+    counted reserved{upstream};
+    best_fit<ref<counted>> pool{reserved, {.initial_size = 4 * MiB}};
+    statistics<ref<best_fit<ref<counted>>>> outer{pool};
+
+    void* a = outer.allocate(1 * MiB);
+    void* b = outer.allocate(5 * MiB);  // needs a second chunk
+    outer.deallocate(a, 1 * MiB);
+    const auto stats = outer.memory_stats();
+    CHECK(stats.at("allocated_bytes.all.current") == 5 * MiB);
+    CHECK(stats.at("allocated_bytes.all.peak") == 6 * MiB);
+    CHECK(stats.at("allocated_bytes.all.allocated") == 6 * MiB);
+    CHECK(stats.at("allocated_bytes.all.freed") == 1 * MiB);
+    CHECK(stats.at("allocation.all.current") == 1);
+    CHECK(stats.at("requested_bytes.all.peak") == 6 * MiB);
+    CHECK(stats.at("active_bytes.all.current") == 5 * MiB);
+    CHECK(stats.at("reserved_bytes.all.current") == static_cast<std::int64_t>(pool.reserved_bytes()));
+    CHECK(stats.at("reserved_bytes.all.peak") == static_cast<std::int64_t>(pool.reserved_bytes()));
+    CHECK(stats.at("segment.all.current") == 2);
+    CHECK(stats.at("num_device_alloc") == 2);
+    CHECK(stats.at("num_device_free") == 0);
+    CHECK(stats.at("num_ooms") == 0);
+    CHECK(stats.at("num_alloc_retries") == 0);
+    pool.release();  // nothing wholly free yet but the first chunk
+    outer.deallocate(b, 5 * MiB);
+    pool.release();
+    CHECK(outer.memory_stats().at("num_device_free") == 2);
+    CHECK(outer.memory_stats().at("reserved_bytes.all.current") == 0);
+
+    // Without a statistics<> below there are no reserved figures.
+    statistics<upstream_ref> alone{upstream};
+    CHECK(alone.memory_stats().count("reserved_bytes.all.current") == 0);
+    CHECK(alone.memory_stats().count("allocated_bytes.all.current") == 1);
+    CHECK(find_statistics(outer).has_value());
+    CHECK_FALSE(find_statistics(upstream).has_value());
+}
+
+TEST_CASE("statistics: reset_peak and reset_accumulated") {
+    statistics<new_delete_resource> stats;
+    void* a = stats.allocate(1000);
+    void* b = stats.allocate(1000);
+    stats.deallocate(a, 1000);
+    CHECK(stats.figures().requested_bytes.peak == 2000);
+    stats.reset_peak();
+    CHECK(stats.figures().requested_bytes.peak == 1000);
+    stats.reset_accumulated();
+    CHECK(stats.figures().requested_bytes.allocated == 0);
+    CHECK(stats.figures().requested_bytes.freed == 0);
+    CHECK(stats.figures().requested_bytes.current == 1000);
+    stats.deallocate(b, 1000);
+    CHECK(stats.figures().requested_bytes.freed == 1000);
+}
+
+TEST_CASE("statistics: scopes measure a region and fold their peak into the enclosing one") {
+    statistics<new_delete_resource, single_thread_counters> stats;
+    void* base = stats.allocate(100);
+    void* spike = stats.allocate(900);
+    stats.deallocate(spike, 900);  // peak 1000 before the scope
+    stats.push_scope();
+    CHECK(stats.scope_depth() == 1);
+    void* a = stats.allocate(200);
+    stats.push_scope();
+    void* b = stats.allocate(300);
+    stats.deallocate(b, 300);
+    const statistics_figures inner = stats.pop_scope();
+    CHECK(inner.requested_bytes.allocated == 300);
+    CHECK(inner.requested_bytes.freed == 300);
+    CHECK(inner.requested_bytes.peak == 600);
+    stats.deallocate(a, 200);
+    const statistics_figures outer = stats.pop_scope();
+    CHECK(outer.requested_bytes.allocated == 500);
+    CHECK(outer.requested_bytes.freed == 500);
+    CHECK(outer.requested_bytes.peak == 600);
+    CHECK(outer.allocations.allocated == 2);
+    CHECK(stats.scope_depth() == 0);
+    CHECK(stats.figures().requested_bytes.peak == 1000);  // the earlier peak survives
+    stats.deallocate(base, 100);
+}
+
+TEST_CASE("statistics: failed allocations count as OOMs and propagate") {
+    instrumented<> upstream;
+    upstream.limit(1 * MiB);
+    statistics<upstream_ref> stats{upstream};
+    CHECK_THROWS_AS(static_cast<void>(stats.allocate(2 * MiB)), out_of_memory);
+    CHECK(stats.figures().ooms == 1);
+    CHECK(stats.figures().allocations.current == 0);
+
+    statistics<new_delete_resource> host;
+    CHECK(host.try_allocate(std::size_t(-1)) == nullptr);
+    CHECK(host.figures().ooms == 1);
+    CHECK(host.try_allocate(0) == nullptr);
+    CHECK(host.figures().ooms == 1);
+    void* p = host.try_allocate(64);
+    CHECK(host.figures().allocations.current == 1);
+    host.deallocate(p, 64);
+}
+
+TEST_CASE("statistics: stream-ordered calls are counted like the plain ones") {
+    simulated_resource addresses{{.capacity = 64 * MiB}};
+    statistics<ref<simulated_resource>> stats{addresses};
+    void* p = stats.allocate_async(4096, 256, stream_ref{});
+    CHECK(stats.figures().requested_bytes.current == 4096);
+    stats.deallocate_async(p, 4096, 256, stream_ref{});
+    CHECK(stats.figures().requested_bytes.current == 0);
+    CHECK(stats.figures().allocations.freed == 1);
+}
+
+TEST_CASE("statistics: exact under concurrent use" * doctest::test_suite("concurrency")) {
+    statistics<new_delete_resource> stats;
+    constexpr int threads = 4;
+    constexpr int rounds = 5000;
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t) {
+        workers.emplace_back([&stats, t] {
+            std::vector<void*> held;
+            for (int i = 0; i < rounds; ++i) {
+                held.push_back(stats.allocate(64 + static_cast<std::size_t>(t)));
+                if (held.size() == 4) {
+                    for (void* p : held) stats.deallocate(p, 64 + static_cast<std::size_t>(t));
+                    held.clear();
+                }
+                if (i % 1000 == 0) static_cast<void>(stats.memory_stats());
+            }
+            for (void* p : held) stats.deallocate(p, 64 + static_cast<std::size_t>(t));
+        });
+    }
+    for (auto& worker : workers) worker.join();
+    const statistics_figures f = stats.figures();
+    CHECK(f.allocations.current == 0);
+    CHECK(f.allocations.allocated == threads * rounds);
+    CHECK(f.allocations.freed == threads * rounds);
+    CHECK(f.allocations.peak >= 4);
+    CHECK(f.allocations.peak <= 4 * threads);
+    std::int64_t bytes = 0;
+    for (int t = 0; t < threads; ++t) bytes += std::int64_t{rounds} * (64 + t);
+    CHECK(f.requested_bytes.allocated == bytes);
+    CHECK(f.requested_bytes.current == 0);
+    stats.check_invariants();
+}
