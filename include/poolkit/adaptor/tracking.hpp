@@ -1,0 +1,260 @@
+// tracking<Upstream>: remembers every outstanding allocation, optionally with the call stack that
+// made it, and reports what is still live (a leak report).
+//
+// outstanding() lists the live allocations (address, bytes, alignment, stream, sequence number,
+// backtrace); leak_report() renders them as text, largest first. On destruction, in builds with
+// POOLKIT_ENABLE_ASSERTS, a non-empty report goes to stderr (memory is not freed: it belongs to
+// Upstream). A deallocate of a pointer it does not know, or with another size, is a failed
+// POOLKIT_ASSERT; without assertions it is forwarded as it came.
+// Complexity: O(log n) per call in the live allocations, plus a backtrace() (a few µs) per
+// allocate when options.capture_backtraces is set. Thread safety: a mutex guards the records;
+// otherwise as Upstream. Alignment, stream semantics and exhaustion: Upstream's.
+#pragma once
+
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/assert.hpp>
+#include <poolkit/core/concepts.hpp>
+#include <poolkit/core/properties.hpp>
+#include <poolkit/strategy/detail/archetype.hpp>
+
+#include <algorithm>
+#include <concepts>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(__has_include)
+#  if __has_include(<execinfo.h>)
+#    include <execinfo.h>
+#    define POOLKIT_HAS_EXECINFO 1
+#  endif
+#endif
+#ifndef POOLKIT_HAS_EXECINFO
+#  define POOLKIT_HAS_EXECINFO 0
+#endif
+
+namespace poolkit {
+
+struct tracking_options {
+    // Record the call stack of every allocate (glibc's backtrace(); empty where it is missing).
+    bool capture_backtraces = false;
+    // Frames kept per backtrace.
+    int backtrace_depth = 16;
+};
+
+// One live allocation.
+struct tracked_allocation {
+    const void* pointer = nullptr;
+    std::size_t bytes = 0;
+    std::size_t alignment = 0;
+    std::uintptr_t stream = 0;       // stream_id of an allocate_async, 0 otherwise
+    std::uint64_t sequence = 0;      // the n-th allocation through this tracker
+    std::vector<void*> backtrace;    // return addresses, innermost first
+};
+
+template <resource Upstream>
+class tracking : public forward_properties<tracking<Upstream>, Upstream> {
+public:
+    using upstream_type = Upstream;
+
+    tracking()
+        requires std::default_initializable<Upstream>
+    = default;
+    explicit tracking(Upstream upstream, tracking_options options = {})
+        : upstream_(std::move(upstream)), options_(options) {}
+
+    tracking(const tracking&) = delete;
+    tracking& operator=(const tracking&) = delete;
+
+    ~tracking() {
+#if POOLKIT_ENABLE_ASSERTS
+        if (outstanding_count() != 0) {
+            const std::string report = leak_report();
+            std::fprintf(stderr, "%s", report.c_str());
+            std::fflush(stderr);
+        }
+#endif
+    }
+
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        void* pointer = upstream_.allocate(bytes, alignment);
+        remember(pointer, bytes, alignment, 0);
+        return pointer;
+    }
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (pointer == nullptr) return;
+        forget(pointer, bytes);
+        upstream_.deallocate(pointer, bytes, alignment);
+    }
+
+    [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept
+        requires has_try_allocate<Upstream>
+    {
+        void* pointer = upstream_.try_allocate(bytes, alignment);
+        try {
+            remember(pointer, bytes, alignment, 0);
+        } catch (...) {
+            upstream_.deallocate(pointer, bytes, alignment);
+            return nullptr;
+        }
+        return pointer;
+    }
+
+    void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream)
+        requires stream_resource<Upstream>
+    {
+        void* pointer = upstream_.allocate_async(bytes, alignment, stream);
+        try {
+            remember(pointer, bytes, alignment, stream_id(stream));
+        } catch (...) {
+            upstream_.deallocate_async(pointer, bytes, alignment, stream);
+            throw;
+        }
+        return pointer;
+    }
+    void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept
+        requires stream_resource<Upstream>
+    {
+        if (pointer == nullptr) return;
+        forget(pointer, bytes);
+        upstream_.deallocate_async(pointer, bytes, alignment, stream);
+    }
+
+    void release()
+        requires has_release<Upstream>
+    {
+        upstream_.release();
+    }
+    [[nodiscard]] bool owns(const void* pointer) const
+        requires has_owns<Upstream>
+    {
+        return upstream_.owns(pointer);
+    }
+    // No two outstanding allocations overlap; then Upstream's invariants.
+    void check_invariants() const {
+        {
+            std::lock_guard lock(mutex_);
+            std::uintptr_t previous_end = 0;
+            for (const auto& [address, record] : live_) {
+                POOLKIT_VERIFY(address >= previous_end, "tracking: two outstanding allocations overlap");
+                previous_end = address + record.bytes;
+            }
+        }
+        if constexpr (has_check_invariants<Upstream>) upstream_.check_invariants();
+    }
+
+    // The live allocations, in address order.
+    [[nodiscard]] std::vector<tracked_allocation> outstanding() const {
+        std::lock_guard lock(mutex_);
+        std::vector<tracked_allocation> result;
+        result.reserve(live_.size());
+        for (const auto& [address, record] : live_) result.push_back(record);
+        return result;
+    }
+    [[nodiscard]] std::size_t outstanding_count() const {
+        std::lock_guard lock(mutex_);
+        return live_.size();
+    }
+    [[nodiscard]] std::size_t outstanding_bytes() const {
+        std::lock_guard lock(mutex_);
+        return live_bytes_;
+    }
+
+    // "N allocations (B bytes) outstanding", then one line per allocation, largest first (at most
+    // `limit` of them), each followed by its backtrace when one was captured.
+    [[nodiscard]] std::string leak_report(std::size_t limit = 20) const {
+        std::vector<tracked_allocation> live = outstanding();
+        std::sort(live.begin(), live.end(), [](const tracked_allocation& a, const tracked_allocation& b) {
+            return a.bytes > b.bytes || (a.bytes == b.bytes && a.sequence < b.sequence);
+        });
+        std::size_t total = 0;
+        for (const auto& record : live) total += record.bytes;
+        std::string report = "poolkit: tracking: " + std::to_string(live.size()) + " allocation" +
+                             (live.size() == 1 ? "" : "s") + " (" + std::to_string(total) + " bytes) outstanding\n";
+        for (std::size_t i = 0; i < live.size() && i < limit; ++i) {
+            const tracked_allocation& record = live[i];
+            char line[160];
+            std::snprintf(line, sizeof line, "  %p: %zu bytes, alignment %zu, stream %#llx, allocation #%llu\n", record.pointer,
+                          record.bytes, record.alignment, static_cast<unsigned long long>(record.stream),
+                          static_cast<unsigned long long>(record.sequence));
+            report += line;
+            report += symbolize(record.backtrace);
+        }
+        if (live.size() > limit) report += "  ... and " + std::to_string(live.size() - limit) + " more\n";
+        return report;
+    }
+
+    [[nodiscard]] const tracking_options& options() const noexcept { return options_; }
+    [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
+    [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
+
+    // Identity: each keeps its own records.
+    friend bool operator==(const tracking& a, const tracking& b) noexcept { return &a == &b; }
+
+private:
+    void remember(void* pointer, std::size_t bytes, std::size_t alignment, std::uintptr_t stream) {
+        if (pointer == nullptr) return;
+        tracked_allocation record;
+        record.pointer = pointer;
+        record.bytes = bytes;
+        record.alignment = alignment;
+        record.stream = stream;
+#if POOLKIT_HAS_EXECINFO
+        if (options_.capture_backtraces && options_.backtrace_depth > 0) {
+            record.backtrace.resize(static_cast<std::size_t>(options_.backtrace_depth));
+            const int frames = ::backtrace(record.backtrace.data(), options_.backtrace_depth);
+            record.backtrace.resize(static_cast<std::size_t>(std::max(frames, 0)));
+        }
+#endif
+        std::lock_guard lock(mutex_);
+        record.sequence = sequence_++;
+        const auto [where, inserted] = live_.emplace(reinterpret_cast<std::uintptr_t>(pointer), std::move(record));
+        POOLKIT_ASSERT(inserted, "tracking: the upstream handed out an address that is still live");
+        if (inserted) live_bytes_ += bytes;
+        static_cast<void>(where);
+    }
+
+    void forget(void* pointer, [[maybe_unused]] std::size_t bytes) noexcept {
+        std::lock_guard lock(mutex_);
+        const auto found = live_.find(reinterpret_cast<std::uintptr_t>(pointer));
+        POOLKIT_ASSERT(found != live_.end(), "tracking: deallocate of a pointer that is not outstanding");
+        if (found == live_.end()) return;
+        POOLKIT_ASSERT(found->second.bytes == bytes, "tracking: deallocate with a size other than the one allocated");
+        live_bytes_ -= found->second.bytes;
+        live_.erase(found);
+    }
+
+    static std::string symbolize(const std::vector<void*>& frames) {
+        std::string text;
+#if POOLKIT_HAS_EXECINFO
+        if (frames.empty()) return text;
+        char** names = ::backtrace_symbols(frames.data(), static_cast<int>(frames.size()));
+        for (std::size_t i = 0; i < frames.size(); ++i) {
+            text += "      ";
+            text += names ? names[i] : "?";
+            text += '\n';
+        }
+        std::free(names);  // NOLINT: backtrace_symbols' contract
+#else
+        static_cast<void>(frames);
+#endif
+        return text;
+    }
+
+    [[no_unique_address]] Upstream upstream_;
+    tracking_options options_;
+    mutable std::mutex mutex_;
+    std::map<std::uintptr_t, tracked_allocation> live_;  // invariant: exactly the allocations not yet freed
+    std::size_t live_bytes_ = 0;
+    std::uint64_t sequence_ = 0;
+};
+
+static_assert(resource_with<tracking<detail::resource_archetype<host_accessible>>, host_accessible>);
+static_assert(has_upstream<tracking<detail::resource_archetype<>>> && has_check_invariants<tracking<detail::resource_archetype<>>>);
+
+}  // namespace poolkit

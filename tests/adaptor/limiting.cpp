@@ -1,0 +1,84 @@
+// limiting<>: the cap, the error that names it, and the count under concurrent use.
+#include "../support/instrumented.hpp"
+
+#include <poolkit/adaptor/limiting.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/upstream/new_delete_resource.hpp>
+#include <poolkit/upstream/simulated_resource.hpp>
+
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+using namespace poolkit;
+using test::instrumented;
+}  // namespace
+
+static_assert(has_try_allocate<limiting<new_delete_resource>>);
+static_assert(stream_resource<limiting<ref<simulated_resource>>>);
+
+TEST_CASE("limiting: requests past the cap throw out_of_memory naming the cap, without reaching the upstream") {
+    instrumented<> upstream;
+    limiting<ref<instrumented<>>> capped{upstream, 10000};
+    void* a = capped.allocate(6000);
+    CHECK(capped.used_bytes() == 6000);
+    try {
+        static_cast<void>(capped.allocate(5000));
+        FAIL("no throw");
+    } catch (const out_of_memory& error) {
+        const std::string message = error.what();
+        CHECK(message.find("limiting") != std::string::npos);
+        CHECK(message.find("limit 9.77 KiB (10000 bytes)") != std::string::npos);
+        CHECK(message.find("live 5.86 KiB (6000 bytes)") != std::string::npos);
+        CHECK(error.figures().limit_bytes == 10000);
+    }
+    CHECK(upstream.allocations() == 1);
+    void* b = capped.allocate(4000);  // exactly up to the cap
+    capped.deallocate(a, 6000);
+    capped.deallocate(b, 4000);
+    CHECK(capped.used_bytes() == 0);
+    capped.set_limit(100);
+    CHECK(capped.limit() == 100);
+    CHECK_THROWS_AS(static_cast<void>(capped.allocate(101)), out_of_memory);
+    CHECK(upstream.errors().empty());
+}
+
+TEST_CASE("limiting: upstream failures give the bytes back") {
+    instrumented<> upstream;
+    upstream.limit(1000);
+    limiting<ref<instrumented<>>> capped{upstream, 1 << 20};
+    CHECK_THROWS_AS(static_cast<void>(capped.allocate(5000)), out_of_memory);
+    CHECK(capped.used_bytes() == 0);
+    limiting<new_delete_resource> host{new_delete_resource{}, 100};
+    CHECK(host.try_allocate(200) == nullptr);
+    void* p = host.try_allocate(100);
+    CHECK(p != nullptr);
+    host.deallocate(p, 100);
+    CHECK(host.used_bytes() == 0);
+}
+
+TEST_CASE("limiting: the cap holds under concurrent use" * doctest::test_suite("concurrency")) {
+    limiting<new_delete_resource> capped{new_delete_resource{}, 64 * 1000};
+    std::atomic<std::size_t> most{0};
+    std::vector<std::thread> workers;
+    for (int t = 0; t < 4; ++t) {
+        workers.emplace_back([&] {
+            for (int i = 0; i < 4000; ++i) {
+                void* p = capped.try_allocate(1000);
+                if (p == nullptr) continue;
+                std::size_t seen = capped.used_bytes();
+                std::size_t known = most.load();
+                while (seen > known && !most.compare_exchange_weak(known, seen)) {
+                }
+                capped.deallocate(p, 1000);
+            }
+        });
+    }
+    for (auto& worker : workers) worker.join();
+    CHECK(most.load() <= 64 * 1000);
+    CHECK(capped.used_bytes() == 0);
+}

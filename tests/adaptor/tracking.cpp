@@ -1,0 +1,76 @@
+// tracking<>: outstanding allocations, backtraces and the leak report.
+#include "../support/instrumented.hpp"
+
+#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/upstream/new_delete_resource.hpp>
+#include <poolkit/upstream/simulated_resource.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+namespace {
+using namespace poolkit;
+using test::instrumented;
+}  // namespace
+
+static_assert(has_try_allocate<tracking<new_delete_resource>>);
+static_assert(stream_resource<tracking<ref<simulated_resource>>>);
+static_assert(has_check_invariants<tracking<new_delete_resource>>);
+
+TEST_CASE("tracking: lists what is outstanding and reports it, largest first") {
+    instrumented<> upstream;
+    tracking<ref<instrumented<>>> tracker{upstream};
+    void* a = tracker.allocate(100);
+    void* b = tracker.allocate(5000, 512);
+    void* c = tracker.allocate(300);
+    tracker.deallocate(a, 100);
+    CHECK(tracker.outstanding_count() == 2);
+    CHECK(tracker.outstanding_bytes() == 5300);
+    const auto live = tracker.outstanding();
+    REQUIRE(live.size() == 2);
+    for (const auto& record : live) {
+        if (record.pointer == b) {
+            CHECK(record.bytes == 5000);
+            CHECK(record.alignment == 512);
+            CHECK(record.sequence == 1);
+        }
+    }
+    const std::string report = tracker.leak_report();
+    CHECK(report.find("2 allocations (5300 bytes) outstanding") != std::string::npos);
+    CHECK(report.find("5000 bytes") < report.find("300 bytes,"));
+    CHECK(tracker.leak_report(1).find("and 1 more") != std::string::npos);
+    tracker.check_invariants();
+    tracker.deallocate(b, 5000, 512);
+    tracker.deallocate(c, 300);
+    CHECK(tracker.outstanding_count() == 0);
+    CHECK(upstream.errors().empty());
+}
+
+TEST_CASE("tracking: backtraces when asked for") {
+    tracking<new_delete_resource> tracker{new_delete_resource{}, {.capture_backtraces = true, .backtrace_depth = 8}};
+    void* p = tracker.allocate(64);
+    const auto live = tracker.outstanding();
+    REQUIRE(live.size() == 1);
+#if POOLKIT_HAS_EXECINFO
+    CHECK_FALSE(live[0].backtrace.empty());
+    CHECK(live[0].backtrace.size() <= 8);
+    CHECK(tracker.leak_report().find("      ") != std::string::npos);
+#endif
+    tracker.deallocate(p, 64);
+    tracking<new_delete_resource> plain;
+    void* q = plain.allocate(64);
+    CHECK(plain.outstanding()[0].backtrace.empty());
+    plain.deallocate(q, 64);
+}
+
+TEST_CASE("tracking: stream-ordered allocations record their stream") {
+    simulated_resource addresses{{.capacity = std::size_t{16} << 20}};
+    tracking<ref<simulated_resource>> tracker{addresses};
+    const stream_ref stream{reinterpret_cast<stream_handle>(std::uintptr_t{0x700})};
+    void* p = tracker.allocate_async(1000, 256, stream);
+    CHECK(tracker.outstanding()[0].stream == 0x700);
+    tracker.deallocate_async(p, 1000, 256, stream);
+    CHECK(tracker.outstanding_count() == 0);
+}
