@@ -1,0 +1,161 @@
+// The compositions poolkit-replay knows, by name. To add one, add an entry to
+// compositions_over() below (or, for one that only exists on a GPU, to cuda_compositions() in
+// cuda.hpp): a name, one line of description, and a function that builds the resource over
+// `source`, the counted upstream.
+//
+// How a run measures: the upstream (simulated_resource, or cudaMalloc with --upstream=cuda) is
+// wrapped in one statistics<>, and the composition is built over a ref to it, so the peak of that
+// statistics<> is exactly the peak of what the composition reserved and its allocation count the
+// upstream calls. Live bytes come from the trace itself. The first replay (cold) gives the
+// figures and the samples over time; a second replay of the same trace through the same, now
+// warm, composition gives ns/op, as in bench/traces/README.md.
+#pragma once
+
+#include "blocks.hpp"
+
+#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/observe/replay.hpp>
+#include <poolkit/observe/trace.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/size_classes.hpp>
+#include <poolkit/upstream/simulated_resource.hpp>
+
+#if __has_include(<poolkit/strategy/buddy.hpp>)
+#  include <poolkit/strategy/buddy.hpp>
+#  define POOLKIT_REPLAY_HAS_BUDDY 1
+#else
+#  define POOLKIT_REPLAY_HAS_BUDDY 0
+#endif
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace poolkit::replay_tool {
+
+// Live and reserved bytes after one event.
+struct sample {
+    std::size_t event;
+    std::size_t live_bytes;
+    std::size_t reserved_bytes;
+};
+
+struct run_settings {
+    std::span<const stream_ref> streams;                        // one per trace stream
+    std::function<void(std::size_t done, std::size_t total)> progress;  // may be empty
+    std::size_t samples = 0;                                     // how many samples to take (for --svg)
+};
+
+struct run_figures {
+    replay_result cold;
+    replay_result warm;
+    std::size_t peak_reserved_bytes = 0;
+    std::optional<std::size_t> upstream_allocs;  // unknown where the upstream is a driver pool
+    std::vector<sample> samples;
+};
+
+struct composition {
+    std::string name;
+    std::string description;
+    std::function<run_figures(const trace&, const run_settings&)> run;
+};
+
+// Replays `t` twice through `resource`, reading reserved bytes from `reserved()` as it goes.
+template <class R, class Reserved>
+run_figures measure_replay(const trace& t, const run_settings& settings, R& resource, Reserved reserved) {
+    run_figures figures;
+    const std::size_t total = t.events.size();
+    const std::size_t sample_every = settings.samples == 0 ? 0 : std::max<std::size_t>(1, total / settings.samples);
+    const std::size_t progress_every = std::max<std::size_t>(1, total / 100);
+    std::size_t live = 0;
+    figures.cold = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
+        live = e.action == trace_action::allocate ? live + e.bytes : live - e.bytes;
+        if (sample_every != 0 && (index % sample_every == 0 || index + 1 == total)) {
+            figures.samples.push_back({index, live, reserved()});
+        }
+        if (settings.progress && (index % progress_every == 0 || index + 1 == total)) settings.progress(index + 1, 2 * total);
+    });
+    figures.warm = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event&) {
+        if (settings.progress && index % progress_every == 0) settings.progress(total + index + 1, 2 * total);
+    });
+    if (settings.progress) settings.progress(2 * total, 2 * total);
+    return figures;
+}
+
+// Builds a composition with `build(source)` over a counted `upstream` and measures it.
+template <class Upstream, class Build>
+run_figures measure_over(const trace& t, const run_settings& settings, Upstream& upstream, Build build) {
+    using counted_type = statistics<ref<Upstream>, single_thread_counters>;
+    counted_type counted{ref<Upstream>(upstream)};
+    run_figures figures;
+    {
+        auto resource = build(ref<counted_type>(counted));
+        figures = measure_replay(t, settings, *resource, [&counted] {
+            return static_cast<std::size_t>(counted.figures().allocated_bytes.current);
+        });
+    }
+    const statistics_figures seen = counted.figures();
+    figures.peak_reserved_bytes = static_cast<std::size_t>(seen.allocated_bytes.peak);
+    figures.upstream_allocs = static_cast<std::size_t>(seen.allocations.allocated);
+    return figures;
+}
+
+inline constexpr std::size_t MiB = std::size_t{1} << 20;
+
+// Every composition over the upstream that `make_upstream()` returns (as a unique_ptr), in the
+// order the table lists them.
+template <class MakeUpstream>
+std::vector<composition> compositions_over(MakeUpstream make_upstream) {
+    using upstream_type = typename decltype(make_upstream())::element_type;
+    using source = ref<statistics<ref<upstream_type>, single_thread_counters>>;
+    std::vector<composition> list;
+    const auto add = [&](std::string name, std::string description, auto build) {
+        list.push_back({std::move(name), std::move(description), [make_upstream, build](const trace& t, const run_settings& s) {
+                            auto upstream = make_upstream();
+                            return measure_over(t, s, *upstream, build);
+                        }});
+    };
+    add("upstream", "no pool: every allocate and free goes to the upstream (the reference: ratio 1.0, slow on a GPU)",
+        [](source up) { return std::make_unique<source>(up); });
+    add("best_fit", "best_fit, default options: 2 MiB first chunk, each later chunk doubles what is reserved",
+        [](source up) { return std::make_unique<best_fit<source>>(up); });
+    add("best_fit/as_needed", "best_fit, chunks as large as the request needs, rounded to 2 MiB",
+        [](source up) {
+            return std::make_unique<best_fit<source>>(up, best_fit_options{.initial_size = 0, .growth = growth_policy::as_needed(2 * MiB)});
+        });
+    add("best_fit/step_128M", "best_fit, chunks of 128 MiB (or the request, when larger)",
+        [](source up) {
+            return std::make_unique<best_fit<source>>(up, best_fit_options{.initial_size = 0, .growth = growth_policy::fixed_step(128 * MiB)});
+        });
+#if POOLKIT_REPLAY_HAS_BUDDY
+    add("buddy", "buddy, default options", [](source up) { return std::make_unique<buddy<source>>(up); });
+#endif
+    add("size_classes+best_fit", "size_classes (256 B to 1 MiB, 4 classes per doubling) in front of a default best_fit",
+        [](source up) {
+            using pool = size_classes<source, best_fit<source>>;
+            return std::make_unique<pool>(up, best_fit<source>(up), size_classes_options{});
+        });
+    add("tiered", "up to 1 MiB: best_fit with 8 MiB chunks; larger: whole blocks cached by size, the cache "
+                  "returned upstream on a miss",
+        [](source up) {
+            using small = best_fit<source>;
+            using pool = split_by_size<small, exact_cache<source>>;
+            return std::make_unique<pool>(small(up, best_fit_options{.initial_size = 0, .growth = growth_policy::fixed_step(8 * MiB)}),
+                                          exact_cache<source>(up), 1 * MiB);
+        });
+    return list;
+}
+
+// The compositions over simulated address space: any trace replays on a CPU.
+inline std::vector<composition> simulated_compositions() {
+    return compositions_over([] {
+        return std::make_unique<simulated_resource>(simulated_options{.capacity = std::size_t{512} << 30});
+    });
+}
+
+}  // namespace poolkit::replay_tool
