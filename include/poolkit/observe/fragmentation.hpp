@@ -1,0 +1,58 @@
+// fragmentation(r): how well a walkable strategy uses what it reserved.
+//
+// reserved / live (1.0: nothing cached or wasted), the largest free block over all free bytes
+// (1.0: the free bytes form one block, so any request up to them fits; small: they are scattered),
+// and the count of free blocks. O(blocks); a const walk of the strategy (walk.hpp).
+#pragma once
+
+#include <poolkit/observe/walk.hpp>
+
+#include <algorithm>
+#include <cstddef>
+
+namespace poolkit {
+
+struct fragmentation_figures {
+    std::size_t chunks = 0;
+    std::size_t reserved_bytes = 0;     // sum of chunk sizes
+    std::size_t live_bytes = 0;         // sum of live block sizes
+    std::size_t live_blocks = 0;
+    std::size_t free_bytes = 0;         // sum of free block sizes (pending frees included)
+    std::size_t free_blocks = 0;
+    std::size_t largest_free_block = 0;
+
+    // Reserved over live; 0 when nothing is live.
+    [[nodiscard]] double reserved_over_live() const noexcept {
+        return live_bytes == 0 ? 0.0 : static_cast<double>(reserved_bytes) / static_cast<double>(live_bytes);
+    }
+    // Largest free block over all free bytes; 1 when nothing is free.
+    [[nodiscard]] double largest_free_over_free() const noexcept {
+        return free_bytes == 0 ? 1.0 : static_cast<double>(largest_free_block) / static_cast<double>(free_bytes);
+    }
+};
+
+template <walkable R>
+[[nodiscard]] fragmentation_figures fragmentation(const R& r) {
+    fragmentation_figures figures;
+    std::uintptr_t last_chunk = 0;
+    bool any_chunk = false;
+    r.for_each_block([&](const chunk_view& chunk, const block_view& block) {
+        if (!any_chunk || chunk.address != last_chunk) {
+            ++figures.chunks;
+            figures.reserved_bytes += chunk.bytes;
+            last_chunk = chunk.address;
+            any_chunk = true;
+        }
+        if (block.live) {
+            figures.live_bytes += block.bytes;
+            ++figures.live_blocks;
+        } else {
+            figures.free_bytes += block.bytes;
+            ++figures.free_blocks;
+            figures.largest_free_block = std::max(figures.largest_free_block, block.bytes);
+        }
+    });
+    return figures;
+}
+
+}  // namespace poolkit
