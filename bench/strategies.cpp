@@ -8,7 +8,10 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
+#include <poolkit/strategy/fallback.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
+#include <poolkit/strategy/monotonic.hpp>
+#include <poolkit/strategy/segregator.hpp>
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
@@ -45,6 +48,23 @@ struct buddy_factory {
 struct fixed_size_factory {  // 1 MiB blocks: every size of the benchmarks fits
     simulated_resource addresses{{.capacity = std::size_t{512} << 30}};
     fixed_size<simulated_ref> resource{addresses, {.block_size = std::size_t{1} << 20, .slab_size = std::size_t{64} << 20}};
+};
+
+struct monotonic_factory {
+    simulated_resource addresses{{.capacity = std::size_t{512} << 30}};
+    monotonic<simulated_ref> resource{addresses, {.initial_size = std::size_t{1} << 30}};
+};
+struct segregator_factory {  // size_classes up to 64 KiB, best_fit above
+    simulated_resource addresses{{.capacity = std::size_t{512} << 30}};
+    segregator<64 * KiB, size_classes<simulated_ref>, best_fit<simulated_ref>> resource{
+        size_classes<simulated_ref>{addresses, {.largest = 64 * KiB}},
+        best_fit<simulated_ref>{addresses, {.initial_size = std::size_t{1} << 30}}};
+};
+struct fallback_factory {  // best_fit capped at 1 GiB, then buddy
+    simulated_resource addresses{{.capacity = std::size_t{512} << 30}};
+    fallback<best_fit<simulated_ref>, buddy<simulated_ref>> resource{
+        best_fit<simulated_ref>{addresses, {.initial_size = std::size_t{1} << 30, .maximum_size = std::size_t{1} << 30}},
+        buddy<simulated_ref>{addresses, {.chunk_size = std::size_t{64} << 20}}};
 };
 
 template <class Factory>
@@ -115,7 +135,7 @@ void random_allocations(benchmark::State& state) {
         for (const live_block& block : live) resource.deallocate(block.pointer, block.bytes, default_alignment);
         live.clear();
     }
-    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(steps.size() + 0));
+    state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(steps.size()));
 }
 
 void fixed_sizes(benchmark::internal::Benchmark* benchmark) {
@@ -137,3 +157,9 @@ BENCHMARK(allocate_free_pair<buddy_factory>)->Name("buddy/pair")->Apply(fixed_si
 BENCHMARK(random_allocations<buddy_factory>)->Name("buddy/random")->Apply(random_shapes);
 BENCHMARK(allocate_free_pair<fixed_size_factory>)->Name("fixed_size/pair")->Apply(fixed_sizes);
 BENCHMARK(random_allocations<fixed_size_factory>)->Name("fixed_size/random")->Apply(random_shapes);
+BENCHMARK(allocate_free_pair<monotonic_factory>)->Name("monotonic/pair")->Apply(fixed_sizes);
+BENCHMARK(random_allocations<monotonic_factory>)->Name("monotonic/random")->Apply(random_shapes);
+BENCHMARK(allocate_free_pair<segregator_factory>)->Name("segregator/pair")->Apply(fixed_sizes);
+BENCHMARK(random_allocations<segregator_factory>)->Name("segregator/random")->Apply(random_shapes);
+BENCHMARK(allocate_free_pair<fallback_factory>)->Name("fallback/pair")->Apply(fixed_sizes);
+BENCHMARK(random_allocations<fallback_factory>)->Name("fallback/random")->Apply(random_shapes);

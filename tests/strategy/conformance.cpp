@@ -5,7 +5,10 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
+#include <poolkit/strategy/fallback.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
+#include <poolkit/strategy/monotonic.hpp>
+#include <poolkit/strategy/segregator.hpp>
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
@@ -79,8 +82,44 @@ struct buddy_simulated_fixture : over_simulated<buddy<ref<simulated_resource>>> 
     buddy_simulated_fixture() : over_simulated({.chunk_size = std::size_t{1} << 20}) {}
 };
 
+struct monotonic_fixture : over_instrumented<monotonic<ref<instrumented<>>>> {
+    static constexpr const char* name = "monotonic<ref<instrumented>>";
+};
+struct monotonic_simulated_fixture : over_simulated<monotonic<ref<simulated_resource>>> {
+    static constexpr const char* name = "monotonic<ref<simulated_resource>>";
+};
+
+// Combinators: both parts draw on one instrumented upstream.
+struct segregator_fixture : host_touch {
+    using pools = segregator<4096, size_classes<ref<instrumented<>>>, best_fit<ref<instrumented<>>>>;
+    static constexpr const char* name = "segregator<4096, size_classes, best_fit>";
+    static constexpr bool stateless = false;
+    instrumented<> upstream_;
+    pools resource_{size_classes<ref<instrumented<>>>{upstream_, {.slab_size = std::size_t{64} << 10}},
+                    best_fit<ref<instrumented<>>>{upstream_}};
+    instrumented<>* upstream() { return &upstream_; }
+    pools& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
+    ~segregator_fixture() { resource_.check_invariants(); }
+};
+
+struct fallback_fixture : host_touch {
+    using pools = fallback<best_fit<ref<instrumented<>>>, best_fit<ref<instrumented<>>>>;
+    static constexpr const char* name = "fallback<best_fit capped at 256 KiB, best_fit>";
+    static constexpr bool stateless = false;
+    instrumented<> upstream_;
+    pools resource_{best_fit<ref<instrumented<>>>{upstream_, {.initial_size = std::size_t{256} << 10,
+                                                              .maximum_size = std::size_t{256} << 10}},
+                    best_fit<ref<instrumented<>>>{upstream_}};
+    instrumented<>* upstream() { return &upstream_; }
+    pools& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
+    ~fallback_fixture() { resource_.check_invariants(); }
+};
+
 }  // namespace
 
 TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture, size_classes_fixture,
                           size_classes_simulated_fixture, fixed_size_fixture, fixed_size_simulated_fixture,
-                          buddy_fixture, buddy_simulated_fixture);
+                          buddy_fixture, buddy_simulated_fixture, monotonic_fixture, monotonic_simulated_fixture,
+                          segregator_fixture, fallback_fixture);
