@@ -23,6 +23,7 @@
 // Events requirements: the events_policy concept below (cuda_events, host_events).
 #pragma once
 
+#include <poolkit/adaptor/detail/pointer_map.hpp>
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
@@ -102,7 +103,6 @@ public:
             }
             entry.owner->pool.deallocate(entry.pointer, entry.bytes, entry.alignment);
         }
-        live_.clear();
     }
 
     void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
@@ -128,11 +128,12 @@ public:
     // The block at `pointer` is also used by work on `stream` (PyTorch's record_stream): its reuse
     // waits until the work issued there before its deallocation is done.
     void record_use(void* pointer, stream_ref stream) {
-        const auto found = live_.find(pointer);
-        POOLKIT_ASSERT(found != live_.end(), "record_use of a pointer stream_ordered did not hand out");
-        if (found == live_.end()) return;
-        auto& uses = found->second.uses;
-        if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
+        live_block* found = live_.find(pointer);
+        POOLKIT_ASSERT(found != nullptr, "record_use of a pointer stream_ordered did not hand out");
+        if (found == nullptr) return;
+        auto& streams = uses_[pointer];
+        if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+        found->used_elsewhere = true;
     }
 
     // Synchronizes `stream` and marks its lane idle, so the stream may be destroyed: its free
@@ -155,15 +156,19 @@ public:
         }
     }
 
-    [[nodiscard]] bool owns(const void* pointer) const { return live_.contains(const_cast<void*>(pointer)); }
+    [[nodiscard]] bool owns(const void* pointer) const { return live_.find(pointer) != nullptr; }
 
     void check_invariants() const
         requires has_check_invariants<lane_pool>
     {
         for (const auto& l : lanes_) l->pool.check_invariants();
-        for (const auto& [pointer, block] : live_) {
+        live_.for_each([](const void* pointer, const live_block& block) {
             POOLKIT_VERIFY(block.owner != nullptr, "a live block without a lane");
             if constexpr (has_owns<lane_pool>) POOLKIT_VERIFY(block.owner->pool.owns(pointer), "a live block its lane does not own");
+        });
+        for (const auto& [pointer, streams] : uses_) {
+            const live_block* block = live_.find(pointer);
+            POOLKIT_VERIFY(block != nullptr && block->used_elsewhere, "record_use streams of a block not live");
         }
     }
 
@@ -204,8 +209,8 @@ private:
     };
 
     struct live_block {
-        lane* owner;
-        std::vector<stream_ref> uses;  // record_use streams, rarely any
+        lane* owner = nullptr;
+        bool used_elsewhere = false;  // has record_use streams in uses_
     };
 
     struct deferred_block {
@@ -268,8 +273,8 @@ private:
         }
     }
 
-    void* hand_out(void* pointer, lane& owner) {
-        live_.emplace(pointer, live_block{&owner, {}});
+    void* hand_out(void* pointer, lane& owner) noexcept {
+        live_.insert(pointer, live_block{&owner, false});  // room was reserved
         return pointer;
     }
 
@@ -294,12 +299,17 @@ private:
 
     // `stream`: the stream the block is freed on; nullptr for a plain deallocate (already idle).
     void free_from(void* pointer, std::size_t bytes, std::size_t alignment, const stream_ref* stream) noexcept {
-        const auto found = live_.find(pointer);
-        POOLKIT_ASSERT(found != live_.end(), "deallocate of a pointer stream_ordered did not hand out (or freed twice)");
-        if (found == live_.end()) return;
-        lane* owner = found->second.owner;
-        std::vector<stream_ref> streams = std::move(found->second.uses);
-        live_.erase(found);
+        const live_block* found = live_.find(pointer);
+        POOLKIT_ASSERT(found != nullptr, "deallocate of a pointer stream_ordered did not hand out (or freed twice)");
+        if (found == nullptr) return;
+        lane* owner = found->owner;
+        std::vector<stream_ref> streams;
+        if (found->used_elsewhere) {
+            const auto uses = uses_.find(pointer);
+            streams = std::move(uses->second);
+            uses_.erase(uses);
+        }
+        live_.erase(pointer);
         // Freed on its own lane's stream, or idle (a plain free): reusable in its lane at once.
         if (stream != nullptr && !is_lane_of(*owner, *stream, thread_of(*stream), false)) streams.push_back(*stream);
         if (streams.empty()) {
@@ -361,7 +371,8 @@ private:
     Events events_;
     std::vector<std::unique_ptr<lane>> lanes_;  // stable addresses: live blocks point at lanes
     lane* last_ = nullptr;                      // the lane of the last call: most calls hit it
-    std::unordered_map<void*, live_block> live_;
+    detail::pointer_map<live_block> live_;
+    std::unordered_map<void*, std::vector<stream_ref>> uses_;  // record_use streams, rarely any
     std::vector<deferred_block> deferred_;
 };
 
