@@ -41,7 +41,10 @@ TEST_CASE("caching_pool rounds like PyTorch's allocator") {
 
 TEST_CASE("small requests share 2 MiB chunks; large ones get chunks as needed; oversize ones are never split") {
     instrumented<> memory;
-    caching_pool<upstream> pool{upstream{memory}, {.max_split_size = 64 * MiB}};
+    caching_pool<upstream> pool{upstream{memory},
+                                {.large_growth = growth_policy::as_needed(2 * MiB),
+                                 .max_split_size = 64 * MiB,
+                                 .release_before_growth = false}};
     std::vector<void*> small;
     for (int i = 0; i < 8; ++i) small.push_back(pool.allocate(100 * KiB));
     CHECK(memory.allocations() == 1);
@@ -74,6 +77,31 @@ TEST_CASE("small requests share 2 MiB chunks; large ones get chunks as needed; o
     pool.release();  // empty_cache
     CHECK(memory.live_bytes() == 0);
     CHECK(memory.errors().empty());
+}
+
+TEST_CASE("release_before_growth returns wholly free large chunks before taking a new one") {
+    instrumented<> memory;
+    caching_pool<upstream> pool{upstream{memory}, {.large_growth = growth_policy::fixed_step(16 * MiB)}};
+    void* first = pool.allocate(10 * MiB);
+    pool.deallocate(first, 10 * MiB);
+    CHECK(memory.live_bytes() == 16 * MiB);
+    void* larger = pool.allocate(20 * MiB);  // does not fit the free 16 MiB chunk: it goes back first
+    CHECK(memory.live_bytes() == 20 * MiB);
+    void* fits = pool.allocate(1 * MiB + 512);  // a large request served from what is held: nothing released
+    CHECK(memory.live_bytes() == 20 * MiB + 16 * MiB);
+    pool.deallocate(fits, 1 * MiB + 512);
+    pool.deallocate(larger, 20 * MiB);
+
+    caching_pool<upstream> keeping{upstream{memory}, {.large_growth = growth_policy::fixed_step(16 * MiB),
+                                                      .release_before_growth = false}};
+    void* a = keeping.allocate(10 * MiB);
+    keeping.deallocate(a, 10 * MiB);
+    void* b = keeping.allocate(20 * MiB);
+    CHECK(keeping.reserved_bytes() == 36 * MiB);  // the free chunk stays cached
+    keeping.deallocate(b, 20 * MiB);
+    pool.release();
+    keeping.release();
+    CHECK(memory.live_bytes() == 0);
 }
 
 TEST_CASE("the caching allocator serves a repeated training-step pattern from its cache") {
