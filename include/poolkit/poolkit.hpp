@@ -1,6 +1,15 @@
-// Everything poolkit offers. The CUDA upstreams come in when POOLKIT_HAS_CUDA is 1.
+// Everything poolkit offers. The CUDA parts come in when POOLKIT_HAS_CUDA is 1; Thrust's
+// (interop/thrust_allocator.hpp) need nvcc and are included on their own.
 #pragma once
 
+#include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/limiting.hpp>
+#include <poolkit/adaptor/logging.hpp>
+#include <poolkit/adaptor/retry_on_oom.hpp>
+#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/adaptor/synchronized.hpp>
+#include <poolkit/adaptor/tracking.hpp>
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/any_resource.hpp>
 #include <poolkit/core/assert.hpp>
@@ -11,10 +20,29 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/resource_ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
+#include <poolkit/interop/pmr_adaptor.hpp>
+#include <poolkit/interop/std_allocator.hpp>
+#include <poolkit/observe/fragmentation.hpp>
+#include <poolkit/observe/memory_summary.hpp>
+#include <poolkit/observe/replay.hpp>
+#include <poolkit/observe/snapshot.hpp>
+#include <poolkit/observe/trace.hpp>
+#include <poolkit/presets.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/buddy.hpp>
+#include <poolkit/strategy/caching_pool.hpp>
+#include <poolkit/strategy/fallback.hpp>
+#include <poolkit/strategy/fixed_size.hpp>
+#include <poolkit/strategy/growth.hpp>
+#include <poolkit/strategy/monotonic.hpp>
+#include <poolkit/strategy/segregator.hpp>
+#include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
 #if POOLKIT_HAS_CUDA
+#  include <poolkit/adaptor/cuda_events.hpp>
+#  include <poolkit/interop/device_registry.hpp>
 #  include <poolkit/upstream/cuda_async_resource.hpp>
 #  include <poolkit/upstream/cuda_device_resource.hpp>
 #  include <poolkit/upstream/cuda_managed_resource.hpp>

@@ -18,6 +18,8 @@
 #include <poolkit/observe/replay.hpp>
 #include <poolkit/observe/trace.hpp>
 #include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/adaptor/completed_events.hpp>
+#include <poolkit/presets.hpp>
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
@@ -108,8 +110,8 @@ run_figures measure_over(const trace& t, const run_settings& settings, Upstream&
 inline constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // Every composition over the upstream that `make_upstream()` returns (as a unique_ptr), in the
-// order the table lists them.
-template <class MakeUpstream>
+// order the table lists them. Events orders the streams of stream-ordered compositions.
+template <class Events, class MakeUpstream>
 std::vector<composition> compositions_over(MakeUpstream make_upstream) {
     using upstream_type = typename decltype(make_upstream())::element_type;
     using source = ref<statistics<ref<upstream_type>, single_thread_counters>>;
@@ -140,6 +142,14 @@ std::vector<composition> compositions_over(MakeUpstream make_upstream) {
             using pool = size_classes<source, best_fit<source>>;
             return std::make_unique<pool>(up, best_fit<source>(up), size_classes_options{});
         });
+    add("caching", "the caching preset (poolkit/presets.hpp): stream-ordered lanes of caching_pool, default options",
+        [](source up) { return std::make_unique<caching_allocator<source, Events>>(up); });
+    add("caching/pytorch", "the caching preset with PyTorch's rules for large blocks: chunks as needed (2 MiB steps), "
+                           "free chunks kept until empty_cache",
+        [](source up) {
+            return std::make_unique<caching_allocator<source, Events>>(
+                up, caching_options{.large_growth = growth_policy::as_needed(2 * MiB), .release_before_growth = false});
+        });
     add("tiered", "up to 1 MiB: best_fit with 8 MiB chunks; larger: whole blocks cached by size, the cache "
                   "returned upstream on a miss",
         [](source up) {
@@ -153,7 +163,7 @@ std::vector<composition> compositions_over(MakeUpstream make_upstream) {
 
 // The compositions over simulated address space: any trace replays on a CPU.
 inline std::vector<composition> simulated_compositions() {
-    return compositions_over([] {
+    return compositions_over<completed_events>([] {
         return std::make_unique<simulated_resource>(simulated_options{.capacity = std::size_t{512} << 30});
     });
 }

@@ -5,6 +5,7 @@
 
 #include "compositions.hpp"
 
+#include <poolkit/adaptor/cuda_events.hpp>
 #include <poolkit/upstream/cuda_async_resource.hpp>
 #include <poolkit/upstream/cuda_device_resource.hpp>
 
@@ -54,7 +55,7 @@ private:
 };
 
 inline std::vector<composition> cuda_compositions() {
-    std::vector<composition> list = compositions_over([] { return std::make_unique<cuda_device_resource>(); });
+    std::vector<composition> list = compositions_over<cuda_events>([] { return std::make_unique<cuda_device_resource>(); });
     list.push_back({"cuda_async", "cudaMallocAsync from a new pool that keeps what it reserved (reserved: the pool's high-water mark)",
                     [](const trace& t, const run_settings& s) {
                         cuda_async_resource pool;

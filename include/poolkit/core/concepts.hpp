@@ -49,7 +49,8 @@ concept has_try_allocate = requires(R& r, std::size_t bytes, std::size_t alignme
 template <class R>
 concept has_release = requires(R& r) { r.release(); };
 
-// owns(p): p was handed out by this resource and is not yet freed (or lies inside its chunks).
+// owns(p): p lies in a block this resource handed out and has not taken back (monotonic, with no
+// per-block records, answers for the part of its chunks it handed out).
 template <class R>
 concept has_owns = requires(const R& r, const void* p) {
     { r.owns(p) } -> std::convertible_to<bool>;

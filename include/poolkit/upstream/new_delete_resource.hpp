@@ -32,7 +32,8 @@ public:
 
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
-        ::operator delete(pointer, bytes, std::align_val_t{alignment});
+        static_cast<void>(bytes);  // the sized form needs -fsized-deallocation under clang
+        ::operator delete(pointer, std::align_val_t{alignment});
     }
 
     friend constexpr bool operator==(const new_delete_resource&, const new_delete_resource&) noexcept { return true; }
