@@ -31,10 +31,13 @@
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
+#include <poolkit/observe/walk.hpp>
+#include <poolkit/strategy/detail/walk_merge.hpp>
 
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <new>
@@ -96,16 +99,16 @@ public:
 
     // Deferred blocks are waited for; lanes return everything to the upstream as they go.
     ~stream_ordered() {
-        for (auto& entry : deferred_) {
-            for (auto& event : entry.events) {
-                events_.synchronize(event);
-                events_.recycle(event);
-            }
-            entry.owner->pool.deallocate(entry.pointer, entry.bytes, entry.alignment);
+        try {
+            drain_deferred(true);
+        } catch (...) {
+            POOLKIT_ASSERT(false, "stream_ordered could not wait for its deferred blocks on destruction");
         }
     }
 
     void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
+        validate_alignment(alignment);
+        if (bytes == 0) return nullptr;
         return allocate_in(lane_for(stream, false), bytes, alignment);
     }
 
@@ -116,6 +119,8 @@ public:
 
     // Memory usable on any stream at once.
     void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        validate_alignment(alignment);
+        if (bytes == 0) return nullptr;
         return allocate_in(lane_for(stream_ref{}, true), bytes, alignment);
     }
 
@@ -170,6 +175,35 @@ public:
             const live_block* block = live_.find(pointer);
             POOLKIT_VERIFY(block != nullptr && block->used_elsewhere, "record_use streams of a block not live");
         }
+    }
+
+    // The walk of walk.hpp over every lane: the chunks of all lanes in address order, each chunk
+    // and its blocks with the stream of their lane (0 for the plain lane); a block waiting in the
+    // deferred list is pending_free, not live. O(blocks + chunks log chunks + deferred log
+    // deferred); the visits are kept on the host heap for the merge.
+    template <class Visitor>
+        requires walkable<lane_pool>
+    void for_each_block(Visitor&& visit) const {
+        std::vector<std::uintptr_t> pending;
+        pending.reserve(deferred_.size());
+        for (const auto& entry : deferred_) pending.push_back(reinterpret_cast<std::uintptr_t>(entry.pointer));
+        std::sort(pending.begin(), pending.end());
+        detail::walk_recording recording;
+        for (const auto& l : lanes_) {
+            const std::uintptr_t stream = stream_id(l->stream);
+            l->pool.for_each_block([&](const chunk_view& chunk, const block_view& block) {
+                chunk_view chunk_seen = chunk;
+                chunk_seen.stream = stream;
+                block_view seen = block;
+                seen.stream = stream;
+                if (seen.live && std::binary_search(pending.begin(), pending.end(), seen.address)) {
+                    seen.live = false;
+                    seen.pending_free = true;
+                }
+                recording(chunk_seen, seen);
+            });
+        }
+        recording.replay(visit);
     }
 
     // Blocks handed out now; lanes (streams seen, plus the plain lane once used); deferred blocks.
@@ -248,9 +282,8 @@ private:
         return *(last_ = lanes_.back().get());
     }
 
+    // Requires: a valid alignment and bytes > 0.
     void* allocate_in(lane& own, std::size_t bytes, std::size_t alignment) {
-        validate_alignment(alignment);
-        if (bytes == 0) return nullptr;
         if (!deferred_.empty()) drain_deferred(false);
         live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
         if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own);
