@@ -40,7 +40,7 @@ struct walkable_double {
 }  // namespace
 
 static_assert(walkable<walkable_double>);
-static_assert(!walkable<best_fit<new_delete_resource>>);
+static_assert(!walkable<new_delete_resource>);
 
 TEST_CASE("fragmentation: reserved over live, largest free over free, free blocks") {
     const fragmentation_figures f = fragmentation(walkable_double{});

@@ -24,6 +24,7 @@
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
@@ -70,7 +71,7 @@ struct block : intrusive::set_hook<by_size_tag>, intrusive::list_hook<in_chunk_t
         : address(address_), bytes(bytes_), owner(owner_) {}
     std::uintptr_t address;
     std::size_t bytes;           // the whole block, a multiple of the granularity
-    std::size_t requested = 0;   // live: the request rounded to the granularity (<= bytes)
+    std::size_t requested = 0;   // live: the bytes asked for (rounded up to the granularity, <= bytes)
     chunk* owner;
     bool free = true;
 };
@@ -167,9 +168,9 @@ public:
         if (bytes == 0) return nullptr;
         const auto rounded = checked_align_up(bytes, options_.granularity);
         if (!rounded) throw out_of_memory("best_fit", figures(bytes, alignment));
-        if (void* pointer = place(*rounded, alignment)) return pointer;
+        if (void* pointer = place(bytes, *rounded, alignment)) return pointer;
         block& fresh = grow(bytes, *rounded, alignment);  // aligned as asked: no padding
-        return carve(fresh, fresh.address, *rounded);
+        return carve(fresh, fresh.address, *rounded, bytes);
     }
 
     // As allocate, but nullptr instead of any exception.
@@ -190,7 +191,7 @@ public:
         const auto rounded = checked_align_up(bytes, options_.granularity);
         if (!rounded) return nullptr;
         try {
-            return place(*rounded, alignment);
+            return place(bytes, *rounded, alignment);
         } catch (...) {  // no host memory for a bookkeeping node
             return nullptr;
         }
@@ -205,7 +206,7 @@ public:
         POOLKIT_ASSERT(found != live_.end(), "deallocate of a pointer best_fit did not hand out (or freed twice)");
         if (found == live_.end()) return;
         block* freed = &*found;
-        POOLKIT_ASSERT(checked_align_up(bytes, options_.granularity) == freed->requested,
+        POOLKIT_ASSERT(checked_align_up(bytes, options_.granularity) == align_up(freed->requested, options_.granularity),
                        "deallocate with a size other than the one allocated");
         POOLKIT_ASSERT(is_aligned(pointer, alignment), "deallocate with an alignment the block does not have");
         static_cast<void>(bytes);
@@ -257,6 +258,25 @@ public:
         return address - b.address < b.bytes;
     }
 
+    // The walk of walk.hpp: every chunk in address order, each block of it in address order, with
+    // the bytes asked for when live. O(blocks); allocates nothing.
+    template <class Visitor>
+    void for_each_block(Visitor&& visit) const {
+        for (const chunk& c : chunk_index_) {
+            chunk_view chunk_seen;
+            chunk_seen.address = c.address;
+            chunk_seen.bytes = c.bytes;
+            for (const block& b : c.blocks) {
+                block_view seen;
+                seen.address = b.address;
+                seen.bytes = b.bytes;
+                seen.requested_bytes = b.free ? 0 : b.requested;
+                seen.live = !b.free;
+                visit(chunk_seen, seen);
+            }
+        }
+    }
+
     // Walks every chunk and block: blocks tile their chunk in address order; no two free blocks
     // touch; each block is in exactly the index its state says; counts and byte totals agree.
     void check_invariants() const {
@@ -279,7 +299,7 @@ public:
                     const auto found = live_.find(b.address, by_address{});
                     POOLKIT_VERIFY(found != live_.end() && &*found == &b, "a live block missing from the live index");
                     POOLKIT_VERIFY(b.requested > 0 && b.requested <= b.bytes &&
-                                       b.bytes - b.requested < options_.minimum_split,
+                                       b.bytes - align_up(b.requested, options_.granularity) < options_.minimum_split,
                                    "a live block holds a remainder it should have split off");
                     live += b.bytes;
                     ++live_count;
@@ -327,28 +347,29 @@ private:
     // large enough to hold any padding.
     static constexpr int aligned_candidates = 8;
 
-    // A live block for `rounded` bytes at `alignment`, or nullptr when no free block holds it.
-    void* place(std::size_t rounded, std::size_t alignment) {
+    // A live block for `rounded` bytes (`bytes` asked) at `alignment`, or nullptr when no free
+    // block holds it.
+    void* place(std::size_t bytes, std::size_t rounded, std::size_t alignment) {
         auto candidate = free_.lower_bound(by_size::key{rounded, 0}, by_size{});
         if (alignment <= options_.granularity) {
             if (candidate == free_.end()) return nullptr;
-            return carve(*candidate, candidate->address, rounded);
+            return carve(*candidate, candidate->address, rounded, bytes);
         }
         for (int i = 0; i < aligned_candidates && candidate != free_.end(); ++i, ++candidate) {
             const std::uintptr_t start = align_up(candidate->address, alignment);
-            if (start - candidate->address <= candidate->bytes - rounded) return carve(*candidate, start, rounded);
+            if (start - candidate->address <= candidate->bytes - rounded) return carve(*candidate, start, rounded, bytes);
         }
         const auto padded = checked_add(rounded, alignment - options_.granularity);
         if (!padded) return nullptr;
         candidate = free_.lower_bound(by_size::key{*padded, 0}, by_size{});
         if (candidate == free_.end()) return nullptr;
-        return carve(*candidate, align_up(candidate->address, alignment), rounded);
+        return carve(*candidate, align_up(candidate->address, alignment), rounded, bytes);
     }
 
-    // Turns free block `b` into a live block of `rounded` bytes at `start`, splitting off the
-    // padding before it and, when large enough, the remainder after it. Strong guarantee: the
-    // nodes are made before anything changes.
-    void* carve(block& b, std::uintptr_t start, std::size_t rounded) {
+    // Turns free block `b` into a live block of `rounded` bytes at `start` for a request of
+    // `bytes`, splitting off the padding before it and, when large enough, the remainder after
+    // it. Strong guarantee: the nodes are made before anything changes.
+    void* carve(block& b, std::uintptr_t start, std::size_t rounded, std::size_t bytes) {
         const std::size_t padding = start - b.address;
         const std::size_t remainder = b.bytes - padding - rounded;
         block* front = padding > 0 ? blocks_.make(b.address, padding, b.owner) : nullptr;
@@ -373,7 +394,7 @@ private:
         }
         b.address = start;
         b.bytes -= padding + (back ? remainder : 0);
-        b.requested = rounded;
+        b.requested = bytes;
         b.free = false;
         live_.insert(b);
         live_bytes_ += b.bytes;
@@ -463,5 +484,6 @@ static_assert(has_try_allocate<best_fit<detail::resource_archetype<>>> && has_re
               has_owns<best_fit<detail::resource_archetype<>>> && has_check_invariants<best_fit<detail::resource_archetype<>>> &&
               has_upstream<best_fit<detail::resource_archetype<>>>);
 static_assert(!has_property<best_fit<detail::resource_archetype<>>, device_accessible>);
+static_assert(walkable<best_fit<detail::resource_archetype<>>>);
 
 }  // namespace poolkit

@@ -25,6 +25,7 @@
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
@@ -68,6 +69,7 @@ struct block : intrusive::list_hook<free_tag> {
     std::uintptr_t address;
     unsigned order;              // the block is minimum_block << order bytes
     chunk* owner;
+    std::size_t requested = 0;   // live: the bytes asked for
     bool free = true;
 };
 
@@ -142,7 +144,7 @@ public:
         if (!order) throw out_of_memory("buddy", figures(bytes, alignment));
         block* found = find_free(*order, alignment);
         if (found == nullptr) found = grow(bytes, *order, alignment);
-        return take(*found, *order);
+        return take(*found, *order, bytes);
     }
 
     // As allocate, but nullptr instead of any exception.
@@ -211,6 +213,29 @@ public:
             if (const block* b = c->heads[start]; b != nullptr && b->order >= order) return !b->free;
         }
         return false;
+    }
+
+    // The walk of walk.hpp: every chunk in address order, each block of it in address order (the
+    // heads of the chunk's table), with the bytes asked for when live. O(blocks); allocates
+    // nothing.
+    template <class Visitor>
+    void for_each_block(Visitor&& visit) const {
+        for (const chunk& c : chunk_index_) {
+            chunk_view chunk_seen;
+            chunk_seen.address = c.address;
+            chunk_seen.bytes = c.bytes;
+            const std::size_t granules = c.bytes >> minimum_shift_;
+            for (std::size_t index = 0; index < granules;) {
+                const block* b = c.heads[index];
+                block_view seen;
+                seen.address = b->address;
+                seen.bytes = block_bytes(b->order);
+                seen.requested_bytes = b->free ? 0 : b->requested;
+                seen.live = !b->free;
+                visit(chunk_seen, seen);
+                index += std::size_t{1} << b->order;
+            }
+        }
     }
 
     // Walks every chunk: its blocks tile it, each at a multiple of its own size; interior table
@@ -317,9 +342,10 @@ private:
         return nullptr;
     }
 
-    // Splits free block `b` down to `order`, marks it live and returns its address. The nodes
-    // for the split-off halves are made first: nothing changes if that throws.
-    void* take(block& b, unsigned order) {
+    // Splits free block `b` down to `order`, marks it live for a request of `bytes` and returns
+    // its address. The nodes for the split-off halves are made first: nothing changes if that
+    // throws.
+    void* take(block& b, unsigned order, std::size_t bytes) {
         std::array<block*, order_limit> halves{};
         const unsigned splits = b.order - order;
         try {
@@ -339,6 +365,7 @@ private:
             free_[upper->order].push_front(*upper);
         }
         b.free = false;
+        b.requested = bytes;
         live_bytes_ += block_bytes(order);
         ++live_blocks_;
         return reinterpret_cast<void*>(b.address);
@@ -438,5 +465,6 @@ static_assert(resource_with<buddy<detail::resource_archetype<host_accessible>>, 
 static_assert(has_try_allocate<buddy<detail::resource_archetype<>>> && has_release<buddy<detail::resource_archetype<>>> &&
               has_owns<buddy<detail::resource_archetype<>>> && has_check_invariants<buddy<detail::resource_archetype<>>> &&
               has_upstream<buddy<detail::resource_archetype<>>>);
+static_assert(walkable<buddy<detail::resource_archetype<>>>);
 
 }  // namespace poolkit

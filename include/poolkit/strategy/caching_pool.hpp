@@ -24,7 +24,10 @@
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/ref.hpp>
+#include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/strategy/detail/walk_merge.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -85,18 +88,19 @@ public:
         const auto rounded = round(bytes);
         if (!rounded) throw out_of_memory("caching_pool", figures(bytes, alignment));
         pool& chosen = pool_for(*rounded);
+        const std::size_t asked = forwarded(bytes, *rounded);
         if (options_.release_before_growth && &chosen != &small_) {
-            if (void* pointer = chosen.try_allocate_cached(*rounded, alignment)) return pointer;
+            if (void* pointer = chosen.try_allocate_cached(asked, alignment)) return pointer;
             chosen.release();
         }
-        return chosen.allocate(*rounded, alignment);
+        return chosen.allocate(asked, alignment);
     }
 
     void* try_allocate_cached(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (bytes == 0 || !is_power_of_two(alignment)) return nullptr;
         const auto rounded = round(bytes);
         if (!rounded) return nullptr;
-        return pool_for(*rounded).try_allocate_cached(*rounded, alignment);
+        return pool_for(*rounded).try_allocate_cached(forwarded(bytes, *rounded), alignment);
     }
 
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
@@ -104,7 +108,7 @@ public:
         const auto rounded = round(bytes);
         POOLKIT_ASSERT(rounded.has_value(), "deallocate with a size no allocation could have had");
         if (!rounded) return;
-        pool_for(*rounded).deallocate(pointer, *rounded, alignment);
+        pool_for(*rounded).deallocate(pointer, forwarded(bytes, *rounded), alignment);
     }
 
     void release() noexcept {
@@ -121,6 +125,14 @@ public:
         small_.check_invariants();
         large_.check_invariants();
         oversize_.check_invariants();
+    }
+
+    // The walk of walk.hpp over the small, large and oversize pools together: chunks in address
+    // order, blocks with the bytes asked for (the rounded size where power2_divisions rounded
+    // it). O(blocks + chunks log chunks); the merge keeps the visits on the host heap.
+    template <class Visitor>
+    void for_each_block(Visitor&& visit) const {
+        detail::walk_parts(visit, small_, large_, oversize_);
     }
 
     [[nodiscard]] std::size_t live_bytes() const noexcept {
@@ -179,6 +191,13 @@ private:
         return result;
     }
 
+    // What a pool is asked for: the bytes themselves where the pool's own rounding (to the
+    // granularity, options.rounding) gives `rounded`, so that its blocks keep the request size;
+    // else `rounded`.
+    [[nodiscard]] std::size_t forwarded(std::size_t bytes, std::size_t rounded) const noexcept {
+        return checked_align_up(bytes, options_.rounding) == rounded ? bytes : rounded;
+    }
+
     pool& pool_for(std::size_t rounded) noexcept {
         if (rounded <= options_.small_size) return small_;
         return rounded < options_.max_split_size ? large_ : oversize_;
@@ -198,5 +217,7 @@ private:
     pool large_;
     pool oversize_;
 };
+
+static_assert(walkable<caching_pool<detail::resource_archetype<>>>);
 
 }  // namespace poolkit

@@ -7,14 +7,16 @@
 // deallocate_async exist when both parts have them. Exhaustion: Primary's std::bad_alloc (so
 // out_of_memory) moves the request to Secondary; Secondary's is thrown. std::invalid_argument for
 // a bad alignment is never retried. Each optional capability — try_allocate, release, owns,
-// check_invariants — and each property exists only when both parts have it. Equal when both
-// parts are equal.
+// check_invariants, the for_each_block walk (chunks of both parts in address order) — and each
+// property exists only when both parts have it. Equal when both parts are equal.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/strategy/detail/walk_merge.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -90,6 +92,12 @@ public:
         requires has_owns<Secondary>
     {
         return primary_.owns(pointer) || secondary_.owns(pointer);
+    }
+    // The walk of walk.hpp over both parts, chunks of both in address order.
+    template <class Visitor>
+        requires walkable<Primary> && walkable<Secondary>
+    void for_each_block(Visitor&& visit) const {
+        detail::walk_parts(visit, primary_, secondary_);
     }
     void check_invariants() const
         requires has_check_invariants<Primary> && has_check_invariants<Secondary>

@@ -18,6 +18,7 @@
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
 #include <poolkit/strategy/detail/slabs.hpp>
@@ -124,6 +125,14 @@ public:
 
     void check_invariants() const { engine_.check_invariants(); }
 
+    // The walk of walk.hpp: every slab as a chunk of equal blocks, in address order
+    // (requested_bytes 0: slabs keep no request sizes). Requests passed on to the upstream are
+    // not seen. O(blocks).
+    template <class Visitor>
+    void for_each_block(Visitor&& visit) const {
+        engine_.for_each_block(visit);
+    }
+
     [[nodiscard]] std::size_t block_size() const noexcept { return options_.block_size; }
     [[nodiscard]] std::size_t block_alignment() const noexcept { return engine_.spec(0).alignment; }
     [[nodiscard]] std::size_t live_bytes() const noexcept { return engine_.live_bytes(); }
@@ -161,5 +170,6 @@ static_assert(has_release<fixed_size<detail::resource_archetype<>>> &&
               has_check_invariants<fixed_size<detail::resource_archetype<>>> &&
               has_upstream<fixed_size<detail::resource_archetype<>>>);
 static_assert(!has_owns<fixed_size<detail::resource_archetype<>>>);
+static_assert(walkable<fixed_size<detail::resource_archetype<>>>);
 
 }  // namespace poolkit

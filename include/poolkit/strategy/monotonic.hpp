@@ -23,6 +23,7 @@
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
@@ -173,6 +174,35 @@ public:
         return c != nullptr && address < c->high_water;
     }
 
+    // The walk of walk.hpp, as far as monotonic can tell: it keeps no per-block records, so each
+    // chunk shows at most two blocks, in address order: what it handed out since it last started
+    // over, as one live block (its bytes cannot be reused until every block of the chunk is
+    // freed; requested_bytes is the live bytes in it, as the callers stated them), then the
+    // untouched rest as one free block. O(chunks); allocates nothing.
+    template <class Visitor>
+    void for_each_block(Visitor&& visit) const {
+        for (const chunk& c : chunk_index_) {
+            chunk_view chunk_seen;
+            chunk_seen.address = c.address;
+            chunk_seen.bytes = c.bytes;
+            const std::size_t handed_out = c.high_water - c.address;
+            if (handed_out > 0) {
+                block_view used;
+                used.address = c.address;
+                used.bytes = handed_out;
+                used.requested_bytes = c.live_bytes;
+                used.live = true;
+                visit(chunk_seen, used);
+            }
+            if (handed_out < c.bytes) {
+                block_view rest;
+                rest.address = c.high_water;
+                rest.bytes = c.bytes - handed_out;
+                visit(chunk_seen, rest);
+            }
+        }
+    }
+
     // Chunks lie apart; each one's high-water mark is inside it and is its start exactly when it
     // has no live block; counts and byte totals add up.
     void check_invariants() const {
@@ -295,5 +325,6 @@ static_assert(has_try_allocate<monotonic<detail::resource_archetype<>>> && has_r
               has_owns<monotonic<detail::resource_archetype<>>> &&
               has_check_invariants<monotonic<detail::resource_archetype<>>> &&
               has_upstream<monotonic<detail::resource_archetype<>>>);
+static_assert(walkable<monotonic<detail::resource_archetype<>>>);
 
 }  // namespace poolkit

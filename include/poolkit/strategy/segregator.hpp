@@ -4,14 +4,17 @@
 // Complexity, alignment and exhaustion are those of the part that serves the request (one size
 // comparison added). Thread safety: that of the parts; the segregator adds no state. Stream
 // semantics: allocate_async and deallocate_async exist when both parts have them. Each optional
-// capability — try_allocate, release, owns, check_invariants — and each property exists only
-// when both parts have it. Equal when both parts are equal.
+// capability — try_allocate, release, owns, check_invariants, the for_each_block walk (chunks of
+// both parts in address order) — and each property exists only when both parts have it. Equal
+// when both parts are equal.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/strategy/detail/walk_merge.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -71,6 +74,12 @@ public:
         requires has_owns<Small> && has_owns<Large>
     {
         return small_.owns(pointer) || large_.owns(pointer);
+    }
+    // The walk of walk.hpp over both parts, chunks of both in address order.
+    template <class Visitor>
+        requires walkable<Small> && walkable<Large>
+    void for_each_block(Visitor&& visit) const {
+        detail::walk_parts(visit, small_, large_);
     }
     void check_invariants() const
         requires has_check_invariants<Small> && has_check_invariants<Large>

@@ -23,9 +23,11 @@
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
 #include <poolkit/strategy/detail/slabs.hpp>
+#include <poolkit/strategy/detail/walk_merge.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -194,6 +196,18 @@ public:
         if constexpr (!large_is_upstream && has_check_invariants<Large>) large_.check_invariants();
     }
 
+    // The walk of walk.hpp: every slab as a chunk of equal blocks (requested_bytes 0: slabs keep
+    // no request sizes), and, when Large is a resource of its own that offers the walk, Large's
+    // chunks too, all in address order. What goes to the upstream itself is not seen. O(blocks).
+    template <class Visitor>
+    void for_each_block(Visitor&& visit) const {
+        if constexpr (!large_is_upstream && walkable<Large>) {
+            detail::walk_parts(visit, engine_, large_);
+        } else {
+            engine_.for_each_block(visit);
+        }
+    }
+
     // The class sizes, ascending; requests above the last go to Large.
     [[nodiscard]] const std::vector<std::size_t>& sizes() const noexcept { return sizes_; }
     // The block size a request would get, or 0 when it goes to Large.
@@ -295,5 +309,6 @@ static_assert(has_release<size_classes<detail::resource_archetype<>>> &&
               has_check_invariants<size_classes<detail::resource_archetype<>>> &&
               has_upstream<size_classes<detail::resource_archetype<>>>);
 static_assert(!has_owns<size_classes<detail::resource_archetype<>>>);
+static_assert(walkable<size_classes<detail::resource_archetype<>>>);
 
 }  // namespace poolkit

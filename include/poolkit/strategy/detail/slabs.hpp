@@ -13,6 +13,7 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
+#include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>
 
@@ -190,6 +191,25 @@ public:
         return total;
     }
     [[nodiscard]] std::size_t slab_count() const noexcept { return slabs_.size(); }
+
+    // The walk of walk.hpp: every slab in address order as a chunk, each of its blocks in address
+    // order; a slab keeps no request sizes, so requested_bytes is 0. O(blocks); allocates nothing.
+    template <class Visitor>
+    void for_each_block(Visitor&& visit) const {
+        for (const slab& s : slabs_) {
+            chunk_view chunk_seen;
+            chunk_seen.address = s.address;
+            chunk_seen.bytes = s.bytes;
+            const std::size_t block_size = classes_[s.class_index].spec.block_size;
+            for (std::uint32_t i = 0; i < s.blocks; ++i) {
+                block_view seen;
+                seen.address = s.address + i * block_size;
+                seen.bytes = block_size;
+                seen.live = s.is_live(i);
+                visit(chunk_seen, seen);
+            }
+        }
+    }
 
     // Every slab: its free stack and live bitmap agree, each free index appears once, it is on
     // its class's list exactly when it has a free block; counts and byte totals add up.
