@@ -210,3 +210,23 @@ TEST_CASE("buddy: destruction with live blocks reports them") {
     CHECK(outcome.said("buddy destroyed with 1 block (4096 bytes) still live"));
 }
 #endif
+
+TEST_CASE("buddy::try_allocate_cached serves only from free blocks it holds") {
+    instrumented<> upstream;
+    buddy<upstream_ref> pool{upstream, {.chunk_size = 64 * KiB}};
+    CHECK(pool.try_allocate_cached(1 * KiB) == nullptr);  // nothing held: no growth
+    CHECK(upstream.allocations() == 0);
+    void* a = pool.allocate(1 * KiB);
+    void* cached = pool.try_allocate_cached(3000);  // splits the free 4 KiB half
+    REQUIRE(cached != nullptr);
+    CHECK(pool.block_size(3000) == 4 * KiB);
+    CHECK(reinterpret_cast<std::uintptr_t>(cached) % (4 * KiB) == 0);
+    CHECK(pool.live_bytes() == 5 * KiB);
+    CHECK(pool.try_allocate_cached(64 * KiB) == nullptr);  // no free block of a whole chunk
+    CHECK(pool.try_allocate_cached(0) == nullptr);
+    CHECK(pool.try_allocate_cached(16, 3) == nullptr);
+    CHECK(upstream.allocations() == 1);
+    pool.check_invariants();
+    pool.deallocate(cached, 3000);
+    pool.deallocate(a, 1 * KiB);
+}

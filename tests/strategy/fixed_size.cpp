@@ -124,3 +124,21 @@ TEST_CASE("fixed_size: destruction with live blocks reports them") {
     CHECK(outcome.said("fixed_size destroyed with 2 blocks (512 bytes) still live"));
 }
 #endif
+
+TEST_CASE("fixed_size::try_allocate_cached serves only from free blocks of its slabs") {
+    instrumented<> upstream;
+    fixed_size<upstream_ref> pool{upstream, {.block_size = 256, .slab_size = 512}};
+    CHECK(pool.try_allocate_cached(100) == nullptr);  // no slab: none taken
+    CHECK(upstream.allocations() == 0);
+    void* a = pool.allocate(100);
+    void* b = pool.try_allocate_cached(200);
+    CHECK(b == static_cast<char*>(a) + 256);
+    CHECK(pool.try_allocate_cached(200) == nullptr);   // the slab is full
+    CHECK(pool.try_allocate_cached(1000) == nullptr);  // not a block request: never passed on
+    CHECK(pool.try_allocate_cached(0) == nullptr);
+    CHECK(pool.try_allocate_cached(16, 3) == nullptr);
+    CHECK(upstream.allocations() == 1);
+    pool.check_invariants();
+    pool.deallocate(a, 100);
+    pool.deallocate(b, 200);
+}

@@ -5,6 +5,7 @@
 #include "../support/property.hpp"
 
 #include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
@@ -258,3 +259,36 @@ TEST_CASE("size_classes: without assertions a bad deallocation changes nothing")
     CHECK(upstream.errors().empty());
 }
 #endif
+
+TEST_CASE("size_classes::try_allocate_cached serves only from its slabs, and from Large's cache") {
+    instrumented<> upstream;
+    size_classes_options options;
+    options.sizes = {256, 1024};
+    options.slab_size = 1024;
+    size_classes<upstream_ref> pool{upstream, options};
+    CHECK(pool.try_allocate_cached(200) == nullptr);  // no slab: none taken
+    CHECK(upstream.allocations() == 0);
+    void* a = pool.allocate(200);
+    void* b = pool.try_allocate_cached(100);
+    CHECK(b == static_cast<char*>(a) + 256);
+    CHECK(pool.try_allocate_cached(1000) == nullptr);  // its class has no slab yet
+    CHECK(pool.try_allocate_cached(4000) == nullptr);  // large: the upstream is never asked
+    CHECK(pool.try_allocate_cached(0) == nullptr);
+    CHECK(pool.try_allocate_cached(16, 3) == nullptr);
+    CHECK(upstream.allocations() == 1);
+    pool.check_invariants();
+    pool.deallocate(a, 200);
+    pool.deallocate(b, 100);
+
+    // A Large with a cache of its own serves large requests from it.
+    using large_pool = best_fit<upstream_ref>;
+    size_classes<upstream_ref, large_pool> layered{upstream, large_pool{upstream, {.initial_size = 64 * KiB}}, options};
+    CHECK(layered.try_allocate_cached(4000) == nullptr);
+    void* large = layered.allocate(4000);
+    void* cached = layered.try_allocate_cached(8000);
+    REQUIRE(cached != nullptr);
+    CHECK(layered.large_resource().live_bytes() == 4096 + 8192);
+    layered.deallocate(large, 4000);
+    layered.deallocate(cached, 8000);
+    CHECK(layered.large_resource().live_bytes() == 0);
+}

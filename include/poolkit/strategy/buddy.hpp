@@ -157,6 +157,22 @@ public:
         }
     }
 
+    // As allocate, but only from free blocks already held: never takes a chunk from the upstream.
+    // nullptr when no free block holds the request (or for 0 bytes or a bad alignment).
+    // stream_ordered<> asks this of a stream's lane before it looks elsewhere. O(levels).
+    [[nodiscard]] void* try_allocate_cached(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (bytes == 0 || !is_power_of_two(alignment)) return nullptr;
+        const auto order = order_for(bytes, alignment);
+        if (!order) return nullptr;
+        block* found = find_free(*order, alignment);
+        if (found == nullptr) return nullptr;
+        try {
+            return take(*found, *order, bytes);
+        } catch (...) {  // no host memory for the nodes of the split-off halves
+            return nullptr;
+        }
+    }
+
     // Requires: `pointer` came from allocate(bytes, alignment) of this pool and is not yet freed.
     // Asserts it in debug builds (a size of another order counts as wrong); otherwise a block it
     // cannot find is ignored and the recorded order is used.

@@ -91,6 +91,15 @@ public:
         throw out_of_memory("fixed_size", figures);
     }
 
+    // As allocate, but only from a free block of a slab it already has: never takes a slab, never
+    // passes a request on to the upstream. nullptr when none is free or the request is not one
+    // for a block (or for 0 bytes or a bad alignment). stream_ordered<> asks this of a stream's
+    // lane before it looks elsewhere. O(1).
+    [[nodiscard]] void* try_allocate_cached(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (bytes == 0 || !is_power_of_two(alignment) || !fits(bytes, alignment)) return nullptr;
+        return engine_.allocate_cached(0);
+    }
+
     // Requires: `pointer` came from allocate(bytes, alignment) of this pool and is not yet freed.
     // Asserts it in debug builds; otherwise a block it cannot find is ignored.
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {

@@ -152,6 +152,28 @@ public:
         throw out_of_memory("size_classes", figures);
     }
 
+    // As allocate, but only from blocks already held: a free block of a slab it has, or Large's
+    // own cache where Large offers try_allocate_cached; never takes a slab, never asks the
+    // upstream. nullptr when nothing fits (or for 0 bytes or a bad alignment). stream_ordered<>
+    // asks this of a stream's lane before it looks elsewhere. O(1) for a class.
+    [[nodiscard]] void* try_allocate_cached(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (bytes == 0 || !is_power_of_two(alignment)) return nullptr;
+        const std::size_t index = class_of(bytes, alignment);
+        if (index != sizes_.size()) return engine_.allocate_cached(index);
+        if constexpr (!large_is_upstream && requires(Large& large) {
+                          { large.try_allocate_cached(bytes, alignment) } noexcept;
+                      }) {
+            void* pointer = large_.try_allocate_cached(bytes, alignment);
+            if (pointer != nullptr) {
+                ++large_blocks_;
+                large_bytes_ += bytes;
+            }
+            return pointer;
+        } else {
+            return nullptr;
+        }
+    }
+
     // Requires: `pointer` came from allocate(bytes, alignment) of this resource and is not yet
     // freed. Asserts it in debug builds (a size in another class counts as a wrong pointer);
     // otherwise a block it cannot find is ignored.

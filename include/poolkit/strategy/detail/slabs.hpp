@@ -120,8 +120,14 @@ public:
     // hold the bookkeeping.
     template <class Upstream>
     [[nodiscard]] void* allocate(Upstream& upstream, std::size_t index) {
+        if (classes_[index].with_free.empty() && !add_slab(upstream, index)) return nullptr;
+        return allocate_cached(index);
+    }
+
+    // A block of class `index` from a slab it already has, or nullptr: never takes a slab. O(1).
+    [[nodiscard]] void* allocate_cached(std::size_t index) noexcept {
         slab_class& c = classes_[index];
-        if (c.with_free.empty() && !add_slab(upstream, index)) return nullptr;
+        if (c.with_free.empty()) return nullptr;
         slab& s = c.with_free.front();
         const std::uint32_t block = s.free_stack[--s.free_count];
         s.flip(block);

@@ -1,0 +1,52 @@
+// The conformance suite over stream_ordered<> with lanes of strategies other than best_fit: each
+// serves a lane through its try_allocate_cached.
+#include "../support/conformance.hpp"
+
+#include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/buddy.hpp>
+#include <poolkit/strategy/fixed_size.hpp>
+#include <poolkit/strategy/size_classes.hpp>
+
+namespace {
+
+using namespace poolkit;
+using test::host_touch;
+using test::instrumented;
+
+using upstream_ref = ref<instrumented<>>;
+
+static_assert(cached_pool<size_classes<upstream_ref>>);
+static_assert(cached_pool<size_classes<upstream_ref, buddy<upstream_ref>>>);
+static_assert(cached_pool<buddy<upstream_ref>>);
+static_assert(cached_pool<fixed_size<upstream_ref>>);
+
+template <class Block>
+struct over_instrumented : host_touch {
+    static constexpr bool stateless = false;
+    instrumented<> upstream_;
+    Block resource_{upstream_ref{upstream_}};
+    instrumented<>* upstream() { return &upstream_; }
+    Block& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{8} << 20); }
+    ~over_instrumented() {
+        resource_.check_invariants();
+        resource_.release();
+        CHECK(upstream_.live_bytes() == 0);
+    }
+};
+
+struct size_classes_lanes_fixture : over_instrumented<stream_ordered<size_classes<upstream_ref>, host_events>> {
+    static constexpr const char* name = "stream_ordered<size_classes<ref<instrumented>>, host_events>";
+};
+struct buddy_lanes_fixture : over_instrumented<stream_ordered<buddy<upstream_ref>, host_events>> {
+    static constexpr const char* name = "stream_ordered<buddy<ref<instrumented>>, host_events>";
+};
+struct fixed_size_lanes_fixture : over_instrumented<stream_ordered<fixed_size<upstream_ref>, host_events>> {
+    static constexpr const char* name = "stream_ordered<fixed_size<ref<instrumented>>, host_events>";
+};
+
+}  // namespace
+
+TEST_CASE_TEMPLATE_INVOKE(conformance, size_classes_lanes_fixture, buddy_lanes_fixture, fixed_size_lanes_fixture);
