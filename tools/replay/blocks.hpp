@@ -1,8 +1,5 @@
-// Two small blocks the replay's "tiered" composition is made of, until strategy/ has its own
-// segregator and a large-block cache.
-//
-// split_by_size<Small, Large>: requests of at most `threshold` bytes go to Small, the rest to
-// Large (the role of poolkit::segregator). Complexity and guarantees are those of the parts.
+// exact_cache<Upstream>, the large-block cache of the replay's "tiered" composition (which puts
+// it behind poolkit::segregator).
 //
 // exact_cache<Upstream>: keeps freed large blocks whole and hands one out again for a request it
 // holds within 1/16 of its size; on a miss, when the cache would exceed an eighth of the live
@@ -10,6 +7,11 @@
 // holds stays within about 1.125 times what is live. Complexity O(log n) in the cached blocks. Thread safety: none.
 // Alignment: the upstream's (a cached block is reused only for an alignment it has). Streams:
 // none. Exhaustion: the upstream's, after the cache was emptied.
+//
+// Why it is not a strategy of include/: none does this job. The nearest, caching_pool's oversize
+// pool (a best_fit whose blocks never split), hands out any free block at least as large as the
+// request, however much larger, and keeps its chunks until release() or growth; exact_cache
+// bounds the waste of each reuse to 1/16 and bounds the whole cache by the live bytes.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
@@ -21,30 +23,6 @@
 #include <utility>
 
 namespace poolkit::replay_tool {
-
-template <resource Small, resource Large>
-class split_by_size {
-public:
-    split_by_size(Small small, Large large, std::size_t threshold)
-        : small_(std::move(small)), large_(std::move(large)), threshold_(threshold) {}
-
-    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        return bytes <= threshold_ ? small_.allocate(bytes, alignment) : large_.allocate(bytes, alignment);
-    }
-    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
-        if (bytes <= threshold_) {
-            small_.deallocate(pointer, bytes, alignment);
-        } else {
-            large_.deallocate(pointer, bytes, alignment);
-        }
-    }
-    friend bool operator==(const split_by_size& a, const split_by_size& b) noexcept { return &a == &b; }
-
-private:
-    Small small_;
-    Large large_;
-    std::size_t threshold_;
-};
 
 template <resource Upstream>
 class exact_cache {

@@ -18,6 +18,7 @@
 #include <poolkit/observe/replay.hpp>
 #include <poolkit/observe/trace.hpp>
 #include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/segregator.hpp>
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/presets.hpp>
 #include <poolkit/strategy/size_classes.hpp>
@@ -154,9 +155,9 @@ std::vector<composition> compositions_over(MakeUpstream make_upstream) {
                   "returned upstream on a miss",
         [](source up) {
             using small = best_fit<source>;
-            using pool = split_by_size<small, exact_cache<source>>;
+            using pool = segregator<1 * MiB, small, exact_cache<source>>;
             return std::make_unique<pool>(small(up, best_fit_options{.initial_size = 0, .growth = growth_policy::fixed_step(8 * MiB)}),
-                                          exact_cache<source>(up), 1 * MiB);
+                                          exact_cache<source>(up));
         });
     return list;
 }
