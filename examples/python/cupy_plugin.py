@@ -53,7 +53,7 @@ def main():
     expected = workload()
     library, allocator = poolkit_allocator(path)
     cupy.get_default_memory_pool().free_all_blocks()
-    cupy.cuda.set_allocator(allocator)
+    cupy.cuda.set_allocator(allocator.malloc)
     got = workload()
     cupy.cuda.Device().synchronize()
     library.poolkit_memory_stats_json.restype = ctypes.c_long

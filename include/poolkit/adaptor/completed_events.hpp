@@ -18,6 +18,7 @@ public:
     void wait(stream_ref, event_type) noexcept {}
     [[nodiscard]] bool done(event_type) const noexcept { return true; }
     void synchronize(event_type) noexcept {}
+    void synchronize_all() noexcept {}
     void recycle(event_type) noexcept {}
     [[nodiscard]] static constexpr bool per_thread(stream_ref) noexcept { return false; }
 

@@ -63,6 +63,9 @@ public:
 
     void synchronize(event_type event) { detail::check_cuda(cudaEventSynchronize(event), "cudaEventSynchronize"); }
 
+    // The host waits for all work on the current device (for streams no event can reach).
+    void synchronize_all() { detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+
     // The event may be recorded again at once: a wait already issued keeps the state it saw.
     void recycle(event_type event) noexcept {
         try {

@@ -83,6 +83,11 @@ public:
         ++timeline_->synchronizations;
         complete_until(timeline_->streams[event.stream], event.position);
     }
+    // The host waits for everything on every stream.
+    void synchronize_all() {
+        ++timeline_->synchronizations;
+        complete_all();
+    }
     void recycle(const event_type&) noexcept {}
     // No handle is shared between host threads here.
     [[nodiscard]] static constexpr bool per_thread(stream_ref) noexcept { return false; }

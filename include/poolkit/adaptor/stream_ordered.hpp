@@ -11,6 +11,9 @@
 // memory. A block freed on another stream than the one whose lane it came from, or used on other
 // streams (record_use, PyTorch's record_stream), waits in a deferred list with one event per
 // stream until all are done, then returns to its lane.
+// A per-thread handle (cudaStreamPerThread) names another stream on each thread, so no event can
+// be recorded on another thread's lane: such lanes are left out when borrowing, and reclaimed only
+// after the whole device is synchronized (the exhaustion path, release()).
 // Complexity: a lane hit is the Pool's cached allocate plus one hash-map insert; a miss visits
 // each lane once. Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
 // Stream semantics: as above. Streams must outlive their use here; call forget_stream(s) before
@@ -61,6 +64,7 @@ concept events_policy = requires(E& e, stream_ref stream, typename E::event_type
     e.wait(stream, event);
     { e.done(event) } -> std::convertible_to<bool>;
     e.synchronize(event);
+    e.synchronize_all();
     e.recycle(event);
     { E::per_thread(stream) } -> std::convertible_to<bool>;
 };
@@ -137,7 +141,8 @@ public:
         POOLKIT_ASSERT(found != nullptr, "record_use of a pointer stream_ordered did not hand out");
         if (found == nullptr) return;
         auto& streams = uses_[pointer];
-        if (std::find(streams.begin(), streams.end(), stream) == streams.end()) streams.push_back(stream);
+        const use here{stream, thread_of(stream)};
+        if (std::find(streams.begin(), streams.end(), here) == streams.end()) streams.push_back(here);
         found->used_elsewhere = true;
     }
 
@@ -155,8 +160,10 @@ public:
     // upstream (PyTorch's empty_cache).
     void release() {
         drain_deferred(true);
+        const bool foreign = std::any_of(lanes_.begin(), lanes_.end(), [](const auto& l) { return !reachable(*l); });
+        if (foreign) events_.synchronize_all();
         for (auto& l : lanes_) {
-            synchronize_lane(*l);
+            if (!foreign) synchronize_lane(*l);
             l->pool.release();
         }
     }
@@ -242,6 +249,13 @@ private:
         lane_pool pool;
     };
 
+    // A stream that used a block (record_use), with the thread for per-thread handles.
+    struct use {
+        stream_ref stream;
+        std::thread::id thread;
+        friend bool operator==(const use&, const use&) = default;
+    };
+
     struct live_block {
         lane* owner = nullptr;
         bool used_elsewhere = false;  // has record_use streams in uses_
@@ -257,6 +271,11 @@ private:
 
     static std::thread::id thread_of(stream_ref stream) {
         return Events::per_thread(stream) ? std::this_thread::get_id() : std::thread::id{};
+    }
+
+    // Whether this thread can record an event on `l`'s stream.
+    static bool reachable(const lane& l) noexcept {
+        return l.thread == std::thread::id{} || l.thread == std::this_thread::get_id();
     }
 
     // Whether `l` is the lane of `stream` (`thread_of(stream)` passed in to compute it once).
@@ -288,7 +307,7 @@ private:
         live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
         if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own);
         for (auto& other : lanes_) {
-            if (other.get() == &own) continue;
+            if (other.get() == &own || !reachable(*other)) continue;
             if (void* pointer = other->pool.try_allocate_cached(bytes, alignment)) {
                 order_after(own, *other);
                 return hand_out(pointer, *other);
@@ -325,6 +344,10 @@ private:
 
     void synchronize_lane(lane& l) {
         if (l.plain || l.idle) return;
+        if (!reachable(l)) {
+            events_.synchronize_all();
+            return;
+        }
         event_type event = events_.record(l.stream);
         events_.synchronize(event);
         events_.recycle(event);
@@ -336,7 +359,7 @@ private:
         POOLKIT_ASSERT(found != nullptr, "deallocate of a pointer stream_ordered did not hand out (or freed twice)");
         if (found == nullptr) return;
         lane* owner = found->owner;
-        std::vector<stream_ref> streams;
+        std::vector<use> streams;
         if (found->used_elsewhere) {
             const auto uses = uses_.find(pointer);
             streams = std::move(uses->second);
@@ -344,7 +367,17 @@ private:
         }
         live_.erase(pointer);
         // Freed on its own lane's stream, or idle (a plain free): reusable in its lane at once.
-        if (stream != nullptr && !is_lane_of(*owner, *stream, thread_of(*stream), false)) streams.push_back(*stream);
+        if (stream != nullptr && !is_lane_of(*owner, *stream, thread_of(*stream), false)) {
+            streams.push_back({*stream, thread_of(*stream)});
+        }
+        // A per-thread stream of another thread cannot take an event from here: wait for the device.
+        if (std::erase_if(streams, [](const use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
+            try {
+                events_.synchronize_all();
+            } catch (...) {
+                POOLKIT_ASSERT(false, "stream_ordered could not synchronize for a per-thread stream's use");
+            }
+        }
         if (streams.empty()) {
             owner->pool.deallocate(pointer, bytes, alignment);
             return;
@@ -352,13 +385,13 @@ private:
         try {
             deferred_block entry{pointer, bytes, alignment, owner, {}};
             entry.events.reserve(streams.size());
-            for (stream_ref user : streams) entry.events.push_back(events_.record(user));
+            for (const use& user : streams) entry.events.push_back(events_.record(user.stream));
             deferred_.push_back(std::move(entry));
         } catch (...) {
             // No event could be recorded: wait for the device by the slow road rather than lose order.
-            for (stream_ref user : streams) {
+            for (const use& user : streams) {
                 try {
-                    events_.synchronize(events_.record(user));
+                    events_.synchronize(events_.record(user.stream));
                 } catch (...) {
                     POOLKIT_ASSERT(false, "stream_ordered could not order a deferred free");
                 }
@@ -405,7 +438,7 @@ private:
     std::vector<std::unique_ptr<lane>> lanes_;  // stable addresses: live blocks point at lanes
     lane* last_ = nullptr;                      // the lane of the last call: most calls hit it
     detail::pointer_map<live_block> live_;
-    std::unordered_map<void*, std::vector<stream_ref>> uses_;  // record_use streams, rarely any
+    std::unordered_map<void*, std::vector<use>> uses_;  // record_use streams, rarely any
     std::vector<deferred_block> deferred_;
 };
 
