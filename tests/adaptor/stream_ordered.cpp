@@ -279,6 +279,32 @@ TEST_CASE("random multi-stream traffic never hands out a block before its earlie
     CHECK(memory.errors().empty());
 }
 
+TEST_CASE("blocks of a single lane are found again once a second stream arrives") {
+    fixture f;
+    std::vector<void*> on_a;
+    for (int i = 0; i < 6; ++i) on_a.push_back(f.pool.allocate_async((i + 1) * 64 * KiB, 256, f.a));
+    f.pool.deallocate_async(on_a[0], 64 * KiB, 256, f.b);  // b has no lane yet: a deferred free
+    CHECK(f.pool.lanes() == 1);
+    CHECK(f.pool.deferred_blocks() == 1);
+    CHECK(f.pool.live_blocks() == 5);
+    CHECK(f.pool.owns(on_a[1]));
+    CHECK_FALSE(f.pool.owns(on_a[0]));  // waiting, not live
+
+    void* on_b = f.pool.allocate_async(32 * KiB, 256, f.b);  // a second lane: tracking starts
+    CHECK(f.pool.lanes() == 2);
+    f.pool.check_invariants();
+    CHECK(f.pool.owns(on_a[3]));
+    CHECK(f.pool.live_blocks() == 6);
+    f.pool.record_use(on_a[2], f.b);
+    f.events.submit(f.b);
+    for (int i = 1; i < 6; ++i) f.pool.deallocate_async(on_a[i], (i + 1) * 64 * KiB, 256, f.a);
+    CHECK(f.pool.deferred_blocks() == 1);  // on_a[2] behind b's work (on_a[0] went back when b allocated)
+    f.pool.deallocate_async(on_b, 32 * KiB, 256, f.b);
+    f.events.complete_all();
+    f.pool.check_invariants();
+    CHECK(f.pool.live_blocks() == 0);
+}
+
 TEST_CASE("best_fit::try_allocate_cached serves only from free blocks it holds") {
     instrumented<> memory;
     best_fit<upstream> pool{upstream{memory}, exact};

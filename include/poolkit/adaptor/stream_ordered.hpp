@@ -15,7 +15,10 @@
 // be recorded on another thread's lane: such lanes are left out when borrowing, and reclaimed only
 // after the whole device is synchronized (the exhaustion path, release()).
 // Complexity: a lane hit is the Pool's cached allocate plus one hash-map insert; a miss visits
-// each lane once. Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
+// each lane once. While there is one lane and no record_use (one stream, as in most programs and
+// every replay), blocks need no map at all: the first second lane fills it from a walk of the
+// first (when the Pool offers the walk of observe/walk.hpp; otherwise the map is always kept).
+// Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
 // Stream semantics: as above. Streams must outlive their use here; call forget_stream(s) before
 // destroying a stream that allocated here (its lane stays, idle, for others to take from).
 // Exhaustion: out_of_memory with live, reserved and cached bytes summed over lanes.
@@ -137,6 +140,7 @@ public:
     // The block at `pointer` is also used by work on `stream` (PyTorch's record_stream): its reuse
     // waits until the work issued there before its deallocation is done.
     void record_use(void* pointer, stream_ref stream) {
+        start_tracking();
         live_block* found = live_.find(pointer);
         POOLKIT_ASSERT(found != nullptr, "record_use of a pointer stream_ordered did not hand out");
         if (found == nullptr) return;
@@ -168,12 +172,19 @@ public:
         }
     }
 
-    [[nodiscard]] bool owns(const void* pointer) const { return live_.find(pointer) != nullptr; }
+    [[nodiscard]] bool owns(const void* pointer) const
+        requires has_owns<lane_pool>
+    {
+        if (tracked_) return live_.find(pointer) != nullptr;
+        return !lanes_.empty() && lanes_.front()->pool.owns(pointer) && !is_deferred(pointer);
+    }
 
     void check_invariants() const
         requires has_check_invariants<lane_pool>
     {
         for (const auto& l : lanes_) l->pool.check_invariants();
+        POOLKIT_VERIFY(tracked_ || lanes_.size() <= 1, "several lanes, but live blocks are not tracked");
+        POOLKIT_VERIFY(!tracked_ || live_.size() == live_count_, "the live map lost count");
         live_.for_each([](const void* pointer, const live_block& block) {
             POOLKIT_VERIFY(block.owner != nullptr, "a live block without a lane");
             if constexpr (has_owns<lane_pool>) POOLKIT_VERIFY(block.owner->pool.owns(pointer), "a live block its lane does not own");
@@ -214,7 +225,7 @@ public:
     }
 
     // Blocks handed out now; lanes (streams seen, plus the plain lane once used); deferred blocks.
-    [[nodiscard]] std::size_t live_blocks() const noexcept { return live_.size(); }
+    [[nodiscard]] std::size_t live_blocks() const noexcept { return live_count_; }
     [[nodiscard]] std::size_t lanes() const noexcept { return lanes_.size(); }
     [[nodiscard]] std::size_t deferred_blocks() const noexcept { return deferred_.size(); }
     // Bytes summed over lanes, where the lane pool counts them.
@@ -297,6 +308,7 @@ private:
             found->idle = false;  // a reused handle: the stream is alive again
             return *found;
         }
+        if (!lanes_.empty()) start_tracking();
         lanes_.push_back(std::make_unique<lane>(stream, thread_of(stream), plain, ref<upstream_type>(upstream_), options_));
         return *(last_ = lanes_.back().get());
     }
@@ -304,7 +316,7 @@ private:
     // Requires: a valid alignment and bytes > 0.
     void* allocate_in(lane& own, std::size_t bytes, std::size_t alignment) {
         if (!deferred_.empty()) drain_deferred(false);
-        live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
+        if (tracked_) live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
         if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own);
         for (auto& other : lanes_) {
             if (other.get() == &own || !reachable(*other)) continue;
@@ -326,8 +338,30 @@ private:
     }
 
     void* hand_out(void* pointer, lane& owner) noexcept {
-        live_.insert(pointer, live_block{&owner, false});  // room was reserved
+        if (tracked_) live_.insert(pointer, live_block{&owner, false});  // room was reserved
+        ++live_count_;
         return pointer;
+    }
+
+    // From now on every live block is in live_. Until then there is at most one lane, and every
+    // live block is its block that is not waiting in deferred_.
+    void start_tracking() {
+        if (tracked_) return;
+        if constexpr (walkable<lane_pool>) {
+            if (!lanes_.empty()) {
+                lane* only = lanes_.front().get();
+                live_.reserve(live_count_ + 1);
+                only->pool.for_each_block([&](const chunk_view&, const block_view& block) {
+                    const auto* pointer = reinterpret_cast<const void*>(block.address);
+                    if (block.live && !is_deferred(pointer)) live_.insert(pointer, live_block{only, false});
+                });
+            }
+        }
+        tracked_ = true;
+    }
+
+    [[nodiscard]] bool is_deferred(const void* pointer) const noexcept {
+        return std::any_of(deferred_.begin(), deferred_.end(), [pointer](const deferred_block& entry) { return entry.pointer == pointer; });
     }
 
     // Work that `taker` issues from now on runs after the work issued so far on `giver`'s stream.
@@ -355,17 +389,25 @@ private:
 
     // `stream`: the stream the block is freed on; nullptr for a plain deallocate (already idle).
     void free_from(void* pointer, std::size_t bytes, std::size_t alignment, const stream_ref* stream) noexcept {
-        const live_block* found = live_.find(pointer);
-        POOLKIT_ASSERT(found != nullptr, "deallocate of a pointer stream_ordered did not hand out (or freed twice)");
-        if (found == nullptr) return;
-        lane* owner = found->owner;
+        lane* owner = nullptr;
         std::vector<use> streams;
-        if (found->used_elsewhere) {
-            const auto uses = uses_.find(pointer);
-            streams = std::move(uses->second);
-            uses_.erase(uses);
+        if (tracked_) {
+            const live_block* found = live_.find(pointer);
+            POOLKIT_ASSERT(found != nullptr, "deallocate of a pointer stream_ordered did not hand out (or freed twice)");
+            if (found == nullptr) return;
+            owner = found->owner;
+            if (found->used_elsewhere) {
+                const auto uses = uses_.find(pointer);
+                streams = std::move(uses->second);
+                uses_.erase(uses);
+            }
+            live_.erase(pointer);
+        } else {
+            POOLKIT_ASSERT(!lanes_.empty(), "deallocate of a pointer stream_ordered did not hand out");
+            if (lanes_.empty()) return;
+            owner = lanes_.front().get();  // the only lane: the lane pool checks the pointer itself
         }
-        live_.erase(pointer);
+        --live_count_;
         // Freed on its own lane's stream, or idle (a plain free): reusable in its lane at once.
         if (stream != nullptr && !is_lane_of(*owner, *stream, thread_of(*stream), false)) {
             streams.push_back({*stream, thread_of(*stream)});
@@ -437,7 +479,10 @@ private:
     Events events_;
     std::vector<std::unique_ptr<lane>> lanes_;  // stable addresses: live blocks point at lanes
     lane* last_ = nullptr;                      // the lane of the last call: most calls hit it
+    // Live blocks and their lanes, once tracked_ (see start_tracking); live_count_ always.
     detail::pointer_map<live_block> live_;
+    bool tracked_ = !walkable<lane_pool>;
+    std::size_t live_count_ = 0;
     std::unordered_map<void*, std::vector<use>> uses_;  // record_use streams, rarely any
     std::vector<deferred_block> deferred_;
 };
