@@ -35,7 +35,7 @@ trace_file(good.csv "${header}${row1}0,00:00:00.000002,allocate,0x2,512,3\n0,00:
 expect_run("a JSON line per composition" 0
   "{\"trace\":\"good\",\"composition\":\"best_fit\",\"upstream\":\"simulated\",\"events\":3,\"peak_live_bytes\":1049088,\"ns_per_op\":"
   good.csv --json --composition=best_fit,upstream)
-expect_run("the table" 0 "best pool per trace" good.csv --composition=best_fit)
+expect_run("the table" 0 "best per trace" good.csv --composition=best_fit)
 expect_run("an SVG" 0 "best_fit" good.csv --composition=best_fit --svg=${WORK_DIR}/chart.svg)
 file(READ ${WORK_DIR}/chart.svg svg)
 string(FIND "${svg}" "<polyline" found)
