@@ -12,6 +12,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/strategy/detail/archetype.hpp>
 
 #include <atomic>
 #include <concepts>
@@ -96,5 +97,8 @@ private:
     unsigned max_retries_;
     std::atomic<std::size_t> retries_{0};
 };
+
+static_assert(resource_with<retry_on_oom<detail::resource_archetype<host_accessible>>, host_accessible>);
+static_assert(!stream_resource<retry_on_oom<detail::resource_archetype<>>>);
 
 }  // namespace poolkit

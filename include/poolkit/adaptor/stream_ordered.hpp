@@ -29,6 +29,7 @@
 // Events requirements: the events_policy concept below (cuda_events, host_events).
 #pragma once
 
+#include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/detail/pointer_map.hpp>
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
@@ -38,6 +39,8 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/observe/walk.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/detail/archetype.hpp>
 #include <poolkit/strategy/detail/walk_merge.hpp>
 
 #include <algorithm>
@@ -56,9 +59,7 @@ namespace poolkit {
 
 // A pool that can serve a request from what it already holds, without growing.
 template <class P>
-concept cached_pool = resource<P> && has_release<P> && requires(P& p, std::size_t bytes, std::size_t alignment) {
-    { p.try_allocate_cached(bytes, alignment) } noexcept -> std::same_as<void*>;
-};
+concept cached_pool = resource<P> && has_release<P> && has_try_allocate_cached<P>;
 
 // Events: record on a stream, let another stream wait, ask or block until done, recycle.
 template <class E>
@@ -486,5 +487,12 @@ private:
     std::unordered_map<void*, std::vector<use>> uses_;  // record_use streams, rarely any
     std::vector<deferred_block> deferred_;
 };
+
+static_assert(stream_resource_with<stream_ordered<best_fit<detail::resource_archetype<host_accessible>>, completed_events>,
+                                   host_accessible>);
+static_assert(has_release<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
+              has_check_invariants<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
+              has_owns<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
+              walkable<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>>);
 
 }  // namespace poolkit

@@ -9,6 +9,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/strategy/detail/archetype.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -101,5 +102,8 @@ private:
     mutable Mutex mutex_;
     Upstream upstream_;
 };
+
+static_assert(resource_with<synchronized<detail::resource_archetype<device_accessible>>, device_accessible>);
+static_assert(!has_release<synchronized<detail::resource_archetype<>>>);
 
 }  // namespace poolkit

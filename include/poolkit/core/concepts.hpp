@@ -45,6 +45,12 @@ concept has_try_allocate = requires(R& r, std::size_t bytes, std::size_t alignme
     { r.try_allocate(bytes, alignment) } noexcept -> std::same_as<void*>;
 };
 
+// try_allocate_cached: noexcept; serves only from memory already held, never grows (nullptr else).
+template <class R>
+concept has_try_allocate_cached = requires(R& r, std::size_t bytes, std::size_t alignment) {
+    { r.try_allocate_cached(bytes, alignment) } noexcept -> std::same_as<void*>;
+};
+
 // release(): return cached memory to the upstream.
 template <class R>
 concept has_release = requires(R& r) { r.release(); };

@@ -220,4 +220,10 @@ private:
 
 static_assert(walkable<caching_pool<detail::resource_archetype<>>>);
 
+static_assert(resource_with<caching_pool<detail::resource_archetype<host_accessible>>, host_accessible>);
+static_assert(has_try_allocate_cached<caching_pool<detail::resource_archetype<>>> && has_release<caching_pool<detail::resource_archetype<>>> &&
+              has_owns<caching_pool<detail::resource_archetype<>>> &&
+              has_check_invariants<caching_pool<detail::resource_archetype<>>> &&
+              walkable<caching_pool<detail::resource_archetype<>>>);
+
 }  // namespace poolkit
