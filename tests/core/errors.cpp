@@ -66,3 +66,12 @@ TEST_CASE("POOLKIT_ASSERT calls the installed handler") {
     CHECK_NOTHROW(checked(0));  // compiled out under NDEBUG
 #endif
 }
+
+TEST_CASE("memory_figures::held derives the cached bytes") {
+    const memory_figures figures = memory_figures::held(100, 256, 3000, 5000);
+    CHECK(figures.requested_bytes == 100);
+    CHECK(figures.live_bytes == 3000);
+    CHECK(figures.reserved_bytes == 5000);
+    CHECK(figures.cached_bytes == 2000);
+    CHECK(memory_figures::held(1, 1, 10, 4).cached_bytes == 0);  // never wraps
+}

@@ -458,7 +458,6 @@ private:
     }
 
     memory_figures figures(std::size_t bytes, std::size_t alignment) const {
-        memory_figures result = memory_figures::request(bytes, alignment);
         if constexpr (requires(const lane_pool& p) {
                           p.reserved_bytes();
                           p.live_bytes();
@@ -468,11 +467,10 @@ private:
                 reserved += l->pool.reserved_bytes();
                 live += l->pool.live_bytes();
             }
-            result.reserved_bytes = reserved;
-            result.live_bytes = live;
-            result.cached_bytes = reserved - live;
+            return memory_figures::held(bytes, alignment, live, reserved);
+        } else {
+            return memory_figures::request(bytes, alignment);
         }
-        return result;
     }
 
     upstream_type upstream_;

@@ -33,6 +33,15 @@ struct memory_figures {
         figures.alignment = alignment;
         return figures;
     }
+
+    // Figures for a request to a pool that holds `reserved` bytes, `live` of them handed out.
+    static memory_figures held(std::size_t bytes, std::size_t alignment, std::size_t live, std::size_t reserved) noexcept {
+        memory_figures figures = request(bytes, alignment);
+        figures.live_bytes = live;
+        figures.reserved_bytes = reserved;
+        figures.cached_bytes = reserved > live ? reserved - live : 0;
+        return figures;
+    }
 };
 
 namespace detail {

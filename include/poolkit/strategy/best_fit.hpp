@@ -458,11 +458,7 @@ private:
     }
 
     [[nodiscard]] memory_figures figures(std::size_t bytes, std::size_t alignment) const noexcept {
-        memory_figures result = memory_figures::request(bytes, alignment);
-        result.live_bytes = live_bytes_;
-        result.reserved_bytes = reserved_bytes_;
-        result.cached_bytes = reserved_bytes_ - live_bytes_;
-        return result;
+        return memory_figures::held(bytes, alignment, live_bytes_, reserved_bytes_);
     }
 
     [[no_unique_address]] Upstream upstream_;

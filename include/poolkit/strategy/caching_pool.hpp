@@ -204,11 +204,7 @@ private:
     }
 
     memory_figures figures(std::size_t bytes, std::size_t alignment) const noexcept {
-        memory_figures result = memory_figures::request(bytes, alignment);
-        result.live_bytes = live_bytes();
-        result.reserved_bytes = reserved_bytes();
-        result.cached_bytes = cached_bytes();
-        return result;
+        return memory_figures::held(bytes, alignment, live_bytes(), reserved_bytes());
     }
 
     Upstream upstream_;

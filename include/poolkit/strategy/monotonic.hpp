@@ -267,10 +267,7 @@ private:
         if (needed) {
             if (chunk* fresh = try_grow(*needed, chunk_alignment)) return fresh;
         }
-        memory_figures failure = memory_figures::request(bytes, alignment);
-        failure.live_bytes = live_bytes_;
-        failure.reserved_bytes = reserved_bytes_;
-        failure.cached_bytes = reserved_bytes_ - live_bytes_;
+        memory_figures failure = memory_figures::held(bytes, alignment, live_bytes_, reserved_bytes_);
         if (options_.maximum_size != std::numeric_limits<std::size_t>::max()) failure.limit_bytes = options_.maximum_size;
         throw out_of_memory("monotonic", failure);
     }

@@ -152,16 +152,13 @@ private:
     }
 
     memory_figures figures(std::size_t bytes, std::size_t alignment) const noexcept {
-        memory_figures result = memory_figures::request(bytes, alignment);
         std::uint64_t used = 0;
         std::uint64_t reserved = 0;
         if (cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrUsedMemCurrent, &used) == cudaSuccess &&
             cudaMemPoolGetAttribute(pool_, cudaMemPoolAttrReservedMemCurrent, &reserved) == cudaSuccess) {
-            result.live_bytes = used;
-            result.reserved_bytes = reserved;
-            result.cached_bytes = reserved - used;
+            return memory_figures::held(bytes, alignment, used, reserved);
         }
-        return result;
+        return memory_figures::request(bytes, alignment);
     }
 
     static detail::over_aligned_registry& registry() {
