@@ -6,6 +6,7 @@
 #include <poolkit/presets.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -212,6 +213,52 @@ TEST_CASE("cudaStreamPerThread: threads share the handle but not their lanes") {
     for (auto& thread : threads) thread.join();
     CHECK(bad.read() == 0);
     CHECK(pool.locked([](auto& p) { return p.lanes(); }) == 4);
+}
+
+// Servers make a stream per request and destroy it as soon as the work is issued. Blocks freed on
+// a destroyed stream go to other threads' streams behind the event of their last free, and a new
+// stream that gets a destroyed one's handle gets a lane of its own: no stream is touched after its
+// destruction, and no block is reused before the work of the destroyed stream is done.
+TEST_CASE("threads that create, use and destroy streams in a loop never see another's writes") {
+    counter bad;
+    synchronized_caching_device_allocator pool;
+    constexpr int threads_count = 8;
+    constexpr int rounds = 40;
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < threads_count; ++t) {
+        threads.emplace_back([&, t] {
+            std::mt19937_64 random(static_cast<std::uint64_t>(t) + 1);
+            for (int round = 0; round < rounds; ++round) {
+                cudaStream_t stream{};
+                if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+                    ++failures;
+                    return;
+                }
+                for (int piece = 0; piece < 3; ++piece) {
+                    const std::size_t count = 64 + random() % (std::size_t{512} << 10);  // 256 B .. 2 MiB
+                    auto* data = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, stream_ref{stream}));
+                    const auto value = static_cast<std::uint32_t>((t << 20) | (round << 4) | piece);
+                    // Late writes catch a taker that did not wait; late checks catch a writer that ran late.
+                    const long long write_delay = random() % 2 ? slow / 2 : 0;
+                    const long long check_delay = random() % 2 ? slow / 2 : 0;
+                    slow_fill<<<grid, block, 0, stream>>>(data, count, value, write_delay);
+                    count_other<<<grid, block, 0, stream>>>(data, count, value, check_delay, bad.device);
+                    pool.deallocate_async(data, count * 4, 256, stream_ref{stream});
+                }
+                if (cudaGetLastError() != cudaSuccess) ++failures;
+                cudaStreamDestroy(stream);  // its work is still running
+            }
+        });
+    }
+    for (auto& thread : threads) thread.join();
+    CHECK(failures.load() == 0);
+    CHECK(bad.read() == 0);
+    const auto lanes = pool.locked([](auto& p) { return p.lanes(); });
+    CHECK(lanes == threads_count * rounds);  // one per stream, even where handles came back
+    MESSAGE("lanes: " << lanes);
+    pool.locked([](auto& p) { p.check_invariants(); });
+    pool.release();
 }
 
 TEST_CASE("caching_pinned_host_allocator reuses a buffer only after the copies that used it") {

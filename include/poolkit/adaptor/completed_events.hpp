@@ -8,6 +8,8 @@
 
 #include <poolkit/core/stream_ref.hpp>
 
+#include <cstdint>
+
 namespace poolkit {
 
 class completed_events {
@@ -20,6 +22,8 @@ public:
     void synchronize(event_type) noexcept {}
     void synchronize_all() noexcept {}
     void recycle(event_type) noexcept {}
+    // Handles stand for streams as they are (a trace names each stream by one handle).
+    [[nodiscard]] static std::uint64_t identity(stream_ref stream) noexcept { return stream_id(stream); }
     [[nodiscard]] static constexpr bool per_thread(stream_ref) noexcept { return false; }
 
     friend constexpr bool operator==(completed_events, completed_events) noexcept { return true; }

@@ -13,6 +13,7 @@
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/upstream/detail/cuda_runtime.hpp>
 
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -73,6 +74,16 @@ public:
         } catch (...) {
             detail::check_cuda_in_deallocate(cudaEventDestroy(event), "cudaEventDestroy");
         }
+    }
+
+    // The stream's unique id over the program's life (cudaStreamGetId), so that a new stream that
+    // gets a destroyed stream's handle is told apart; the handle's bits, with the top bit set,
+    // where the runtime cannot say (a stream being captured into a graph).
+    [[nodiscard]] static std::uint64_t identity(stream_ref stream) noexcept {
+        unsigned long long id = 0;
+        if (cudaStreamGetId(stream.get(), &id) == cudaSuccess) return id;
+        static_cast<void>(cudaGetLastError());
+        return stream_id(stream) | (std::uint64_t{1} << 63);
     }
 
     [[nodiscard]] static bool per_thread(stream_ref stream) noexcept {

@@ -6,6 +6,9 @@
 // there so far; it is done once that work completed. wait(waiter, event) makes work the waiter
 // issues afterwards depend on the event: completing that work completes the event's work first,
 // as a GPU would. synchronize(event) (the host blocking) completes just what the event needs.
+// destroy_stream(s) ends a stream as cudaStreamDestroy does: its work still completes and its
+// events stay valid, but recording on it, waiting with it or submitting to it afterwards is a use
+// after destruction, reported by throwing std::logic_error.
 // Every wait and synchronization is logged, so tests can check how a reuse was ordered.
 // Not thread-safe (tests drive it from one thread). Models the Events policy of stream_ordered.
 #pragma once
@@ -17,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <stdexcept>
 #include <vector>
 
 namespace poolkit {
@@ -44,7 +48,7 @@ public:
 
     // Issues one item of work on `stream`; returns its position.
     std::uint64_t submit(stream_ref stream) {
-        auto& s = state(stream);
+        auto& s = alive(stream);
         // Work waits for every event the stream was told to wait on so far.
         s.items.push_back(item{s.pending_waits});
         return s.items.size();
@@ -60,6 +64,12 @@ public:
         for (auto& s : timeline_->streams) complete_until(s, s.items.size());
     }
 
+    // The handle must not be used again (it is never handed out again either).
+    void destroy_stream(stream_ref stream) {
+        POOLKIT_ASSERT(stream.get() != nullptr, "the default stream cannot be destroyed");
+        alive(stream).destroyed = true;
+    }
+
     [[nodiscard]] std::uint64_t issued(stream_ref stream) const { return state(stream).items.size(); }
     [[nodiscard]] std::uint64_t completed(stream_ref stream) const { return state(stream).completed; }
     [[nodiscard]] const std::vector<logged_wait>& waits() const noexcept { return timeline_->waits; }
@@ -67,11 +77,11 @@ public:
 
     // The Events policy.
     event_type record(stream_ref stream) {
-        const auto& s = state(stream);
+        const auto& s = alive(stream);
         return {s.index, s.items.size()};
     }
     void wait(stream_ref waiter, const event_type& event) {
-        auto& s = state(waiter);
+        auto& s = alive(waiter);
         s.pending_waits.push_back(event);
         timeline_->waits.push_back({waiter, event});
     }
@@ -89,6 +99,8 @@ public:
         complete_all();
     }
     void recycle(const event_type&) noexcept {}
+    // Streams are never handed out again: the index tells them apart.
+    [[nodiscard]] std::uint64_t identity(stream_ref stream) const noexcept { return state(stream).index; }
     // No handle is shared between host threads here.
     [[nodiscard]] static constexpr bool per_thread(stream_ref) noexcept { return false; }
 
@@ -103,6 +115,7 @@ private:
         std::vector<item> items;
         std::uint64_t completed = 0;
         std::vector<event_type> pending_waits;  // apply to every item issued from now on
+        bool destroyed = false;
     };
     struct timeline {
         std::deque<stream_state> streams;  // deque: handles are addresses and must stay put
@@ -113,6 +126,11 @@ private:
     stream_state& state(stream_ref stream) const {
         auto* s = reinterpret_cast<stream_state*>(stream.get());
         return s != nullptr ? *s : timeline_->streams.front();
+    }
+    stream_state& alive(stream_ref stream) const {
+        auto& s = state(stream);
+        if (s.destroyed) throw std::logic_error("poolkit::host_events: a destroyed stream was used");
+        return s;
     }
     // Events only look back in time, so this recursion ends.
     void complete_until(stream_state& s, std::uint64_t position) {

@@ -2,25 +2,30 @@
 //
 // Every stream that allocates gets a lane: its own Pool (rebound onto a poolkit::ref to one shared
 // upstream), so a block freed on stream A is reusable on A at once, with no event. Plain
-// allocate/deallocate use a lane of their own whose free blocks are idle. On a miss in its own
-// lane, a request takes a free block from another lane after ordering itself behind that lane's
-// work: an event recorded there and waited on by the requesting stream (cudaStreamWaitEvent, no
-// host synchronization), or a host synchronization for the plain lane. Only then does its own
-// lane grow; when the upstream is exhausted, every lane is synchronized and releases its wholly
-// free chunks, and the request is tried once more before out_of_memory. So no stream strands
-// memory. A block freed on another stream than the one whose lane it came from, or used on other
-// streams (record_use, PyTorch's record_stream), waits in a deferred list with one event per
-// stream until all are done, then returns to its lane.
-// A per-thread handle (cudaStreamPerThread) names another stream on each thread, so no event can
-// be recorded on another thread's lane: such lanes are left out when borrowing, and reclaimed only
-// after the whole device is synchronized (the exhaustion path, release()).
+// allocate/deallocate use a lane of their own whose free blocks are idle. While there are several
+// lanes, a free on a lane's own stream records the lane's event there (one event per lane,
+// re-recorded at each free, so it covers every free block of the lane). On a miss in its own
+// lane, a request takes a free block from another lane after waiting on that event
+// (cudaStreamWaitEvent, no host synchronization; the host waits for it for the plain lane). Frees
+// made while there was one lane recorded nothing; a request that takes such a block waits for the
+// whole device once. No stream is touched after the call that named it: a stream may be destroyed
+// once its work is issued. Only then does its own lane grow; when the upstream is exhausted,
+// every lane's event is waited for, every lane releases its wholly free chunks, and the request is
+// tried once more before out_of_memory. So no stream strands memory. A block freed on another
+// stream than the one whose lane it came from, or used on other streams (record_use, PyTorch's
+// record_stream), waits in a deferred list with one event per stream until all are done, then
+// returns to its lane.
+// A per-thread handle (cudaStreamPerThread) names another stream on each host thread: its lanes are
+// kept apart by thread, and a free there from another thread waits for the whole device.
 // Complexity: a lane hit is the Pool's cached allocate plus one hash-map insert; a miss visits
 // each lane once. While there is one lane and no record_use (one stream, as in most programs and
 // every replay), blocks need no map at all: the first second lane fills it from a walk of the
 // first (when the Pool offers the walk of observe/walk.hpp; otherwise the map is always kept).
 // Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
-// Stream semantics: as above. Streams must outlive their use here; call forget_stream(s) before
-// destroying a stream that allocated here (its lane stays, idle, for others to take from).
+// Stream semantics: as above. A destroyed stream's lane stays, its free blocks behind its last
+// event; forget_stream(s) before destroying s makes them idle (taken with no wait). A new stream
+// that gets a destroyed one's handle inherits its lane: destroy a stream only after its work is done
+// if its handle may come back.
 // Exhaustion: out_of_memory with live, reserved and cached bytes summed over lanes.
 //
 // Pool requirements: a resource with `try_allocate_cached(bytes, alignment) noexcept` (serve from
@@ -50,6 +55,7 @@
 #include <functional>
 #include <memory>
 #include <new>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -71,6 +77,7 @@ concept events_policy = requires(E& e, stream_ref stream, typename E::event_type
     e.synchronize_all();
     e.recycle(event);
     { E::per_thread(stream) } -> std::convertible_to<bool>;
+    { e.identity(stream) } -> std::convertible_to<std::uint64_t>;
 };
 
 namespace detail {
@@ -117,7 +124,7 @@ public:
     void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
-        return allocate_in(lane_for(stream, false), bytes, alignment);
+        return allocate_in(lane_for(stream, key_of(stream)), stream, bytes, alignment);
     }
 
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept {
@@ -129,7 +136,7 @@ public:
     void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
-        return allocate_in(lane_for(stream_ref{}, true), bytes, alignment);
+        return allocate_in(lane_for(stream_ref{}, plain_key()), stream_ref{}, bytes, alignment);
     }
 
     // The caller promises no work still uses the block.
@@ -151,26 +158,25 @@ public:
         found->used_elsewhere = true;
     }
 
-    // Synchronizes `stream` and marks its lane idle, so the stream may be destroyed: its free
-    // blocks stay for any other stream to take without an event.
+    // Synchronizes `stream` and marks its lane idle: its free blocks stay for any other stream to
+    // take without a wait. Optional before destroying a stream (see above).
     void forget_stream(stream_ref stream) {
-        lane* forgotten = find_lane(stream, false);
+        lane* forgotten = find_lane(key_of(stream));
         if (forgotten == nullptr) return;
-        synchronize_lane(*forgotten);
+        const event_type event = events_.record(stream);
+        events_.synchronize(event);
+        events_.recycle(event);
         forgotten->idle = true;
+        forget_frees(*forgotten);
         if (last_ == forgotten) last_ = nullptr;
     }
 
-    // Waits for every lane's work and deferred block, then returns every wholly free chunk
-    // upstream (PyTorch's empty_cache).
+    // Waits for every deferred block and for the work before every lane's last free, then returns
+    // every wholly free chunk upstream (PyTorch's empty_cache).
     void release() {
         drain_deferred(true);
-        const bool foreign = std::any_of(lanes_.begin(), lanes_.end(), [](const auto& l) { return !reachable(*l); });
-        if (foreign) events_.synchronize_all();
-        for (auto& l : lanes_) {
-            if (!foreign) synchronize_lane(*l);
-            l->pool.release();
-        }
+        settle_frees();
+        for (auto& l : lanes_) l->pool.release();
     }
 
     [[nodiscard]] bool owns(const void* pointer) const
@@ -243,21 +249,34 @@ public:
     [[nodiscard]] Events& events() noexcept { return events_; }
     // The pool of the lane of `stream`, or nullptr if that stream never allocated here.
     [[nodiscard]] const lane_pool* pool_of(stream_ref stream) const {
-        const lane* l = const_cast<stream_ordered*>(this)->find_lane(stream, false);
+        const lane* l = const_cast<stream_ordered*>(this)->find_lane(key_of(stream));
         return l ? &l->pool : nullptr;
     }
 
     friend bool operator==(const stream_ordered& a, const stream_ordered& b) noexcept { return &a == &b; }
 
 private:
+    // Which lane a call belongs to: the stream's identity (unique over the program's life, so a new
+    // stream that gets a destroyed one's handle gets a lane of its own), the thread for per-thread
+    // handles, and the lane of allocate/deallocate apart from all streams.
+    struct lane_key {
+        std::uint64_t stream = 0;
+        std::thread::id thread;
+        bool plain = false;
+        friend bool operator==(const lane_key&, const lane_key&) = default;
+    };
+
     struct lane {
-        lane(stream_ref stream_, std::thread::id thread_, bool plain_, ref<upstream_type> upstream,
-             const pool_options& options)
-            : stream(stream_), thread(thread_), plain(plain_), pool(upstream, options) {}
-        stream_ref stream;
-        std::thread::id thread;  // only for per-thread stream handles
+        lane(stream_ref stream_, const lane_key& key_, ref<upstream_type> upstream, const pool_options& options)
+            : stream(stream_), key(key_), plain(key_.plain), pool(upstream, options) {}
+        stream_ref stream;       // the handle it was made with (for the walk's views)
+        lane_key key;
         bool plain;              // the lane of allocate/deallocate: its free blocks are idle
         bool idle = false;       // forgotten stream: its free blocks are idle too
+        // What a taker from another lane waits on: the event recorded at the lane's last free on
+        // its stream, and whether frees happened with none recorded (then: the whole device).
+        std::optional<event_type> freed;
+        bool unordered = false;
         lane_pool pool;
     };
 
@@ -285,44 +304,42 @@ private:
         return Events::per_thread(stream) ? std::this_thread::get_id() : std::thread::id{};
     }
 
-    // Whether this thread can record an event on `l`'s stream.
-    static bool reachable(const lane& l) noexcept {
-        return l.thread == std::thread::id{} || l.thread == std::this_thread::get_id();
-    }
+    lane_key key_of(stream_ref stream) const { return {static_cast<std::uint64_t>(events_.identity(stream)), thread_of(stream), false}; }
+    static lane_key plain_key() noexcept { return {0, {}, true}; }
 
-    // Whether `l` is the lane of `stream` (`thread_of(stream)` passed in to compute it once).
-    static bool is_lane_of(const lane& l, stream_ref stream, std::thread::id thread, bool plain) noexcept {
-        return l.plain == plain && (plain || (l.stream == stream && l.thread == thread));
-    }
-
-    lane* find_lane(stream_ref stream, bool plain) {
-        const std::thread::id thread = thread_of(stream);
-        if (last_ != nullptr && is_lane_of(*last_, stream, thread, plain)) return last_;
+    lane* find_lane(const lane_key& key) {
+        if (last_ != nullptr && last_->key == key) return last_;
         for (auto& l : lanes_) {
-            if (is_lane_of(*l, stream, thread, plain)) return last_ = l.get();
+            if (l->key == key) return last_ = l.get();
         }
         return nullptr;
     }
 
-    lane& lane_for(stream_ref stream, bool plain) {
-        if (lane* found = find_lane(stream, plain)) {
-            found->idle = false;  // a reused handle: the stream is alive again
+    lane& lane_for(stream_ref stream, const lane_key& key) {
+        if (lane* found = find_lane(key)) {
+            found->idle = false;  // a forgotten stream is in use again
             return *found;
         }
         if (!lanes_.empty()) start_tracking();
-        lanes_.push_back(std::make_unique<lane>(stream, thread_of(stream), plain, ref<upstream_type>(upstream_), options_));
+        lanes_.push_back(std::make_unique<lane>(stream, key, ref<upstream_type>(upstream_), options_));
         return *(last_ = lanes_.back().get());
     }
 
-    // Requires: a valid alignment and bytes > 0.
-    void* allocate_in(lane& own, std::size_t bytes, std::size_t alignment) {
+    // `stream`: the stream of this call (ignored for the plain lane). Requires: a valid alignment
+    // and bytes > 0.
+    void* allocate_in(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
         if (!deferred_.empty()) drain_deferred(false);
         if (tracked_) live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
         if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own);
         for (auto& other : lanes_) {
-            if (other.get() == &own || !reachable(*other)) continue;
+            if (other.get() == &own) continue;
             if (void* pointer = other->pool.try_allocate_cached(bytes, alignment)) {
-                order_after(own, *other);
+                try {
+                    order_after(own, stream, *other);
+                } catch (...) {
+                    other->pool.deallocate(pointer, bytes, alignment);
+                    throw;
+                }
                 return hand_out(pointer, *other);
             }
         }
@@ -365,27 +382,53 @@ private:
         return std::any_of(deferred_.begin(), deferred_.end(), [pointer](const deferred_block& entry) { return entry.pointer == pointer; });
     }
 
-    // Work that `taker` issues from now on runs after the work issued so far on `giver`'s stream.
-    void order_after(lane& taker, lane& giver) {
+    // Work that `taker` issues on `stream` from now on runs after the work issued before `giver`'s
+    // frees. Touches no stream but the taker's: the giver's may be gone.
+    void order_after(const lane& taker, stream_ref stream, lane& giver) {
         if (giver.plain || giver.idle) return;
-        event_type event = events_.record(giver.stream);
-        if (taker.plain) {
-            events_.synchronize(event);
-        } else {
-            events_.wait(taker.stream, event);
+        if (giver.unordered) {
+            events_.synchronize_all();
+            forget_frees(giver);
+        } else if (giver.freed) {
+            if (taker.plain) {
+                events_.synchronize(*giver.freed);
+            } else {
+                events_.wait(stream, *giver.freed);
+            }
         }
-        events_.recycle(event);
+        // Neither: the giver's free blocks were never handed out, no work can use them.
     }
 
-    void synchronize_lane(lane& l) {
-        if (l.plain || l.idle) return;
-        if (!reachable(l)) {
-            events_.synchronize_all();
+    // `l`'s free blocks were just freed on its own stream, which is alive during this call.
+    void note_free(lane& l, stream_ref stream) noexcept {
+        if (lanes_.size() == 1) {  // nobody to take them yet: record nothing until somebody might
+            l.unordered = true;
             return;
         }
-        event_type event = events_.record(l.stream);
-        events_.synchronize(event);
-        events_.recycle(event);
+        try {
+            const event_type event = events_.record(stream);
+            if (l.freed) events_.recycle(*l.freed);
+            l.freed = event;
+        } catch (...) {
+            l.unordered = true;  // no event: a taker waits for the whole device
+        }
+    }
+
+    // The work before every lane's frees is done: the host waits for it.
+    void settle_frees() {
+        const bool device = std::any_of(lanes_.begin(), lanes_.end(), [](const auto& l) { return l->unordered && !l->idle; });
+        if (device) events_.synchronize_all();
+        for (auto& l : lanes_) {
+            if (!device && l->freed && !l->idle) events_.synchronize(*l->freed);
+            forget_frees(*l);
+        }
+    }
+
+    // `l`'s free blocks need no wait any more.
+    void forget_frees(lane& l) noexcept {
+        if (l.freed) events_.recycle(*l.freed);
+        l.freed.reset();
+        l.unordered = false;
     }
 
     // `stream`: the stream the block is freed on; nullptr for a plain deallocate (already idle).
@@ -410,9 +453,8 @@ private:
         }
         --live_count_;
         // Freed on its own lane's stream, or idle (a plain free): reusable in its lane at once.
-        if (stream != nullptr && !is_lane_of(*owner, *stream, thread_of(*stream), false)) {
-            streams.push_back({*stream, thread_of(*stream)});
-        }
+        const bool own_stream = stream != nullptr && owner->key == key_of(*stream);
+        if (stream != nullptr && !own_stream) streams.push_back({*stream, thread_of(*stream)});
         // A per-thread stream of another thread cannot take an event from here: wait for the device.
         if (std::erase_if(streams, [](const use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
             try {
@@ -423,6 +465,7 @@ private:
         }
         if (streams.empty()) {
             owner->pool.deallocate(pointer, bytes, alignment);
+            if (own_stream) note_free(*owner, *stream);
             return;
         }
         try {
