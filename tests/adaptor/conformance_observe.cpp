@@ -50,7 +50,7 @@ struct tracking_fixture : over_instrumented {
     static constexpr const char* name = "tracking<ref<instrumented>>";
     tracking<upstream_ref> resource_{upstream_};
     tracking<upstream_ref>& resource() { return resource_; }
-    ~tracking_fixture() { CHECK(resource_.outstanding_count() == 0); }
+    ~tracking_fixture() { CHECK(resource_.live_blocks() == 0); }
 };
 struct tracking_simulated_fixture : over_simulated {
     static constexpr const char* name = "tracking<ref<simulated_resource>>";
@@ -71,14 +71,14 @@ struct logging_simulated_fixture : over_simulated {
 };
 struct limiting_fixture : over_instrumented {
     static constexpr const char* name = "limiting<ref<instrumented>>, 64 MiB";
-    limiting<upstream_ref> resource_{upstream_, std::size_t{64} << 20};
+    limiting<upstream_ref> resource_{upstream_, {.limit_bytes = std::size_t{64} << 20}};
     limiting<upstream_ref>& resource() { return resource_; }
     void exhaust_setup() { resource_.set_limit(std::size_t{1} << 20); }  // the cap, not the upstream, runs out
-    ~limiting_fixture() { CHECK(resource_.used_bytes() == 0); }
+    ~limiting_fixture() { CHECK(resource_.live_bytes() == 0); }
 };
 struct limiting_simulated_fixture : over_simulated {
     static constexpr const char* name = "limiting<ref<simulated_resource>>";
-    limiting<ref<simulated_resource>> resource_{addresses_, std::size_t{8} << 20};
+    limiting<ref<simulated_resource>> resource_{addresses_, {.limit_bytes = std::size_t{8} << 20}};
     auto& resource() { return resource_; }
 };
 

@@ -75,7 +75,7 @@ struct retry_fixture : host_touch {
     static constexpr const char* name = "retry_on_oom<ref<instrumented>>";
     static constexpr bool stateless = false;
     instrumented<> upstream_;
-    retry_on_oom<upstream_ref> resource_{upstream_ref{upstream_}, [](const oom_event&) { return false; }};
+    retry_on_oom<upstream_ref> resource_{upstream_ref{upstream_}, {.callback = [](const oom_event&) { return false; }}};
     instrumented<>* upstream() { return &upstream_; }
     auto& resource() { return resource_; }
     void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }

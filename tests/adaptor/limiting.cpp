@@ -23,9 +23,9 @@ static_assert(stream_resource<limiting<ref<simulated_resource>>>);
 
 TEST_CASE("limiting: requests past the cap throw out_of_memory naming the cap, without reaching the upstream") {
     instrumented<> upstream;
-    limiting<ref<instrumented<>>> capped{upstream, 10000};
+    limiting<ref<instrumented<>>> capped{upstream, {.limit_bytes = 10000}};
     void* a = capped.allocate(6000);
-    CHECK(capped.used_bytes() == 6000);
+    CHECK(capped.live_bytes() == 6000);
     try {
         static_cast<void>(capped.allocate(5000));
         FAIL("no throw");
@@ -40,7 +40,7 @@ TEST_CASE("limiting: requests past the cap throw out_of_memory naming the cap, w
     void* b = capped.allocate(4000);  // exactly up to the cap
     capped.deallocate(a, 6000);
     capped.deallocate(b, 4000);
-    CHECK(capped.used_bytes() == 0);
+    CHECK(capped.live_bytes() == 0);
     capped.set_limit(100);
     CHECK(capped.limit() == 100);
     CHECK_THROWS_AS(static_cast<void>(capped.allocate(101)), out_of_memory);
@@ -50,19 +50,19 @@ TEST_CASE("limiting: requests past the cap throw out_of_memory naming the cap, w
 TEST_CASE("limiting: upstream failures give the bytes back") {
     instrumented<> upstream;
     upstream.limit(1000);
-    limiting<ref<instrumented<>>> capped{upstream, 1 << 20};
+    limiting<ref<instrumented<>>> capped{upstream, {.limit_bytes = 1 << 20}};
     CHECK_THROWS_AS(static_cast<void>(capped.allocate(5000)), out_of_memory);
-    CHECK(capped.used_bytes() == 0);
-    limiting<new_delete_resource> host{new_delete_resource{}, 100};
+    CHECK(capped.live_bytes() == 0);
+    limiting<new_delete_resource> host{new_delete_resource{}, {.limit_bytes = 100}};
     CHECK(host.try_allocate(200) == nullptr);
     void* p = host.try_allocate(100);
     CHECK(p != nullptr);
     host.deallocate(p, 100);
-    CHECK(host.used_bytes() == 0);
+    CHECK(host.live_bytes() == 0);
 }
 
 TEST_CASE("limiting: the cap holds under concurrent use" * doctest::test_suite("concurrency")) {
-    limiting<new_delete_resource> capped{new_delete_resource{}, 64 * 1000};
+    limiting<new_delete_resource> capped{new_delete_resource{}, {.limit_bytes = 64 * 1000}};
     std::atomic<std::size_t> most{0};
     std::vector<std::thread> workers;
     for (int t = 0; t < 4; ++t) {
@@ -70,7 +70,7 @@ TEST_CASE("limiting: the cap holds under concurrent use" * doctest::test_suite("
             for (int i = 0; i < 4000; ++i) {
                 void* p = capped.try_allocate(1000);
                 if (p == nullptr) continue;
-                std::size_t seen = capped.used_bytes();
+                std::size_t seen = capped.live_bytes();
                 std::size_t known = most.load();
                 while (seen > known && !most.compare_exchange_weak(known, seen)) {
                 }
@@ -80,5 +80,5 @@ TEST_CASE("limiting: the cap holds under concurrent use" * doctest::test_suite("
     }
     for (auto& worker : workers) worker.join();
     CHECK(most.load() <= 64 * 1000);
-    CHECK(capped.used_bytes() == 0);
+    CHECK(capped.live_bytes() == 0);
 }

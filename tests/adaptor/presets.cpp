@@ -130,7 +130,7 @@ TEST_CASE("retry_on_oom calls back and retries a bounded number of times") {
     memory.limit(4 * MiB);
     void* hog = memory.allocate(3 * MiB);
     int calls = 0;
-    retry_on_oom<upstream> retrying{upstream{memory}, [&](const oom_event& event) {
+    retry_on_oom<upstream> retrying{upstream{memory}, {.callback = [&](const oom_event& event) {
         ++calls;
         CHECK(event.bytes == 2 * MiB);
         if (event.attempt == 2) {
@@ -139,17 +139,17 @@ TEST_CASE("retry_on_oom calls back and retries a bounded number of times") {
             return true;
         }
         return true;
-    }, 3};
+    }, .max_retries = 3}};
     void* block = retrying.allocate(2 * MiB);
     CHECK(calls == 2);
     CHECK(retrying.retries() == 2);
     retrying.deallocate(block, 2 * MiB);
 
-    retry_on_oom<upstream> giving_up{upstream{memory}, [&](const oom_event&) { ++calls; return false; }};
+    retry_on_oom<upstream> giving_up{upstream{memory}, {.callback = [&](const oom_event&) { ++calls; return false; }}};
     CHECK_THROWS_AS(static_cast<void>(giving_up.allocate(8 * MiB)), out_of_memory);
     CHECK(calls == 3);
     CHECK(giving_up.retries() == 0);
-    retry_on_oom<upstream> bounded{upstream{memory}, [&](const oom_event&) { ++calls; return true; }, 2};
+    retry_on_oom<upstream> bounded{upstream{memory}, {.callback = [&](const oom_event&) { ++calls; return true; }, .max_retries = 2}};
     CHECK_THROWS_AS(static_cast<void>(bounded.allocate(8 * MiB)), out_of_memory);
     CHECK(calls == 5);
 }

@@ -26,8 +26,8 @@ TEST_CASE("tracking: lists what is outstanding and reports it, largest first") {
     void* b = tracker.allocate(5000, 512);
     void* c = tracker.allocate(300);
     tracker.deallocate(a, 100);
-    CHECK(tracker.outstanding_count() == 2);
-    CHECK(tracker.outstanding_bytes() == 5300);
+    CHECK(tracker.live_blocks() == 2);
+    CHECK(tracker.live_bytes() == 5300);
     const auto live = tracker.outstanding();
     REQUIRE(live.size() == 2);
     for (const auto& record : live) {
@@ -44,7 +44,7 @@ TEST_CASE("tracking: lists what is outstanding and reports it, largest first") {
     tracker.check_invariants();
     tracker.deallocate(b, 5000, 512);
     tracker.deallocate(c, 300);
-    CHECK(tracker.outstanding_count() == 0);
+    CHECK(tracker.live_blocks() == 0);
     CHECK(upstream.errors().empty());
 }
 
@@ -72,5 +72,5 @@ TEST_CASE("tracking: stream-ordered allocations record their stream") {
     void* p = tracker.allocate_async(1000, 256, stream);
     CHECK(tracker.outstanding()[0].stream == 0x700);
     tracker.deallocate_async(p, 1000, 256, stream);
-    CHECK(tracker.outstanding_count() == 0);
+    CHECK(tracker.live_blocks() == 0);
 }

@@ -73,9 +73,9 @@ TEST_CASE("replay: a stream resource gets each event's stream") {
 TEST_CASE("replay: exhaustion propagates and frees what was taken") {
     const trace t = parse_trace(small_trace, "small");
     simulated_resource addresses{{.capacity = std::size_t{64} << 20}};
-    limiting<ref<simulated_resource>> capped{addresses, 1500000};
+    limiting<ref<simulated_resource>> capped{addresses, {.limit_bytes = 1500000}};
     CHECK_THROWS_AS(replay(t, capped), out_of_memory);
-    CHECK(capped.used_bytes() == 0);
+    CHECK(capped.live_bytes() == 0);
     CHECK(addresses.live_bytes() == 0);
 }
 

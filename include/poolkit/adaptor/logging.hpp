@@ -14,7 +14,9 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
-#include <poolkit/core/properties.hpp>
+#include <poolkit/core/forwarding.hpp>
+#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/ref.hpp>
 #include <poolkit/observe/trace.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 
@@ -30,9 +32,17 @@
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace poolkit {
+
+// Where rows go: `stream` when set (the caller keeps it alive), else the file at `path` (replaced
+// if it exists), else std::clog.
+struct logging_options {
+    std::ostream* stream = nullptr;
+    std::string path;
+};
 
 namespace detail {
 // A small number for the calling thread, the same in every logger.
@@ -44,93 +54,40 @@ inline std::uint64_t log_thread_number() noexcept {
 }  // namespace detail
 
 template <resource Upstream>
-class logging : public forward_properties<logging<Upstream>, Upstream> {
+class logging : public forwarding<logging<Upstream>, Upstream> {
+    friend forwarding<logging, Upstream>;
+
 public:
     using upstream_type = Upstream;
+    using options_type = logging_options;
+    template <class N>
+    using rebind = logging<rebind_t<Upstream, N>>;
+    using lane_upstream_type = lane_upstream_t<Upstream>;
+    using lane_options_type = lane_options_t<Upstream>;
 
     // Writes to std::clog.
     logging()
         requires std::default_initializable<Upstream>
-        : logging(Upstream{}, std::clog) {}
+        : logging(Upstream{}, logging_options{}) {}
 
+    // std::runtime_error if options.path cannot be opened.
+    explicit logging(Upstream upstream, const logging_options& options = {}) : upstream_(std::move(upstream)) {
+        open(options);
+    }
     // Writes to `out`, which must outlive the logger.
-    logging(Upstream upstream, std::ostream& out) : upstream_(std::move(upstream)), out_(&out) { write_header(); }
-
-    // Writes to the file at `path` (replaced if it exists); std::runtime_error if it cannot be opened.
-    logging(Upstream upstream, const std::string& path)
-        : upstream_(std::move(upstream)), file_(std::make_unique<std::ofstream>(path, std::ios::trunc)) {
-        if (!*file_) throw std::runtime_error("poolkit: logging cannot open " + path);
-        out_ = file_.get();
-        write_header();
+    logging(Upstream upstream, std::ostream& out) : logging(std::move(upstream), logging_options{.stream = &out}) {}
+    // Writes to the file at `path`.
+    logging(Upstream upstream, const std::string& path) : logging(std::move(upstream), logging_options{.path = path}) {}
+    // Builds the upstream in place; writes to std::clog.
+    template <class... Args>
+        requires constructible_in_place<Upstream, Args...>
+    explicit logging(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {
+        open({});
     }
 
     logging(const logging&) = delete;
     logging& operator=(const logging&) = delete;
     ~logging() { flush(); }
-
-    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        try {
-            void* pointer = upstream_.allocate(bytes, alignment);
-            if (pointer != nullptr) write(trace_action::allocate, pointer, bytes, 0);
-            return pointer;
-        } catch (const std::bad_alloc&) {
-            write_failure(bytes, 0);
-            throw;
-        }
-    }
-    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
-        if (pointer == nullptr) return;
-        write(trace_action::free, pointer, bytes, 0);  // before: the address may be handed out again at once
-        upstream_.deallocate(pointer, bytes, alignment);
-    }
-
-    [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept
-        requires has_try_allocate<Upstream>
-    {
-        void* pointer = upstream_.try_allocate(bytes, alignment);
-        if (pointer != nullptr) {
-            write(trace_action::allocate, pointer, bytes, 0);
-        } else if (bytes != 0) {
-            write_failure(bytes, 0);
-        }
-        return pointer;
-    }
-
-    void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream)
-        requires stream_resource<Upstream>
-    {
-        try {
-            void* pointer = upstream_.allocate_async(bytes, alignment, stream);
-            if (pointer != nullptr) write(trace_action::allocate, pointer, bytes, stream_id(stream));
-            return pointer;
-        } catch (const std::bad_alloc&) {
-            write_failure(bytes, stream_id(stream));
-            throw;
-        }
-    }
-    void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept
-        requires stream_resource<Upstream>
-    {
-        if (pointer == nullptr) return;
-        write(trace_action::free, pointer, bytes, stream_id(stream));
-        upstream_.deallocate_async(pointer, bytes, alignment, stream);
-    }
-
-    void release()
-        requires has_release<Upstream>
-    {
-        upstream_.release();
-    }
-    [[nodiscard]] bool owns(const void* pointer) const
-        requires has_owns<Upstream>
-    {
-        return upstream_.owns(pointer);
-    }
-    void check_invariants() const
-        requires has_check_invariants<Upstream>
-    {
-        upstream_.check_invariants();
-    }
 
     // Pushes buffered rows to the sink.
     void flush() noexcept {
@@ -147,6 +104,46 @@ public:
     friend bool operator==(const logging& a, const logging& b) { return a.upstream_ == b.upstream_; }
 
 private:
+    // Every allocating entry point: a row for the block, or an `allocate failure` row (not for a
+    // cache miss of try_allocate_cached).
+    template <class Call>
+    void* around_allocate(const allocation_request& request, Call&& call) {
+        const std::uint64_t stream = request.kind == allocation_kind::allocate_async ? stream_id(request.stream) : 0;
+        void* pointer = nullptr;
+        try {
+            pointer = call();
+        } catch (const std::bad_alloc&) {
+            write_failure(request.bytes, stream);
+            throw;
+        }
+        if (pointer != nullptr) {
+            write(trace_action::allocate, pointer, request.bytes, stream);
+        } else if (request.kind == allocation_kind::try_allocate && request.bytes != 0) {
+            write_failure(request.bytes, stream);
+        }
+        return pointer;
+    }
+    template <class Call>
+    void around_deallocate(const deallocation_request& request, Call&& call) noexcept {
+        if (request.pointer == nullptr) return;
+        // Before the free: the address may be handed out again at once.
+        write(trace_action::free, request.pointer, request.bytes, request.on_stream ? stream_id(request.stream) : 0);
+        call();
+    }
+
+    void open(const logging_options& options) {
+        if (options.stream != nullptr) {
+            out_ = options.stream;
+        } else if (!options.path.empty()) {
+            file_ = std::make_unique<std::ofstream>(options.path, std::ios::trunc);
+            if (!*file_) throw std::runtime_error("poolkit: logging cannot open " + options.path);
+            out_ = file_.get();
+        } else {
+            out_ = &std::clog;
+        }
+        write_header();
+    }
+
     void write_header() {
         std::lock_guard lock(mutex_);
         *out_ << trace_header << '\n';
@@ -180,7 +177,7 @@ private:
         }
     }
 
-    [[no_unique_address]] Upstream upstream_;
+    Upstream upstream_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
     std::unique_ptr<std::ofstream> file_;  // when the logger owns its sink
     std::ostream* out_ = nullptr;
     std::mutex mutex_;
@@ -189,5 +186,17 @@ private:
 
 static_assert(resource_with<logging<detail::resource_archetype<host_accessible>>, host_accessible>);
 static_assert(has_upstream<logging<detail::resource_archetype<>>> && !has_release<logging<detail::resource_archetype<>>>);
+
+// An lvalue is referred to, an rvalue owned (docs/concepts.md).
+template <resource R>
+logging(R&, logging_options = {}) -> logging<ref<R>>;
+template <resource R>
+    requires(!std::is_lvalue_reference_v<R>)
+logging(R&&, logging_options = {}) -> logging<R>;
+template <resource R, class Sink>
+logging(R&, Sink&&) -> logging<ref<R>>;
+template <resource R, class Sink>
+    requires(!std::is_lvalue_reference_v<R>)
+logging(R&&, Sink&&) -> logging<R>;
 
 }  // namespace poolkit

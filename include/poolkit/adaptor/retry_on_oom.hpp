@@ -1,17 +1,20 @@
 // retry_on_oom<Upstream, Callback>: on exhaustion, call back and try again, a bounded number of times.
 //
-// When Upstream's allocate throws std::bad_alloc (out_of_memory included), the callback is called
-// with the request and the attempt number (1, 2, ...); if it returns true (it freed something:
-// released caches elsewhere, dropped a buffer) the request is tried again, up to max_retries
-// times; otherwise, or past the bound, the last error is rethrown unchanged. Complexity: the
+// When Upstream's allocate throws std::bad_alloc (out_of_memory included), or its try_allocate
+// returns nullptr, the callback is called with the request and the attempt number (1, 2, ...); if
+// it returns true (it freed something: released caches elsewhere, dropped a buffer) the request is
+// tried again, up to options.max_retries times; otherwise, or past the bound, the last error is
+// rethrown unchanged (try_allocate: nullptr). A try_allocate_cached miss is not exhaustion and is
+// never retried. With no callback (an empty std::function) nothing is retried. Complexity: the
 // upstream's, plus the callback on failure. Thread safety: the upstream's; the callback may run on
 // any allocating thread. Alignment and stream semantics: the upstream's. retries() counts the
-// retries made.
+// retries made. Every other capability of Upstream passes through (core/forwarding.hpp).
 #pragma once
 
-#include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
-#include <poolkit/core/properties.hpp>
+#include <poolkit/core/forwarding.hpp>
+#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 
 #include <atomic>
@@ -19,6 +22,7 @@
 #include <cstddef>
 #include <functional>
 #include <new>
+#include <type_traits>
 #include <utility>
 
 namespace poolkit {
@@ -30,48 +34,36 @@ struct oom_event {
     unsigned attempt;  // 1 for the first failure
 };
 
+template <class Callback = std::function<bool(const oom_event&)>>
+struct retry_options {
+    Callback callback{};       // returns true when it freed something worth another try
+    unsigned max_retries = 1;  // tries after the first
+};
+
 template <resource Upstream, class Callback = std::function<bool(const oom_event&)>>
     requires std::invocable<Callback&, const oom_event&>
-class retry_on_oom : public forward_properties<retry_on_oom<Upstream, Callback>, Upstream> {
+class retry_on_oom : public forwarding<retry_on_oom<Upstream, Callback>, Upstream> {
+    friend forwarding<retry_on_oom, Upstream>;
+
 public:
     using upstream_type = Upstream;
+    using options_type = retry_options<Callback>;
+    template <class N>
+    using rebind = retry_on_oom<rebind_t<Upstream, N>, Callback>;
+    using lane_upstream_type = lane_upstream_t<Upstream>;
+    using lane_options_type = lane_options_t<Upstream>;
 
-    explicit retry_on_oom(Upstream upstream, Callback callback, unsigned max_retries = 1)
-        : upstream_(std::move(upstream)), callback_(std::move(callback)), max_retries_(max_retries) {}
+    retry_on_oom()
+        requires std::default_initializable<Upstream> && std::default_initializable<Callback>
+    = default;
+    explicit retry_on_oom(Upstream upstream, options_type options = {})
+        : upstream_(std::move(upstream)), options_(std::move(options)) {}
+    template <class... Args>
+        requires constructible_in_place<Upstream, Args...>
+    explicit retry_on_oom(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {}
 
-    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        return with_retries(bytes, alignment, [&] { return upstream_.allocate(bytes, alignment); });
-    }
-    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
-        upstream_.deallocate(pointer, bytes, alignment);
-    }
-
-    void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream)
-        requires stream_resource<Upstream>
-    {
-        return with_retries(bytes, alignment, [&] { return upstream_.allocate_async(bytes, alignment, stream); });
-    }
-    void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept
-        requires stream_resource<Upstream>
-    {
-        upstream_.deallocate_async(pointer, bytes, alignment, stream);
-    }
-
-    void release()
-        requires has_release<Upstream>
-    {
-        upstream_.release();
-    }
-    [[nodiscard]] bool owns(const void* pointer) const
-        requires has_owns<Upstream>
-    {
-        return upstream_.owns(pointer);
-    }
-    void check_invariants() const
-        requires has_check_invariants<Upstream>
-    {
-        upstream_.check_invariants();
-    }
+    retry_on_oom(const retry_on_oom&) = delete;
+    retry_on_oom& operator=(const retry_on_oom&) = delete;
 
     [[nodiscard]] std::size_t retries() const noexcept { return retries_.load(std::memory_order_relaxed); }
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
@@ -80,23 +72,49 @@ public:
     friend bool operator==(const retry_on_oom& a, const retry_on_oom& b) { return a.upstream_ == b.upstream_; }
 
 private:
-    template <class Attempt>
-    void* with_retries(std::size_t bytes, std::size_t alignment, Attempt&& attempt) {
+    template <class Call>
+    void* around_allocate(const allocation_request& request, Call&& call) {
+        if (request.kind == allocation_kind::try_allocate_cached) return call();
         for (unsigned failures = 1;; ++failures) {
-            try {
-                return attempt();
-            } catch (const std::bad_alloc&) {
-                if (failures > max_retries_ || !std::invoke(callback_, oom_event{bytes, alignment, failures})) throw;
-                retries_.fetch_add(1, std::memory_order_relaxed);
+            if (request.may_fail_quietly()) {
+                if (void* pointer = call()) return pointer;
+                if (request.bytes == 0 || !retry(request, failures)) return nullptr;
+            } else {
+                try {
+                    return call();
+                } catch (const std::bad_alloc&) {
+                    if (!retry(request, failures)) throw;
+                }
             }
         }
     }
 
+    bool retry(const allocation_request& request, unsigned failures) {
+        if (failures > options_.max_retries) return false;
+        if constexpr (std::is_constructible_v<bool, Callback&>) {
+            if (!static_cast<bool>(options_.callback)) return false;
+        }
+        if (!std::invoke(options_.callback, oom_event{request.bytes, request.alignment, failures})) return false;
+        retries_.fetch_add(1, std::memory_order_relaxed);
+        return true;
+    }
+
     Upstream upstream_;
-    Callback callback_;
-    unsigned max_retries_;
+    options_type options_{};
     std::atomic<std::size_t> retries_{0};
 };
+
+// An lvalue is referred to, an rvalue owned (docs/concepts.md).
+template <resource R>
+retry_on_oom(R&) -> retry_on_oom<ref<R>>;
+template <resource R>
+    requires(!std::is_lvalue_reference_v<R>)
+retry_on_oom(R&&) -> retry_on_oom<R>;
+template <resource R, class Callback>
+retry_on_oom(R&, retry_options<Callback>) -> retry_on_oom<ref<R>, Callback>;
+template <resource R, class Callback>
+    requires(!std::is_lvalue_reference_v<R>)
+retry_on_oom(R&&, retry_options<Callback>) -> retry_on_oom<R, Callback>;
 
 static_assert(resource_with<retry_on_oom<detail::resource_archetype<host_accessible>>, host_accessible>);
 static_assert(!stream_resource<retry_on_oom<detail::resource_archetype<>>>);

@@ -21,8 +21,10 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
-#include <poolkit/core/properties.hpp>
+#include <poolkit/core/forwarding.hpp>
+#include <poolkit/core/rebind.hpp>
 #include <poolkit/core/ref.hpp>
+#include <poolkit/core/stack.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 
 #include <concepts>
@@ -55,17 +57,11 @@ template <class R>
 inline constexpr bool is_statistics = false;
 template <class U, class C>
 inline constexpr bool is_statistics<statistics<U, C>> = true;
-template <class R>
-inline constexpr bool is_ref = false;
-template <class R>
-inline constexpr bool is_ref<ref<R>> = true;
 
 // The block size Upstream reports for a request, or the request itself.
 template <class R>
 std::size_t block_bytes(const R& resource, std::size_t bytes, std::size_t alignment) noexcept {
-    if constexpr (is_ref<R>) {
-        return block_bytes(resource.get(), bytes, alignment);
-    } else if constexpr (requires { { resource.block_size(bytes, alignment) } noexcept -> std::convertible_to<std::size_t>; }) {
+    if constexpr (has_block_size<R>) {
         const std::size_t block = resource.block_size(bytes, alignment);
         return block != 0 ? block : bytes;
     } else {
@@ -75,24 +71,25 @@ std::size_t block_bytes(const R& resource, std::size_t bytes, std::size_t alignm
 }  // namespace detail
 
 // The figures of the first statistics<> met walking down from `r` (r itself included) through
-// upstream_resource() and ref<>, or nothing when there is none.
+// upstream_resource(), or nothing when there is none.
 template <class R>
 [[nodiscard]] std::optional<statistics_figures> find_statistics(const R& r) {
-    if constexpr (detail::is_statistics<R>) {
-        return r.figures();
-    } else if constexpr (detail::is_ref<R>) {
-        return find_statistics(r.get());
-    } else if constexpr (has_upstream<R>) {
-        return find_statistics(r.upstream_resource());
-    } else {
+    return find_in_stack(r, []<class Layer>(const Layer& layer) -> std::optional<statistics_figures> {
+        if constexpr (detail::is_statistics<Layer>) return layer.figures();
         return std::nullopt;
-    }
+    });
 }
 
 template <resource Upstream, class Counters>
-class statistics : public forward_properties<statistics<Upstream, Counters>, Upstream> {
+class statistics : public forwarding<statistics<Upstream, Counters>, Upstream> {
+    friend forwarding<statistics, Upstream>;
+
 public:
     using upstream_type = Upstream;
+    template <class N>
+    using rebind = statistics<rebind_t<Upstream, N>, Counters>;
+    using lane_upstream_type = lane_upstream_t<Upstream>;
+    using lane_options_type = lane_options_t<Upstream>;
 
     statistics()
         requires std::default_initializable<Upstream>
@@ -100,73 +97,12 @@ public:
     explicit statistics(Upstream upstream) : upstream_(std::move(upstream)) {}
     // Builds the upstream in place, for upstreams that do not move (simulated_resource).
     template <class... Args>
-    explicit statistics(std::in_place_t, Args&&... args) : upstream_(std::forward<Args>(args)...) {}
+        requires constructible_in_place<Upstream, Args...>
+    explicit statistics(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {}
 
     statistics(const statistics&) = delete;
     statistics& operator=(const statistics&) = delete;
 
-    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        void* pointer = nullptr;
-        try {
-            pointer = upstream_.allocate(bytes, alignment);
-        } catch (const std::bad_alloc&) {
-            ooms_.increment();
-            throw;
-        }
-        if (pointer != nullptr) record_allocate(bytes, alignment);
-        return pointer;
-    }
-
-    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
-        if (pointer == nullptr) return;
-        upstream_.deallocate(pointer, bytes, alignment);
-        record_deallocate(bytes, alignment);
-    }
-
-    [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept
-        requires has_try_allocate<Upstream>
-    {
-        void* pointer = upstream_.try_allocate(bytes, alignment);
-        if (pointer != nullptr) {
-            record_allocate(bytes, alignment);
-        } else if (bytes != 0 && is_power_of_two(alignment)) {
-            ooms_.increment();
-        }
-        return pointer;
-    }
-
-    void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream)
-        requires stream_resource<Upstream>
-    {
-        void* pointer = nullptr;
-        try {
-            pointer = upstream_.allocate_async(bytes, alignment, stream);
-        } catch (const std::bad_alloc&) {
-            ooms_.increment();
-            throw;
-        }
-        if (pointer != nullptr) record_allocate(bytes, alignment);
-        return pointer;
-    }
-
-    void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept
-        requires stream_resource<Upstream>
-    {
-        if (pointer == nullptr) return;
-        upstream_.deallocate_async(pointer, bytes, alignment, stream);
-        record_deallocate(bytes, alignment);
-    }
-
-    void release()
-        requires has_release<Upstream>
-    {
-        upstream_.release();
-    }
-    [[nodiscard]] bool owns(const void* pointer) const
-        requires has_owns<Upstream>
-    {
-        return upstream_.owns(pointer);
-    }
     // Counters never go negative and peaks are at least the current values (exact when no other
     // thread is inside the resource); then Upstream's own invariants.
     void check_invariants() const {
@@ -265,6 +201,31 @@ public:
     friend bool operator==(const statistics& a, const statistics& b) { return a.upstream_ == b.upstream_; }
 
 private:
+    // Every allocating entry point: counted when it succeeds; a failure counts as an OOM, except a
+    // cache miss (try_allocate_cached) and requests that could never succeed.
+    template <class Call>
+    void* around_allocate(const allocation_request& request, Call&& call) {
+        void* pointer = nullptr;
+        try {
+            pointer = call();
+        } catch (const std::bad_alloc&) {
+            ooms_.increment();
+            throw;
+        }
+        if (pointer != nullptr) {
+            record_allocate(request.bytes, request.alignment);
+        } else if (request.kind == allocation_kind::try_allocate && request.bytes != 0 && is_power_of_two(request.alignment)) {
+            ooms_.increment();
+        }
+        return pointer;
+    }
+    template <class Call>
+    void around_deallocate(const deallocation_request& request, Call&& call) noexcept {
+        if (request.pointer == nullptr) return;
+        call();
+        record_deallocate(request.bytes, request.alignment);
+    }
+
     void record_allocate(std::size_t bytes, std::size_t alignment) noexcept {
         allocations_.add(1);
         allocated_bytes_.add(static_cast<std::int64_t>(detail::block_bytes(upstream_, bytes, alignment)));
@@ -276,7 +237,7 @@ private:
         requested_bytes_.remove(static_cast<std::int64_t>(bytes));
     }
 
-    [[no_unique_address]] Upstream upstream_;
+    Upstream upstream_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
     detail::metric<Counters> allocations_;
     detail::metric<Counters> allocated_bytes_;
     detail::metric<Counters> requested_bytes_;
@@ -289,5 +250,12 @@ static_assert(resource_with<statistics<detail::resource_archetype<host_accessibl
 static_assert(!has_property<statistics<detail::resource_archetype<host_accessible>>, device_accessible>);
 static_assert(has_upstream<statistics<detail::resource_archetype<host_accessible>>>);
 static_assert(!has_release<statistics<detail::resource_archetype<host_accessible>>> && !has_try_allocate<statistics<detail::resource_archetype<host_accessible>>>);
+
+// An lvalue is referred to, an rvalue owned (docs/concepts.md).
+template <resource R>
+statistics(R&) -> statistics<ref<R>>;
+template <resource R>
+    requires(!std::is_lvalue_reference_v<R>)
+statistics(R&&) -> statistics<R>;
 
 }  // namespace poolkit

@@ -22,25 +22,29 @@
 // every replay), blocks need no map at all: the first second lane fills it from a walk of the
 // first (when the Pool offers the walk of observe/walk.hpp; otherwise the map is always kept).
 // Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
-// Stream semantics: as above. A destroyed stream's lane stays, its free blocks behind its last
-// event; forget_stream(s) before destroying s makes them idle (taken with no wait). A new stream
-// that gets a destroyed one's handle inherits its lane: destroy a stream only after its work is done
-// if its handle may come back.
+// Stream semantics: as above. Lanes are keyed by the stream's identity (Events::identity:
+// cudaStreamGetId, unique over the program's life), so a new stream that gets a destroyed one's
+// handle has a lane of its own. A destroyed stream's lane stays, its free blocks behind its last
+// event; forget_stream(s) before destroying s makes them idle (taken with no wait).
 // Exhaustion: out_of_memory with live, reserved and cached bytes summed over lanes.
 //
-// Pool requirements: a resource with `try_allocate_cached(bytes, alignment) noexcept` (serve from
-// free blocks only, never grow), `release()`, constructible from (ref<Upstream>, options_type);
-// it need not be movable.
-// Events requirements: the events_policy concept below (cuda_events, host_events).
+// Pool requirements: the lane_pool concept below: rebuilt over a ref to one shared upstream, each
+// lane serves from what it holds with `try_allocate_cached(bytes, alignment) noexcept` and gives
+// chunks back with `release()`; it need not be movable. The constructor takes the shared upstream
+// and the lane options (lane_options_t<Pool>: the strategy's options, through any adaptors).
+// Events requirements: the events_policy concept below (cuda_events, the default with CUDA;
+// host_events; completed_events, the default without CUDA).
 #pragma once
 
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/detail/pointer_map.hpp>
 #include <poolkit/core/alignment.hpp>
+#include <poolkit/core/config.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/core/rebind.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/observe/walk.hpp>
@@ -61,6 +65,10 @@
 #include <utility>
 #include <vector>
 
+#if POOLKIT_HAS_CUDA
+#  include <poolkit/adaptor/cuda_events.hpp>
+#endif
+
 namespace poolkit {
 
 // A pool that can serve a request from what it already holds, without growing.
@@ -80,26 +88,27 @@ concept events_policy = requires(E& e, stream_ref stream, typename E::event_type
     { e.identity(stream) } -> std::convertible_to<std::uint64_t>;
 };
 
-namespace detail {
-template <class Pool, class NewUpstream>
-struct rebind_upstream;
-template <template <class...> class P, class U, class... Rest, class NewUpstream>
-struct rebind_upstream<P<U, Rest...>, NewUpstream> {
-    using type = P<NewUpstream, Rest...>;
-};
-}  // namespace detail
+// What stream_ordered needs of its Pool: rebuilt over a ref to the upstream all lanes share
+// (core/rebind.hpp: rebind_t, lane_upstream_t, lane_options_t, build_over), each lane a
+// cached_pool. Every strategy, combinator and adaptor-over-strategy stack of poolkit is one.
+template <class Pool>
+concept lane_pool = cached_pool<rebind_t<Pool, ref<lane_upstream_t<Pool>>>> &&
+                    buildable_over<rebind_t<Pool, ref<lane_upstream_t<Pool>>>, ref<lane_upstream_t<Pool>>, lane_options_t<Pool>>;
 
-// Pool with its upstream replaced by NewUpstream: best_fit<U> -> best_fit<NewUpstream>.
-template <class Pool, class NewUpstream>
-using rebind_upstream_t = typename detail::rebind_upstream<Pool, NewUpstream>::type;
+// Streams are CUDA's where the toolkit is; without it no work runs on a stream, so every event is
+// complete.
+#if POOLKIT_HAS_CUDA
+using default_events = cuda_events;
+#else
+using default_events = completed_events;
+#endif
 
-template <class Pool, events_policy Events>
-    requires cached_pool<rebind_upstream_t<Pool, ref<typename Pool::upstream_type>>>
-class stream_ordered : public forward_properties<stream_ordered<Pool, Events>, typename Pool::upstream_type> {
+template <lane_pool Pool, events_policy Events = default_events>
+class stream_ordered : public forward_properties<stream_ordered<Pool, Events>, lane_upstream_t<Pool>> {
 public:
-    using upstream_type = typename Pool::upstream_type;
-    using lane_pool = rebind_upstream_t<Pool, ref<upstream_type>>;
-    using pool_options = typename Pool::options_type;
+    using upstream_type = lane_upstream_t<Pool>;
+    using lane_pool_type = rebind_t<Pool, ref<upstream_type>>;
+    using pool_options = lane_options_t<Pool>;
     using event_type = typename Events::event_type;
 
     stream_ordered()
@@ -180,21 +189,21 @@ public:
     }
 
     [[nodiscard]] bool owns(const void* pointer) const
-        requires has_owns<lane_pool>
+        requires has_owns<lane_pool_type>
     {
         if (tracked_) return live_.find(pointer) != nullptr;
         return !lanes_.empty() && lanes_.front()->pool.owns(pointer) && !is_deferred(pointer);
     }
 
     void check_invariants() const
-        requires has_check_invariants<lane_pool>
+        requires has_check_invariants<lane_pool_type>
     {
         for (const auto& l : lanes_) l->pool.check_invariants();
         POOLKIT_VERIFY(tracked_ || lanes_.size() <= 1, "several lanes, but live blocks are not tracked");
         POOLKIT_VERIFY(!tracked_ || live_.size() == live_count_, "the live map lost count");
         live_.for_each([](const void* pointer, const live_block& block) {
             POOLKIT_VERIFY(block.owner != nullptr, "a live block without a lane");
-            if constexpr (has_owns<lane_pool>) POOLKIT_VERIFY(block.owner->pool.owns(pointer), "a live block its lane does not own");
+            if constexpr (has_owns<lane_pool_type>) POOLKIT_VERIFY(block.owner->pool.owns(pointer), "a live block its lane does not own");
         });
         for (const auto& [pointer, streams] : uses_) {
             const live_block* block = live_.find(pointer);
@@ -207,7 +216,7 @@ public:
     // deferred list is pending_free, not live. O(blocks + chunks log chunks + deferred log
     // deferred); the visits are kept on the host heap for the merge.
     template <class Visitor>
-        requires walkable<lane_pool>
+        requires walkable<lane_pool_type>
     void for_each_block(Visitor&& visit) const {
         std::vector<std::uintptr_t> pending;
         pending.reserve(deferred_.size());
@@ -237,7 +246,7 @@ public:
     [[nodiscard]] std::size_t deferred_blocks() const noexcept { return deferred_.size(); }
     // Bytes summed over lanes, where the lane pool counts them.
     [[nodiscard]] std::size_t reserved_bytes() const
-        requires requires(const lane_pool& p) { p.reserved_bytes(); }
+        requires requires(const lane_pool_type& p) { p.reserved_bytes(); }
     {
         std::size_t total = 0;
         for (const auto& l : lanes_) total += l->pool.reserved_bytes();
@@ -248,7 +257,7 @@ public:
     [[nodiscard]] const upstream_type& upstream_resource() const noexcept { return upstream_; }
     [[nodiscard]] Events& events() noexcept { return events_; }
     // The pool of the lane of `stream`, or nullptr if that stream never allocated here.
-    [[nodiscard]] const lane_pool* pool_of(stream_ref stream) const {
+    [[nodiscard]] const lane_pool_type* pool_of(stream_ref stream) const {
         const lane* l = const_cast<stream_ordered*>(this)->find_lane(key_of(stream));
         return l ? &l->pool : nullptr;
     }
@@ -268,7 +277,7 @@ private:
 
     struct lane {
         lane(stream_ref stream_, const lane_key& key_, ref<upstream_type> upstream, const pool_options& options)
-            : stream(stream_), key(key_), plain(key_.plain), pool(upstream, options) {}
+            : stream(stream_), key(key_), plain(key_.plain), pool(build_over<lane_pool_type>(upstream, options)) {}
         stream_ref stream;       // the handle it was made with (for the walk's views)
         lane_key key;
         bool plain;              // the lane of allocate/deallocate: its free blocks are idle
@@ -277,7 +286,7 @@ private:
         // its stream, and whether frees happened with none recorded (then: the whole device).
         std::optional<event_type> freed;
         bool unordered = false;
-        lane_pool pool;
+        lane_pool_type pool;
     };
 
     // A stream that used a block (record_use), with the thread for per-thread handles.
@@ -365,7 +374,7 @@ private:
     // live block is its block that is not waiting in deferred_.
     void start_tracking() {
         if (tracked_) return;
-        if constexpr (walkable<lane_pool>) {
+        if constexpr (walkable<lane_pool_type>) {
             if (!lanes_.empty()) {
                 lane* only = lanes_.front().get();
                 live_.reserve(live_count_ + 1);
@@ -501,7 +510,7 @@ private:
     }
 
     memory_figures figures(std::size_t bytes, std::size_t alignment) const {
-        if constexpr (requires(const lane_pool& p) {
+        if constexpr (requires(const lane_pool_type& p) {
                           p.reserved_bytes();
                           p.live_bytes();
                       }) {
@@ -523,7 +532,7 @@ private:
     lane* last_ = nullptr;                      // the lane of the last call: most calls hit it
     // Live blocks and their lanes, once tracked_ (see start_tracking); live_count_ always.
     detail::pointer_map<live_block> live_;
-    bool tracked_ = !walkable<lane_pool>;
+    bool tracked_ = !walkable<lane_pool_type>;
     std::size_t live_count_ = 0;
     std::unordered_map<void*, std::vector<use>> uses_;  // record_use streams, rarely any
     std::vector<deferred_block> deferred_;

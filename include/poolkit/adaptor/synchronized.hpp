@@ -3,25 +3,32 @@
 // Makes any single-threaded block (a strategy, stream_ordered) safe to share between threads.
 // Complexity: the upstream's plus one lock and unlock (~20 ns uncontended with std::mutex).
 // Alignment, stream semantics and exhaustion: the upstream's. Forwards properties and every
-// optional capability the upstream has, each under the lock.
+// optional capability the upstream has (core/forwarding.hpp), each under the lock.
 #pragma once
 
-#include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
-#include <poolkit/core/properties.hpp>
+#include <poolkit/core/forwarding.hpp>
+#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 
 #include <concepts>
-#include <cstddef>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 
 namespace poolkit {
 
 template <resource Upstream, class Mutex = std::mutex>
-class synchronized : public forward_properties<synchronized<Upstream, Mutex>, Upstream> {
+class synchronized : public forwarding<synchronized<Upstream, Mutex>, Upstream> {
+    friend forwarding<synchronized, Upstream>;
+
 public:
     using upstream_type = Upstream;
+    template <class N>
+    using rebind = synchronized<rebind_t<Upstream, N>, Mutex>;
+    using lane_upstream_type = lane_upstream_t<Upstream>;
+    using lane_options_type = lane_options_t<Upstream>;
 
     synchronized()
         requires std::default_initializable<Upstream>
@@ -29,60 +36,9 @@ public:
     explicit synchronized(Upstream upstream) : upstream_(std::move(upstream)) {}
     // Builds the upstream in place (for blocks that cannot move, or would rather not).
     template <class... Arguments>
-        requires std::constructible_from<Upstream, Arguments...>
+        requires constructible_in_place<Upstream, Arguments...>
     explicit synchronized(std::in_place_t, Arguments&&... arguments)
-        : upstream_(std::forward<Arguments>(arguments)...) {}
-
-    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        std::lock_guard lock(mutex_);
-        return upstream_.allocate(bytes, alignment);
-    }
-    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
-        std::lock_guard lock(mutex_);
-        upstream_.deallocate(pointer, bytes, alignment);
-    }
-    void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream)
-        requires stream_resource<Upstream>
-    {
-        std::lock_guard lock(mutex_);
-        return upstream_.allocate_async(bytes, alignment, stream);
-    }
-    void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept
-        requires stream_resource<Upstream>
-    {
-        std::lock_guard lock(mutex_);
-        upstream_.deallocate_async(pointer, bytes, alignment, stream);
-    }
-    void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept
-        requires has_try_allocate<Upstream>
-    {
-        std::lock_guard lock(mutex_);
-        return upstream_.try_allocate(bytes, alignment);
-    }
-    void release()
-        requires has_release<Upstream>
-    {
-        std::lock_guard lock(mutex_);
-        upstream_.release();
-    }
-    [[nodiscard]] bool owns(const void* pointer) const
-        requires has_owns<Upstream>
-    {
-        std::lock_guard lock(mutex_);
-        return upstream_.owns(pointer);
-    }
-    void check_invariants() const
-        requires has_check_invariants<Upstream>
-    {
-        std::lock_guard lock(mutex_);
-        upstream_.check_invariants();
-    }
-    void record_use(void* pointer, stream_ref stream)
-        requires requires(Upstream& u, void* p, stream_ref s) { u.record_use(p, s); }
-    {
-        std::lock_guard lock(mutex_);
-        upstream_.record_use(pointer, stream);
-    }
+        : upstream_(build_from<Upstream>(std::forward<Arguments>(arguments)...)) {}
 
     // Runs `action(upstream)` under the lock: for several calls that must not interleave, or for
     // reading figures consistently.
@@ -99,9 +55,37 @@ public:
     friend bool operator==(const synchronized& a, const synchronized& b) { return a.upstream_ == b.upstream_; }
 
 private:
+    template <class Call>
+    void* around_allocate(const allocation_request&, Call&& call) {
+        std::lock_guard lock(mutex_);
+        return std::forward<Call>(call)();
+    }
+    template <class Call>
+    void around_deallocate(const deallocation_request&, Call&& call) noexcept {
+        std::lock_guard lock(mutex_);
+        std::forward<Call>(call)();
+    }
+    template <class Call>
+    decltype(auto) around_call(Call&& call) const {
+        std::lock_guard lock(mutex_);
+        return std::forward<Call>(call)(upstream_);
+    }
+    template <class Call>
+    decltype(auto) around_call(Call&& call) {
+        std::lock_guard lock(mutex_);
+        return std::forward<Call>(call)(upstream_);
+    }
+
     mutable Mutex mutex_;
     Upstream upstream_;
 };
+
+// An lvalue is referred to, an rvalue owned (docs/concepts.md).
+template <resource R>
+synchronized(R&) -> synchronized<ref<R>>;
+template <resource R>
+    requires(!std::is_lvalue_reference_v<R>)
+synchronized(R&&) -> synchronized<R>;
 
 static_assert(resource_with<synchronized<detail::resource_archetype<device_accessible>>, device_accessible>);
 static_assert(!has_release<synchronized<detail::resource_archetype<>>>);

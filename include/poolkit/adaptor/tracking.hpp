@@ -14,7 +14,9 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
-#include <poolkit/core/properties.hpp>
+#include <poolkit/core/forwarding.hpp>
+#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 
 #include <algorithm>
@@ -58,22 +60,32 @@ struct tracked_allocation {
 };
 
 template <resource Upstream>
-class tracking : public forward_properties<tracking<Upstream>, Upstream> {
+class tracking : public forwarding<tracking<Upstream>, Upstream> {
+    friend forwarding<tracking, Upstream>;
+
 public:
     using upstream_type = Upstream;
+    using options_type = tracking_options;
+    template <class N>
+    using rebind = tracking<rebind_t<Upstream, N>>;
+    using lane_upstream_type = lane_upstream_t<Upstream>;
+    using lane_options_type = lane_options_t<Upstream>;
 
     tracking()
         requires std::default_initializable<Upstream>
     = default;
     explicit tracking(Upstream upstream, tracking_options options = {})
         : upstream_(std::move(upstream)), options_(options) {}
+    template <class... Args>
+        requires constructible_in_place<Upstream, Args...>
+    explicit tracking(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {}
 
     tracking(const tracking&) = delete;
     tracking& operator=(const tracking&) = delete;
 
     ~tracking() {
 #if POOLKIT_ENABLE_ASSERTS
-        if (outstanding_count() != 0) {
+        if (live_blocks() != 0) {
             const std::string report = leak_report();
             std::fprintf(stderr, "%s", report.c_str());
             std::fflush(stderr);
@@ -81,60 +93,6 @@ public:
 #endif
     }
 
-    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        void* pointer = upstream_.allocate(bytes, alignment);
-        remember(pointer, bytes, alignment, 0);
-        return pointer;
-    }
-    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
-        if (pointer == nullptr) return;
-        forget(pointer, bytes);
-        upstream_.deallocate(pointer, bytes, alignment);
-    }
-
-    [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept
-        requires has_try_allocate<Upstream>
-    {
-        void* pointer = upstream_.try_allocate(bytes, alignment);
-        try {
-            remember(pointer, bytes, alignment, 0);
-        } catch (...) {
-            upstream_.deallocate(pointer, bytes, alignment);
-            return nullptr;
-        }
-        return pointer;
-    }
-
-    void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream)
-        requires stream_resource<Upstream>
-    {
-        void* pointer = upstream_.allocate_async(bytes, alignment, stream);
-        try {
-            remember(pointer, bytes, alignment, stream_id(stream));
-        } catch (...) {
-            upstream_.deallocate_async(pointer, bytes, alignment, stream);
-            throw;
-        }
-        return pointer;
-    }
-    void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept
-        requires stream_resource<Upstream>
-    {
-        if (pointer == nullptr) return;
-        forget(pointer, bytes);
-        upstream_.deallocate_async(pointer, bytes, alignment, stream);
-    }
-
-    void release()
-        requires has_release<Upstream>
-    {
-        upstream_.release();
-    }
-    [[nodiscard]] bool owns(const void* pointer) const
-        requires has_owns<Upstream>
-    {
-        return upstream_.owns(pointer);
-    }
     // No two outstanding allocations overlap; then Upstream's invariants.
     void check_invariants() const {
         {
@@ -156,11 +114,11 @@ public:
         for (const auto& [address, record] : live_) result.push_back(record);
         return result;
     }
-    [[nodiscard]] std::size_t outstanding_count() const {
+    [[nodiscard]] std::size_t live_blocks() const {
         std::lock_guard lock(mutex_);
         return live_.size();
     }
-    [[nodiscard]] std::size_t outstanding_bytes() const {
+    [[nodiscard]] std::size_t live_bytes() const {
         std::lock_guard lock(mutex_);
         return live_bytes_;
     }
@@ -197,6 +155,28 @@ public:
     friend bool operator==(const tracking& a, const tracking& b) noexcept { return &a == &b; }
 
 private:
+    // Every allocating entry point: a block is recorded once Upstream handed it out; if recording
+    // fails (no host memory for the record), the block goes back and the failure is reported.
+    template <class Call>
+    void* around_allocate(const allocation_request& request, Call&& call) {
+        void* pointer = call();
+        if (pointer == nullptr) return nullptr;
+        try {
+            remember(pointer, request.bytes, request.alignment,
+                     request.kind == allocation_kind::allocate_async ? stream_id(request.stream) : 0);
+        } catch (...) {
+            this->give_back(request, pointer);
+            throw;
+        }
+        return pointer;
+    }
+    template <class Call>
+    void around_deallocate(const deallocation_request& request, Call&& call) noexcept {
+        if (request.pointer == nullptr) return;
+        forget(request.pointer, request.bytes);
+        call();
+    }
+
     void remember(void* pointer, std::size_t bytes, std::size_t alignment, std::uintptr_t stream) {
         if (pointer == nullptr) return;
         tracked_allocation record;
@@ -246,7 +226,7 @@ private:
         return text;
     }
 
-    [[no_unique_address]] Upstream upstream_;
+    Upstream upstream_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
     tracking_options options_;
     mutable std::mutex mutex_;
     std::map<std::uintptr_t, tracked_allocation> live_;  // invariant: exactly the allocations not yet freed
@@ -256,5 +236,12 @@ private:
 
 static_assert(resource_with<tracking<detail::resource_archetype<host_accessible>>, host_accessible>);
 static_assert(has_upstream<tracking<detail::resource_archetype<>>> && has_check_invariants<tracking<detail::resource_archetype<>>>);
+
+// An lvalue is referred to, an rvalue owned (docs/concepts.md).
+template <resource R>
+tracking(R&, tracking_options = {}) -> tracking<ref<R>>;
+template <resource R>
+    requires(!std::is_lvalue_reference_v<R>)
+tracking(R&&, tracking_options = {}) -> tracking<R>;
 
 }  // namespace poolkit

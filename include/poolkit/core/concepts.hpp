@@ -66,6 +66,17 @@ concept has_owns = requires(const R& r, const void* p) {
 template <class R>
 concept has_check_invariants = requires(const R& r) { r.check_invariants(); };
 
+// record_use(p, stream): the block at p is also used by work on `stream` (PyTorch's
+// record_stream); its reuse waits for that work.
+template <class R>
+concept has_record_use = requires(R& r, void* p, stream_ref stream) { r.record_use(p, stream); };
+
+// block_size(bytes, alignment): the size of the block a request is served with (0: unknown).
+template <class R>
+concept has_block_size = requires(const R& r, std::size_t bytes, std::size_t alignment) {
+    { r.block_size(bytes, alignment) } noexcept -> std::convertible_to<std::size_t>;
+};
+
 // upstream_resource(): the resource this one takes its memory from.
 template <class R>
 concept has_upstream = requires(const R& r) { r.upstream_resource(); };

@@ -1,10 +1,10 @@
 // pmr_adaptor<R>: a std::pmr::memory_resource over a host-accessible poolkit resource.
 //
 // std::pmr containers (std::pmr::vector, std::pmr::string, ...) then allocate from any poolkit
-// composition: `poolkit::pmr_adaptor<poolkit::ref<pool>> memory{pool}; std::pmr::vector<int> v{&memory};`.
-// Holds R by value (pass a poolkit::ref to share one resource). Complexity, thread safety,
-// alignment and exhaustion: R's. A 0-byte request takes 1 byte, as std::pmr expects a pointer.
-// do_is_equal: the other is a pmr_adaptor of the same R whose resource compares equal.
+// composition: `poolkit::pmr_adaptor memory{pool}; std::pmr::vector<int> v{&memory};`. Like every
+// poolkit adaptor it refers to an lvalue (pmr_adaptor<ref<R>>) and owns an rvalue (pmr_adaptor<R>).
+// Complexity, thread safety, alignment and exhaustion: R's. A 0-byte request takes 1 byte, as
+// std::pmr expects a pointer. do_is_equal: the other is a pmr_adaptor of the same R whose resource compares equal.
 //
 // pmr_device_adaptor<R> is the same bridge for memory the host must not touch (device memory):
 // code that passes a std::pmr::memory_resource* around only to obtain buffers for kernels can
@@ -13,9 +13,11 @@
 
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/core/ref.hpp>
 
 #include <cstddef>
 #include <memory_resource>
+#include <type_traits>
 #include <utility>
 
 namespace poolkit {
@@ -72,5 +74,17 @@ class pmr_device_adaptor : public detail::pmr_bridge<R> {
 public:
     using detail::pmr_bridge<R>::pmr_bridge;
 };
+
+// An lvalue is referred to, an rvalue owned (docs/concepts.md).
+template <resource R>
+pmr_adaptor(R&) -> pmr_adaptor<ref<R>>;
+template <resource R>
+    requires(!std::is_lvalue_reference_v<R>)
+pmr_adaptor(R&&) -> pmr_adaptor<R>;
+template <resource R>
+pmr_device_adaptor(R&) -> pmr_device_adaptor<ref<R>>;
+template <resource R>
+    requires(!std::is_lvalue_reference_v<R>)
+pmr_device_adaptor(R&&) -> pmr_device_adaptor<R>;
 
 }  // namespace poolkit

@@ -1,15 +1,14 @@
 // memory_summary(r): a text table in the manner of torch.cuda.memory_summary().
 //
-// Rows are the metrics of the outermost statistics<> found in `r` (r itself, or down through
-// upstream_resource() and ref<>): allocated, active and requested bytes, reserved bytes when a
+// Rows are the metrics of the outermost layer with memory_stats() (a statistics<>) found in `r`
+// (r itself, or down through upstream_resource(): core/stack.hpp): allocated, active and requested bytes, reserved bytes when a
 // statistics<> sits below the strategy, then the counts; columns are current, peak, total
 // allocated and total freed, in human units. When `r` (or the strategy it wraps) offers the walk
 // of walk.hpp, the fragmentation figures follow. Without any statistics<> the table says so.
 #pragma once
 
-#include <poolkit/adaptor/statistics.hpp>
 #include <poolkit/core/concepts.hpp>
-#include <poolkit/core/ref.hpp>
+#include <poolkit/core/stack.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 
 #include <cstdint>
@@ -20,18 +19,15 @@
 
 namespace poolkit {
 
-// memory_stats() of the first statistics<> met walking down from `r`, or nothing.
+// memory_stats() of the first layer that has it, walking down from `r`, or nothing.
 template <class R>
 [[nodiscard]] std::optional<std::map<std::string, std::int64_t>> find_memory_stats(const R& r) {
-    if constexpr (detail::is_statistics<R>) {
-        return r.memory_stats();
-    } else if constexpr (detail::is_ref<R>) {
-        return find_memory_stats(r.get());
-    } else if constexpr (has_upstream<R>) {
-        return find_memory_stats(r.upstream_resource());
-    } else {
+    return find_in_stack(r, []<class Layer>(const Layer& layer) -> std::optional<std::map<std::string, std::int64_t>> {
+        if constexpr (requires { { layer.memory_stats() } -> std::convertible_to<std::map<std::string, std::int64_t>>; }) {
+            return layer.memory_stats();
+        }
         return std::nullopt;
-    }
+    });
 }
 
 namespace detail {
@@ -56,15 +52,10 @@ inline std::string human_bytes(std::int64_t bytes) {
 // The first walkable resource met walking down from `r`, as a fragmentation reading.
 template <class R>
 std::optional<fragmentation_figures> find_fragmentation(const R& r) {
-    if constexpr (walkable<R>) {
-        return fragmentation(r);
-    } else if constexpr (is_ref<R>) {
-        return find_fragmentation(r.get());
-    } else if constexpr (has_upstream<R>) {
-        return find_fragmentation(r.upstream_resource());
-    } else {
+    return find_in_stack(r, []<class Layer>(const Layer& layer) -> std::optional<fragmentation_figures> {
+        if constexpr (walkable<Layer>) return fragmentation(layer);
         return std::nullopt;
-    }
+    });
 }
 }  // namespace detail
 

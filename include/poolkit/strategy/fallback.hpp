@@ -14,6 +14,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/core/rebind.hpp>
 #include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 #include <poolkit/strategy/detail/walk_merge.hpp>
@@ -29,10 +30,21 @@ template <resource Primary, resource Secondary>
     requires has_owns<Primary>
 class fallback {
 public:
+    // Rebuilt over one upstream (a stream_ordered lane): each part over it, with its lane options.
+    template <class N>
+    using rebind = fallback<rebind_t<Primary, N>, rebind_t<Secondary, N>>;
+    using lane_upstream_type = detail::common_lane_upstream_t<Primary, Secondary>;
+    using lane_options_type = parts_options<lane_options_t<Primary>, lane_options_t<Secondary>>;  // first: Primary
+
     fallback()
         requires std::default_initializable<Primary> && std::default_initializable<Secondary>
     = default;
     fallback(Primary primary, Secondary secondary) : primary_(std::move(primary)), secondary_(std::move(secondary)) {}
+    // Both parts over `upstream`.
+    template <class N>
+        requires buildable_over<Primary, N, lane_options_t<Primary>> && buildable_over<Secondary, N, lane_options_t<Secondary>>
+    fallback(std::in_place_t, N upstream, const lane_options_type& options)
+        : primary_(build_over<Primary>(upstream, options.first)), secondary_(build_over<Secondary>(upstream, options.second)) {}
 
     [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
         validate_alignment(alignment);
@@ -82,6 +94,13 @@ public:
         if (void* pointer = primary_.try_allocate(bytes, alignment)) return pointer;
         return secondary_.try_allocate(bytes, alignment);
     }
+    // From what either part holds; never grows.
+    [[nodiscard]] void* try_allocate_cached(std::size_t bytes, std::size_t alignment = default_alignment) noexcept
+        requires has_try_allocate_cached<Primary> && has_try_allocate_cached<Secondary>
+    {
+        if (void* pointer = primary_.try_allocate_cached(bytes, alignment)) return pointer;
+        return secondary_.try_allocate_cached(bytes, alignment);
+    }
     void release()
         requires has_release<Primary> && has_release<Secondary>
     {
@@ -120,8 +139,8 @@ public:
     friend constexpr void get_property(const fallback&, Property) noexcept {}
 
 private:
-    [[no_unique_address]] Primary primary_;
-    [[no_unique_address]] Secondary secondary_;
+    Primary primary_;  // not [[no_unique_address]]: built in place from a prvalue (build_over)
+    Secondary secondary_;
 };
 
 namespace detail {

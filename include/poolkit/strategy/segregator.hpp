@@ -12,6 +12,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/core/rebind.hpp>
 #include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 #include <poolkit/strategy/detail/walk_merge.hpp>
@@ -26,11 +27,21 @@ template <std::size_t Threshold, resource Small, resource Large>
 class segregator {
 public:
     static constexpr std::size_t threshold = Threshold;
+    // Rebuilt over one upstream (a stream_ordered lane): each part over it, with its lane options.
+    template <class N>
+    using rebind = segregator<Threshold, rebind_t<Small, N>, rebind_t<Large, N>>;
+    using lane_upstream_type = detail::common_lane_upstream_t<Small, Large>;
+    using lane_options_type = parts_options<lane_options_t<Small>, lane_options_t<Large>>;  // first: Small
 
     segregator()
         requires std::default_initializable<Small> && std::default_initializable<Large>
     = default;
     segregator(Small small, Large large) : small_(std::move(small)), large_(std::move(large)) {}
+    // Both parts over `upstream`.
+    template <class N>
+        requires buildable_over<Small, N, lane_options_t<Small>> && buildable_over<Large, N, lane_options_t<Large>>
+    segregator(std::in_place_t, N upstream, const lane_options_type& options)
+        : small_(build_over<Small>(upstream, options.first)), large_(build_over<Large>(upstream, options.second)) {}
 
     [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
         return bytes <= Threshold ? small_.allocate(bytes, alignment) : large_.allocate(bytes, alignment);
@@ -63,6 +74,12 @@ public:
         requires has_try_allocate<Small> && has_try_allocate<Large>
     {
         return bytes <= Threshold ? small_.try_allocate(bytes, alignment) : large_.try_allocate(bytes, alignment);
+    }
+    // From what the part holds; never grows.
+    [[nodiscard]] void* try_allocate_cached(std::size_t bytes, std::size_t alignment = default_alignment) noexcept
+        requires has_try_allocate_cached<Small> && has_try_allocate_cached<Large>
+    {
+        return bytes <= Threshold ? small_.try_allocate_cached(bytes, alignment) : large_.try_allocate_cached(bytes, alignment);
     }
     void release()
         requires has_release<Small> && has_release<Large>
@@ -102,8 +119,8 @@ public:
     friend constexpr void get_property(const segregator&, Property) noexcept {}
 
 private:
-    [[no_unique_address]] Small small_;
-    [[no_unique_address]] Large large_;
+    Small small_;  // not [[no_unique_address]]: built in place from a prvalue (build_over)
+    Large large_;  // not [[no_unique_address]]: built in place from a prvalue (build_over)
 };
 
 static_assert(resource_with<segregator<256, detail::resource_archetype<host_accessible>,

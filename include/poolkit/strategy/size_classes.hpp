@@ -23,6 +23,7 @@
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/core/rebind.hpp>
 #include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/detail/archetype.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
@@ -101,6 +102,9 @@ class size_classes {
 public:
     using upstream_type = Upstream;
     using options_type = size_classes_options;
+    // Rebuilt over another upstream (a stream_ordered lane): Large too, with its default lane options.
+    template <class N>
+    using rebind = size_classes<N, std::conditional_t<large_is_upstream, Large, rebind_t<Large, N>>>;
 
     size_classes()
         requires std::default_initializable<Upstream> && std::default_initializable<Large>
@@ -109,6 +113,16 @@ public:
     explicit size_classes(Upstream upstream, size_classes_options options = {})
         requires std::default_initializable<Large>
         : size_classes(std::move(upstream), Large{}, std::move(options)) {}
+
+    // Large built in place over the same upstream (it need not move).
+    size_classes(std::in_place_t, Upstream upstream, const size_classes_options& options)
+        requires(!large_is_upstream && buildable_over<Large, Upstream>)
+        : upstream_(upstream),
+          large_(build_over<Large>(upstream, lane_options_t<Large>{})),
+          sizes_(detail::class_sizes(options)),
+          engine_(specs(sizes_, options), options.maximum_size) {
+        build_lookup(options.slab_alignment);
+    }
 
     size_classes(Upstream upstream, Large large, size_classes_options options)
         : upstream_(std::move(upstream)),
@@ -313,7 +327,7 @@ private:
     }
 
     [[no_unique_address]] Upstream upstream_;
-    [[no_unique_address]] Large large_;
+    Large large_;  // not [[no_unique_address]]: built in place from a prvalue (build_over)
     std::vector<std::size_t> sizes_;  // the class sizes, ascending
     detail::slabs::slab_engine engine_;
     std::vector<std::uint16_t> table_;          // (bytes - 1) >> table_shift_ -> a class to start from

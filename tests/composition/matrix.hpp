@@ -1,0 +1,144 @@
+// The composition matrix: every adaptor over every strategy, every strategy over every adaptor
+// (the adaptor between the strategy and its upstream), and every adaptor-over-strategy stack as the
+// lane pool of a stream_ordered over simulated streams, each through the conformance suite. A
+// new strategy joins `strategies` below, a new adaptor gets a translation unit like the others
+// (matrix_<adaptor>.cpp): the stacks are built by the rules of core/rebind.hpp, so nothing else
+// needs writing.
+#pragma once
+
+#include "../support/conformance.hpp"
+
+#include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/limiting.hpp>
+#include <poolkit/adaptor/logging.hpp>
+#include <poolkit/adaptor/retry_on_oom.hpp>
+#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/adaptor/synchronized.hpp>
+#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/buddy.hpp>
+#include <poolkit/strategy/caching_pool.hpp>
+#include <poolkit/strategy/fallback.hpp>
+#include <poolkit/strategy/fixed_size.hpp>
+#include <poolkit/strategy/monotonic.hpp>
+#include <poolkit/strategy/segregator.hpp>
+#include <poolkit/strategy/size_classes.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <string_view>
+
+namespace poolkit::test::matrix {
+
+using base = ref<instrumented<>>;
+
+// The strategies, each a template over its upstream.
+template <class U> using best_fit_over = best_fit<U>;
+template <class U> using buddy_over = buddy<U>;
+template <class U> using size_classes_over = size_classes<U>;
+template <class U> using size_classes_large_best_fit_over = size_classes<U, best_fit<U>>;
+template <class U> using fixed_size_over = fixed_size<U>;
+template <class U> using monotonic_over = monotonic<U>;
+template <class U> using caching_pool_over = caching_pool<U>;
+template <class U> using segregator_over = segregator<4096, size_classes<U>, best_fit<U>>;
+template <class U> using fallback_over = fallback<best_fit<U>, buddy<U>>;
+
+// The adaptors, each a template over its upstream. Named here, not in each row's file: a template
+// argument from an anonymous namespace would give every row's fixtures the same symbols.
+template <class U> using statistics_of = statistics<U>;
+template <class U> using tracking_of = tracking<U>;
+template <class U> using logging_of = logging<U>;
+template <class U> using limiting_of = limiting<U>;
+template <class U> using retry_on_oom_of = retry_on_oom<U>;
+template <class U> using synchronized_of = synchronized<U>;
+
+// The type's name as the compiler spells it, for the suite's messages.
+template <class T>
+std::string type_name() {
+    const std::string_view function = __PRETTY_FUNCTION__;
+    const auto begin = function.find("T = ") + 4;
+    const auto end = function.find_first_of(";]", begin);
+    return std::string(function.substr(begin, end - begin));
+}
+
+// Tears a fixture down: invariants hold, cached memory goes back, the upstream saw no misuse.
+template <class Stack>
+void finish(Stack& stack, instrumented<>& upstream) {
+    if constexpr (has_check_invariants<Stack>) stack.check_invariants();
+    if constexpr (has_release<Stack>) {
+        stack.release();
+        CHECK(upstream.live_bytes() == 0);
+    }
+    CHECK(upstream.errors().empty());
+}
+
+// Adaptor<Strategy<upstream>>.
+template <template <class> class Adaptor, template <class> class Strategy>
+struct adaptor_over_strategy : host_touch {
+    using stack = Adaptor<Strategy<base>>;
+    static inline const std::string name = type_name<stack>();
+    static constexpr bool stateless = false;
+    instrumented<> upstream_;
+    stack resource_ = build_over<stack>(base{upstream_}, lane_options_t<stack>{});
+    instrumented<>* upstream() { return &upstream_; }
+    stack& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
+    ~adaptor_over_strategy() { finish(resource_, upstream_); }
+};
+
+// Strategy<ref<Adaptor<upstream>>>: the adaptor sees what the strategy takes from its upstream.
+template <template <class> class Adaptor, template <class> class Strategy>
+struct strategy_over_adaptor : host_touch {
+    using middle = Adaptor<base>;
+    using stack = Strategy<ref<middle>>;
+    static inline const std::string name = type_name<stack>();
+    static constexpr bool stateless = false;
+    instrumented<> upstream_;
+    middle middle_ = build_from<middle>(base{upstream_});
+    stack resource_ = build_over<stack>(ref<middle>{middle_}, lane_options_t<stack>{});
+    instrumented<>* upstream() { return &upstream_; }
+    stack& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
+    ~strategy_over_adaptor() { finish(resource_, upstream_); }
+};
+
+// stream_ordered<Adaptor<Strategy<upstream>>>: the stack as the pool of every lane.
+template <template <class> class Adaptor, template <class> class Strategy>
+struct adaptor_stack_lanes : host_touch {
+    using pool = Adaptor<Strategy<base>>;
+    static_assert(lane_pool<pool>);
+    using stack = stream_ordered<pool, host_events>;
+    static inline const std::string name = type_name<stack>();
+    static constexpr bool stateless = false;
+    instrumented<> upstream_;
+    stack resource_{base{upstream_}};
+    instrumented<>* upstream() { return &upstream_; }
+    stack& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{8} << 20); }
+    ~adaptor_stack_lanes() { finish(resource_, upstream_); }
+};
+
+}  // namespace poolkit::test::matrix
+
+// The whole row of one adaptor: over each strategy, under each, and as lanes (every strategy that
+// can serve a lane; monotonic cannot: it never reuses a freed block).
+#define POOLKIT_MATRIX_ROW(Adaptor)                                                                                     \
+    TEST_CASE_TEMPLATE_INVOKE(                                                                                          \
+        conformance,                                                                                                    \
+        adaptor_over_strategy<Adaptor, best_fit_over>, adaptor_over_strategy<Adaptor, buddy_over>,                     \
+        adaptor_over_strategy<Adaptor, size_classes_over>, adaptor_over_strategy<Adaptor, size_classes_large_best_fit_over>, \
+        adaptor_over_strategy<Adaptor, fixed_size_over>, adaptor_over_strategy<Adaptor, monotonic_over>,               \
+        adaptor_over_strategy<Adaptor, caching_pool_over>, adaptor_over_strategy<Adaptor, segregator_over>,            \
+        adaptor_over_strategy<Adaptor, fallback_over>, strategy_over_adaptor<Adaptor, best_fit_over>,                  \
+        strategy_over_adaptor<Adaptor, buddy_over>, strategy_over_adaptor<Adaptor, size_classes_over>,                 \
+        strategy_over_adaptor<Adaptor, size_classes_large_best_fit_over>, strategy_over_adaptor<Adaptor, fixed_size_over>, \
+        strategy_over_adaptor<Adaptor, monotonic_over>, strategy_over_adaptor<Adaptor, caching_pool_over>,             \
+        strategy_over_adaptor<Adaptor, segregator_over>, strategy_over_adaptor<Adaptor, fallback_over>,                \
+        adaptor_stack_lanes<Adaptor, best_fit_over>, adaptor_stack_lanes<Adaptor, buddy_over>,                         \
+        adaptor_stack_lanes<Adaptor, size_classes_over>, adaptor_stack_lanes<Adaptor, size_classes_large_best_fit_over>, \
+        adaptor_stack_lanes<Adaptor, fixed_size_over>, adaptor_stack_lanes<Adaptor, caching_pool_over>,                \
+        adaptor_stack_lanes<Adaptor, segregator_over>, adaptor_stack_lanes<Adaptor, fallback_over>)

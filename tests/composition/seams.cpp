@@ -1,0 +1,156 @@
+// The seams where compositions used to break: each case is a stack a new user would write, built
+// and used as such. The matrix (matrix.hpp) checks the contract of every stack; this file checks
+// what each seam promises.
+#include "../support/instrumented.hpp"
+
+#include <poolkit/adaptor/completed_events.hpp>
+#include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/retry_on_oom.hpp>
+#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/adaptor/synchronized.hpp>
+#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/interop/pmr_adaptor.hpp>
+#include <poolkit/observe/fragmentation.hpp>
+#include <poolkit/observe/memory_summary.hpp>
+#include <poolkit/observe/snapshot.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/size_classes.hpp>
+
+#include <doctest/doctest.h>
+
+#include <memory_resource>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+using namespace poolkit;
+using test::instrumented;
+
+namespace {
+using base = ref<instrumented<>>;
+constexpr std::size_t KiB = 1024;
+}  // namespace
+
+// Every optional capability passes through every adaptor.
+static_assert(has_try_allocate_cached<statistics<best_fit<base>>> && walkable<statistics<best_fit<base>>> &&
+              has_release<statistics<best_fit<base>>> && has_owns<statistics<best_fit<base>>>);
+static_assert(has_try_allocate_cached<ref<best_fit<base>>> && walkable<ref<best_fit<base>>>);
+static_assert(has_try_allocate<retry_on_oom<best_fit<base>>> && has_try_allocate_cached<retry_on_oom<best_fit<base>>>);
+static_assert(has_record_use<statistics<stream_ordered<best_fit<base>, host_events>>>);
+static_assert(has_record_use<tracking<synchronized<stream_ordered<best_fit<base>, host_events>>>>);
+static_assert(requires(const statistics<best_fit<base>>& s) { s.reserved_bytes(); s.live_bytes(); });
+// ... and only where the upstream has it.
+static_assert(!has_try_allocate_cached<statistics<instrumented<>>> && !walkable<statistics<instrumented<>>>);
+
+// Lane pools of any stack.
+static_assert(lane_pool<statistics<best_fit<base>>> && lane_pool<size_classes<base, best_fit<base>>>);
+static_assert(lane_pool<synchronized<tracking<best_fit<base>>>>);
+static_assert(!lane_pool<instrumented<>>);  // no try_allocate_cached: it cannot serve a lane
+static_assert(std::same_as<stream_ordered<statistics<best_fit<base>>, host_events>::lane_pool_type,
+                           statistics<best_fit<ref<base>>>>);
+#if !POOLKIT_HAS_CUDA
+static_assert(std::same_as<stream_ordered<best_fit<base>>, stream_ordered<best_fit<base>, completed_events>>);
+#endif
+
+TEST_CASE("stream_ordered over statistics<best_fit>: each lane counts what it hands out") {
+    instrumented<> memory;
+    host_events events;
+    // One chunk per request, sized to it: no lane has room for another's request.
+    const best_fit_options exact{.initial_size = 0, .growth = growth_policy::as_needed(4 * KiB), .granularity = 256};
+    stream_ordered<statistics<best_fit<base>>, host_events> pool{base{memory}, exact, events};
+    const stream_ref a = events.make_stream(), b = events.make_stream();
+    void* on_a = pool.allocate_async(10 * KiB, 256, a);
+    void* on_b = pool.allocate_async(20 * KiB, 256, b);
+    REQUIRE(pool.pool_of(a) != nullptr);
+    CHECK(pool.pool_of(a)->figures().requested_bytes.current == 10 * KiB);
+    CHECK(pool.pool_of(b)->figures().requested_bytes.current == 20 * KiB);
+    pool.deallocate_async(on_a, 10 * KiB, 256, a);
+    pool.deallocate_async(on_b, 20 * KiB, 256, b);
+    CHECK(pool.pool_of(a)->figures().requested_bytes.current == 0);
+    pool.check_invariants();
+    pool.release();
+    CHECK(memory.live_bytes() == 0);
+}
+
+TEST_CASE("stream_ordered over size_classes with a best_fit for large blocks: both over the shared upstream") {
+    instrumented<> memory;
+    host_events events;
+    stream_ordered<size_classes<base, best_fit<base>>, host_events> pool{base{memory}, {}, events};
+    const stream_ref a = events.make_stream();
+    void* small = pool.allocate_async(300, 256, a);
+    void* large = pool.allocate_async(4 << 20, 256, a);
+    pool.deallocate_async(small, 300, 256, a);
+    pool.deallocate_async(large, 4 << 20, 256, a);
+    CHECK(pool.allocate_async(4 << 20, 256, a) == large);  // the lane's best_fit cached it
+    pool.deallocate_async(large, 4 << 20, 256, a);
+    pool.release();
+    CHECK(memory.live_bytes() == 0);
+    CHECK(memory.errors().empty());
+}
+
+TEST_CASE("observation sees through adaptors: snapshot, fragmentation and memory_summary of statistics<best_fit>") {
+    instrumented<> memory;
+    statistics<best_fit<base>> pool{std::in_place, base{memory}};
+    void* block = pool.allocate(3000);
+    const std::string json = snapshot(pool);
+    CHECK(json.find("\"active_allocated\"") != std::string::npos);
+    CHECK(fragmentation(pool).live_bytes > 0);
+    synchronized guarded{pool};  // refers to pool
+    const std::string table = memory_summary(guarded);
+    CHECK(table.find("Allocated memory") != std::string::npos);
+    CHECK(table.find("Reserved / live") != std::string::npos);  // the walk reached best_fit
+    pool.deallocate(block, 3000);
+    pool.release();
+}
+
+TEST_CASE("bridges and adaptors refer to an lvalue and own an rvalue") {
+    instrumented<> memory;
+    best_fit<base> pool{base{memory}};
+    statistics counted{pool};
+    static_assert(std::same_as<decltype(counted), statistics<ref<best_fit<base>>>>);
+    statistics owned{best_fit<base>{base{memory}}};
+    static_assert(std::same_as<decltype(owned), statistics<best_fit<base>>>);
+    synchronized guarded{counted};
+    static_assert(std::same_as<decltype(guarded), synchronized<ref<statistics<ref<best_fit<base>>>>>>);
+    tracking tracked{pool, {.capture_backtraces = false}};
+    static_assert(std::same_as<decltype(tracked), tracking<ref<best_fit<base>>>>);
+
+    pmr_adaptor memory_resource{pool};
+    static_assert(std::same_as<decltype(memory_resource), pmr_adaptor<ref<best_fit<base>>>>);
+    std::pmr::vector<int> numbers{&memory_resource};
+    numbers.assign(1000, 7);
+    CHECK(pool.owns(numbers.data()));  // the vector's storage is the pool's: no copy was made
+    numbers = {};
+    numbers.shrink_to_fit();
+
+    void* through_counted = counted.allocate(512);
+    CHECK(pool.owns(through_counted));
+    CHECK(counted.figures().allocations.current == 1);
+    counted.deallocate(through_counted, 512);
+}
+
+TEST_CASE("no entry point bypasses an adaptor: try_allocate_cached is counted, limited and retried never") {
+    instrumented<> memory;
+    best_fit<base> pool{base{memory}};
+    pool.deallocate(pool.allocate(64 * KiB), 64 * KiB);  // cache one free block
+    statistics counted{pool};
+    void* cached = counted.try_allocate_cached(1000);
+    REQUIRE(cached != nullptr);
+    CHECK(counted.figures().allocations.current == 1);
+    CHECK(counted.try_allocate_cached(1 << 30) == nullptr);  // a miss, not an OOM
+    CHECK(counted.figures().ooms == 0);
+    counted.deallocate(cached, 1000);
+    CHECK(counted.figures().allocations.current == 0);
+
+    int calls = 0;
+    retry_on_oom retrying{pool, retry_options{.callback = [&](const oom_event&) { return ++calls < 3; }, .max_retries = 5}};
+    memory.limit(std::size_t{1} << 29);
+    CHECK(retrying.try_allocate_cached(std::size_t{1} << 30) == nullptr);
+    CHECK(calls == 0);  // a cache miss is not exhaustion
+    CHECK(retrying.try_allocate(std::size_t{1} << 30) == nullptr);  // exhaustion: retried while the callback says so
+    CHECK(calls == 3);
+    CHECK(retrying.retries() == 2);
+    pool.release();
+}
