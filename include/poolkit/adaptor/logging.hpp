@@ -75,9 +75,9 @@ public:
         open(options);
     }
     // Writes to `out`, which must outlive the logger.
-    logging(Upstream upstream, std::ostream& out) : logging(std::move(upstream), logging_options{.stream = &out}) {}
+    logging(Upstream upstream, std::ostream& out) : logging(std::move(upstream), logging_options{.stream = &out, .path = {}}) {}
     // Writes to the file at `path`.
-    logging(Upstream upstream, const std::string& path) : logging(std::move(upstream), logging_options{.path = path}) {}
+    logging(Upstream upstream, const std::string& path) : logging(std::move(upstream), logging_options{.stream = nullptr, .path = path}) {}
     // Builds the upstream in place; writes to std::clog.
     template <class... Args>
         requires constructible_in_place<Upstream, Args...>
