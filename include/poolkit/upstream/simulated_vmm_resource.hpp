@@ -91,7 +91,7 @@ public:
         const auto address = reinterpret_cast<std::uintptr_t>(at);
         std::lock_guard lock(mutex_);
         const char* violation = granules_.unmap_violation(address, bytes);
-        POOLKIT_ASSERT(violation == nullptr, "simulated_vmm_resource::unmap of a range it may not unmap");
+        POOLKIT_ASSERT(violation == nullptr, violation);  // says which rule the call broke
         if (violation != nullptr) return;
         granules_.mark_unmapped(address, bytes);
     }
