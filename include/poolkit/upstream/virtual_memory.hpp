@@ -11,7 +11,8 @@
 // peak_mapped_bytes() the most ever backed at once.
 //
 // Complexity of the bookkeeping: O(log n) in the number of unmapped holes. Thread safety: each model
-// states its own. Exhaustion: map throws out_of_memory with the bytes asked (requested_bytes), the
+// states its own. Alignment: base() and every mapping start on a granule. Stream semantics: none;
+// map and unmap are immediate, and unmap requires that no work still uses the range. Exhaustion: map throws out_of_memory with the bytes asked (requested_bytes), the
 // bytes mapped (reserved_bytes) and the physical limit (limit_bytes), having changed nothing.
 // Precondition violations: map throws std::invalid_argument (misaligned, outside the range, or some
 // granule already mapped); unmap (noexcept) checks with POOLKIT_ASSERT (misaligned, outside the
