@@ -6,6 +6,7 @@
 #include <poolkit/core/resource_ref.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
 
 namespace {
 
@@ -30,6 +31,16 @@ struct simulated_fixture : no_touch {
     instrumented<>* upstream() { return nullptr; }
     void exhaust_setup() {}  // the capacity above is small enough
     ~simulated_fixture() { resource_.check_invariants(); }
+};
+
+struct simulated_vmm_fixture : no_touch {
+    static constexpr const char* name = "simulated_vmm_resource";
+    static constexpr bool stateless = false;
+    simulated_vmm_resource resource_{{.capacity = std::size_t{4} << 30, .physical_limit = std::size_t{1} << 30}};
+    simulated_vmm_resource& resource() { return resource_; }
+    instrumented<>* upstream() { return nullptr; }
+    void exhaust_setup() {}  // the physical limit above is small enough
+    ~simulated_vmm_fixture() { resource_.check_invariants(); }
 };
 
 // Fixtures for wrappers over an instrumented host upstream.
@@ -85,6 +96,6 @@ struct any_stream_resource_fixture : no_touch {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(conformance, new_delete_fixture, simulated_fixture, instrumented_fixture, ref_fixture,
-                          resource_ref_fixture, any_resource_fixture, stream_resource_ref_fixture,
-                          any_stream_resource_fixture);
+TEST_CASE_TEMPLATE_INVOKE(conformance, new_delete_fixture, simulated_fixture, simulated_vmm_fixture,
+                          instrumented_fixture, ref_fixture, resource_ref_fixture, any_resource_fixture,
+                          stream_resource_ref_fixture, any_stream_resource_fixture);

@@ -32,6 +32,8 @@ struct monotonic_options;
 struct caching_options;
 struct cuda_pinned_options;
 struct cuda_async_options;
+struct simulated_vmm_options;
+struct cuda_vmm_options;
 
 // Defaults live in each block's own header; these declarations name none.
 template <resource Upstream>
@@ -69,9 +71,11 @@ class cuda_events;
 class new_delete_resource;
 struct simulated_options;
 class simulated_resource;
+class simulated_vmm_resource;
 class cuda_device_resource;
 class cuda_pinned_resource;
 class cuda_managed_resource;
 class cuda_async_resource;
+class cuda_vmm_resource;
 
 }  // namespace poolkit

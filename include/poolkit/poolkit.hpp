@@ -39,6 +39,8 @@
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
+#include <poolkit/upstream/virtual_memory.hpp>
 
 #if POOLKIT_HAS_CUDA
 #  include <poolkit/adaptor/cuda_events.hpp>
@@ -47,4 +49,5 @@
 #  include <poolkit/upstream/cuda_device_resource.hpp>
 #  include <poolkit/upstream/cuda_managed_resource.hpp>
 #  include <poolkit/upstream/cuda_pinned_resource.hpp>
+#  include <poolkit/upstream/cuda_vmm_resource.hpp>
 #endif

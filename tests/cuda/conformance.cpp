@@ -6,6 +6,7 @@
 #include <poolkit/upstream/cuda_device_resource.hpp>
 #include <poolkit/upstream/cuda_managed_resource.hpp>
 #include <poolkit/upstream/cuda_pinned_resource.hpp>
+#include <poolkit/upstream/cuda_vmm_resource.hpp>
 
 namespace {
 
@@ -42,8 +43,17 @@ struct async_default_pool_fixture : device_touch {
     cuda_async_resource& resource() { return resource_; }
     instrumented<>* upstream() { return nullptr; }
 };
+struct vmm_fixture : device_touch {
+    static constexpr const char* name = "cuda_vmm_resource";
+    static constexpr bool stateless = false;
+    cuda_vmm_resource resource_{{.physical_limit = std::size_t{1} << 30}};
+    cuda_vmm_resource& resource() { return resource_; }
+    instrumented<>* upstream() { return nullptr; }
+    void exhaust_setup() {}  // the physical limit above is small enough
+    ~vmm_fixture() { resource_.check_invariants(); }
+};
 
 }  // namespace
 
 TEST_CASE_TEMPLATE_INVOKE(conformance, device_fixture, pinned_fixture, managed_fixture, async_fixture,
-                          async_default_pool_fixture);
+                          async_default_pool_fixture, vmm_fixture);

@@ -1,0 +1,136 @@
+// Fuzzes simulated_vmm_resource with fuzzer-chosen map, unmap, allocate and deallocate steps over
+// both of its faces, checked granule by granule against a model; check_invariants() after each step.
+//
+// Each step reads four bytes: an operation, a first granule, a length in granules, and a size or
+// alignment byte. map must succeed exactly when the run is unmapped and fits under the physical
+// limit (else std::invalid_argument or out_of_memory, changing nothing); unmap is only asked
+// where it is allowed; every block from allocate must be aligned and lie on unmapped granules.
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <stdexcept>
+#include <vector>
+
+namespace {
+
+constexpr std::size_t granule = 64 * 1024;
+constexpr std::size_t granules = 256;
+
+enum class state : std::uint8_t { unmapped, mapped, block };
+
+struct live_block {
+    std::size_t bytes;
+    std::size_t alignment;
+};
+
+void require(bool condition) {
+    if (!condition) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    poolkit::simulated_vmm_resource vm{
+        {.capacity = granules * granule, .granularity = granule, .physical_limit = granules * granule * 3 / 4}};
+    std::vector<state> model(granules, state::unmapped);
+    std::map<std::uintptr_t, live_block> blocks;
+    std::size_t maps = 0;
+    std::size_t unmaps = 0;
+    std::size_t peak = 0;
+    const auto base = reinterpret_cast<std::uintptr_t>(vm.base());
+    const auto mapped = [&] {
+        return (granules - static_cast<std::size_t>(std::count(model.begin(), model.end(), state::unmapped))) * granule;
+    };
+    const auto set = [&](std::size_t first, std::size_t count, state value) {
+        std::fill(model.begin() + static_cast<std::ptrdiff_t>(first),
+                  model.begin() + static_cast<std::ptrdiff_t>(first + count), value);
+    };
+    const auto all = [&](std::size_t first, std::size_t count, state value) {
+        return std::all_of(model.begin() + static_cast<std::ptrdiff_t>(first),
+                           model.begin() + static_cast<std::ptrdiff_t>(first + count),
+                           [value](state s) { return s == value; });
+    };
+
+    for (std::size_t i = 0; i + 4 <= size; i += 4) {
+        const std::uint8_t op = data[i];
+        const std::size_t first = data[i + 1] % granules;
+        const std::size_t count = 1 + data[i + 2] % 32;
+        const std::uint8_t extra = data[i + 3];
+        switch (op % 5) {
+        case 0: {  // map, possibly out of range or over mapped granules
+            auto* at = vm.base() + first * granule;
+            const std::size_t bytes = count * granule;
+            const bool inside = first + count <= granules;
+            const bool free = inside && all(first, count, state::unmapped);
+            try {
+                vm.map(at, bytes);
+                require(free && mapped() + bytes <= vm.physical_limit());
+                set(first, count, state::mapped);
+                ++maps;
+            } catch (const std::invalid_argument&) {
+                require(!free);
+            } catch (const poolkit::out_of_memory& error) {
+                require(free && mapped() + bytes > vm.physical_limit());
+                require(error.figures().requested_bytes == bytes && error.figures().reserved_bytes == mapped());
+            }
+            break;
+        }
+        case 1:  // map with a misaligned address or size: always rejected
+            try {
+                vm.map(vm.base() + first * granule + (extra % 2 ? 4096 : 0), count * granule + (extra % 2 ? 0 : 512));
+                std::abort();
+            } catch (const std::invalid_argument&) {
+            }
+            break;
+        case 2:  // unmap where allowed
+            if (first + count <= granules && all(first, count, state::mapped)) {
+                vm.unmap(vm.base() + first * granule, count * granule);
+                set(first, count, state::unmapped);
+                ++unmaps;
+            }
+            break;
+        case 3: {  // allocate
+            const std::size_t bytes = 1 + (std::size_t{extra} << 10) * (1 + data[i + 2] % 8);
+            const std::size_t alignment = std::size_t{1} << (data[i + 1] % 21);
+            void* pointer = vm.try_allocate(bytes, alignment);
+            if (pointer == nullptr) break;
+            const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+            require(address % alignment == 0 && (address - base) % granule == 0);
+            const std::size_t start = (address - base) / granule;
+            const std::size_t span = (bytes + granule - 1) / granule;
+            require(start + span <= granules && all(start, span, state::unmapped));
+            set(start, span, state::block);
+            blocks.emplace(address, live_block{bytes, alignment});
+            ++maps;
+            break;
+        }
+        default: {  // deallocate
+            if (blocks.empty()) break;
+            auto victim = blocks.begin();
+            std::advance(victim, static_cast<std::ptrdiff_t>(first % blocks.size()));
+            vm.deallocate(reinterpret_cast<void*>(victim->first), victim->second.bytes, victim->second.alignment);
+            set((victim->first - base) / granule, (victim->second.bytes + granule - 1) / granule, state::unmapped);
+            blocks.erase(victim);
+            ++unmaps;
+        }
+        }
+        peak = std::max(peak, mapped());
+        require(vm.mapped_bytes() == mapped() && vm.peak_mapped_bytes() == peak);
+        require(vm.map_calls() == maps && vm.unmap_calls() == unmaps && vm.live_allocations() == blocks.size());
+        const std::size_t probe = (first + count) % granules;
+        require(vm.is_mapped(vm.base() + probe * granule) == (model[probe] != state::unmapped));
+        require(vm.owns(vm.base() + probe * granule) == (model[probe] == state::block));
+        vm.check_invariants();
+    }
+    for (const auto& [address, block] : blocks) vm.deallocate(reinterpret_cast<void*>(address), block.bytes, block.alignment);
+    for (std::size_t g = 0; g < granules; ++g) {
+        if (model[g] == state::mapped) vm.unmap(vm.base() + g * granule, granule);
+    }
+    require(vm.mapped_bytes() == 0);
+    vm.check_invariants();
+    return 0;
+}

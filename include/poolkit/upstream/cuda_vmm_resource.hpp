@@ -1,0 +1,408 @@
+// cuda_vmm_resource: device memory through CUDA's virtual memory management — one reserved range
+// of device addresses that never moves, whose granules are backed by physical memory on request
+// (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap).
+//
+// It models virtual_memory (virtual_memory.hpp says what map and unmap mean): map(at, bytes)
+// creates one physical allocation per granule (cuMemCreate of one granule, cuMemMap, cuMemRelease,
+// so the mapping alone keeps the memory), then grants access to the whole run in one
+// cuMemSetAccess — read-write for its device and options.peers. One granule per physical
+// allocation is what lets unmap free any single granule: cuMemUnmap must cover whole mappings.
+// It is also a resource that can stand in for cudaMalloc: allocate takes the smallest hole of the
+// range that fits (then the lowest address), rounds the size up to whole granules and maps them;
+// deallocate unmaps them. Driver entry points come through the runtime (detail/cuda_driver.hpp):
+// link cudart only.
+//
+// Complexity: two driver calls per granule to map and one to unmap, one cuMemSetAccess per map
+// call; bookkeeping O(log n) in the unmapped holes. Thread-safe (one mutex, held across the driver
+// calls). Alignment: blocks start on a granule (2 MiB on an H200); any larger power of two is met
+// by placement in the range. Stream semantics: memory is usable on any stream as soon as map or
+// allocate returns. unmap requires that no work still uses the range. deallocate waits for the
+// whole device first (as cudaFree does); deallocate_async waits for its stream only.
+// Exhaustion: a request past options.physical_limit (default: the device's memory) throws
+// out_of_memory before any driver call; CUDA_ERROR_OUT_OF_MEMORY from cuMemCreate or cuMemMap
+// unmaps what the call had mapped and throws out_of_memory with the bytes asked, the bytes mapped
+// (as reserved), the limit and what the device reports free; no hole of the range fitting throws
+// out_of_memory naming the reserved range. Other driver failures: cuda_error with the CUresult as
+// code(). A device without virtual memory support: cuda_error at construction.
+// Equality is identity. Destruction unmaps and releases everything; in builds with assertions it
+// reports blocks and mapped granules still live.
+#pragma once
+
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/assert.hpp>
+#include <poolkit/core/concepts.hpp>
+#include <poolkit/core/errors.hpp>
+#include <poolkit/strategy/detail/leak_report.hpp>
+#include <poolkit/upstream/detail/cuda_driver.hpp>
+#include <poolkit/upstream/detail/cuda_runtime.hpp>
+#include <poolkit/upstream/virtual_memory.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace poolkit {
+
+struct cuda_vmm_options {
+    // The device whose memory is mapped; negative means the current device.
+    int device = -1;
+    // Bytes of device address space reserved, rounded up to the granularity. 0 means twice the
+    // device's memory: address space is nearly free (the GPU's is 2^47 bytes and more), and the
+    // headroom lets holes between blocks never stop the physical memory from being used.
+    std::size_t reserve_bytes = 0;
+    // Bytes per granule: 0 means the device's recommended granularity (2 MiB on an H200); else a
+    // power of two that is a multiple of the device's minimum (larger pages).
+    std::size_t granularity = 0;
+    // Most bytes mapped at once, rounded down to the granularity; 0 means the device's memory.
+    std::size_t physical_limit = 0;
+    // Other devices granted read-write access to every mapping (each must be able to access this
+    // device's memory: cudaDeviceCanAccessPeer).
+    std::vector<int> peers;
+};
+
+class cuda_vmm_resource {
+public:
+    static constexpr const char* name = "cuda_vmm_resource";
+
+    cuda_vmm_resource() : cuda_vmm_resource(cuda_vmm_options{}) {}
+
+    // Throws cuda_error when the device does not support virtual memory management or a driver
+    // call fails, std::invalid_argument for options that make no sense (a granularity that is not
+    // a power-of-two multiple of the device's minimum, a peer that cannot access the device).
+    explicit cuda_vmm_resource(const cuda_vmm_options& options) : driver_(&detail::cuda_driver::get()) {
+        device_ = options.device;
+        if (device_ < 0) detail::check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
+        int devices = 0;
+        detail::check_cuda(cudaGetDeviceCount(&devices), "cudaGetDeviceCount");
+        if (device_ >= devices) {
+            throw std::invalid_argument("poolkit: cuda_vmm_resource: there is no device " + std::to_string(device_));
+        }
+        const current_device scope(device_);
+        scope.check();
+
+        CUdevice handle{};
+        driver_->check(driver_->device_get(&handle, device_), "cuDeviceGet");
+        int supported = 0;
+        driver_->check(driver_->device_get_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, handle),
+                       "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)");
+        if (supported == 0) {
+            throw cuda_error(static_cast<int>(CUDA_ERROR_NOT_SUPPORTED),
+                             "poolkit: cuda_vmm_resource: device " + std::to_string(device_) +
+                                 " does not support CUDA virtual memory management "
+                                 "(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED is 0)");
+        }
+
+        properties_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        properties_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        properties_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        properties_.location.id = device_;
+        granularity_ = choose_granularity(options.granularity);
+
+        access_.push_back(read_write(device_));
+        for (int peer : options.peers) {
+            if (peer == device_ || std::any_of(access_.begin(), access_.end(),
+                                               [peer](const CUmemAccessDesc& d) { return d.location.id == peer; })) {
+                continue;
+            }
+            int can_access = 0;
+            if (peer < 0 || peer >= devices) {
+                throw std::invalid_argument("poolkit: cuda_vmm_resource: there is no peer device " + std::to_string(peer));
+            }
+            detail::check_cuda(cudaDeviceCanAccessPeer(&can_access, peer, device_), "cudaDeviceCanAccessPeer");
+            if (can_access == 0) {
+                throw std::invalid_argument("poolkit: cuda_vmm_resource: device " + std::to_string(peer) +
+                                            " cannot access the memory of device " + std::to_string(device_));
+            }
+            access_.push_back(read_write(peer));
+        }
+
+        std::size_t free_bytes = 0;
+        detail::check_cuda(cudaMemGetInfo(&free_bytes, &device_bytes_), "cudaMemGetInfo");
+        const std::size_t device_limit = align_down(device_bytes_, granularity_);
+        physical_limit_ = options.physical_limit == 0 ? device_limit
+                                                      : std::min(align_down(options.physical_limit, granularity_), device_limit);
+
+        const auto wanted = options.reserve_bytes != 0 ? std::optional(options.reserve_bytes)
+                                                       : checked_add(device_bytes_, device_bytes_);
+        const auto reserve = wanted ? checked_align_up(*wanted, granularity_) : std::nullopt;
+        if (!reserve) throw std::invalid_argument("poolkit: cuda_vmm_resource reserve_bytes is too large");
+        CUdeviceptr base{};
+        driver_->check(driver_->mem_address_reserve(&base, *reserve, granularity_, 0, 0), "cuMemAddressReserve");
+        try {
+            granules_ = detail::granule_map(static_cast<std::uintptr_t>(base), *reserve, granularity_);
+        } catch (...) {
+            detail::cuda_driver::check_in_deallocate(driver_->mem_address_free(base, *reserve), "cuMemAddressFree");
+            throw;
+        }
+    }
+
+    cuda_vmm_resource(const cuda_vmm_resource&) = delete;
+    cuda_vmm_resource& operator=(const cuda_vmm_resource&) = delete;
+
+    ~cuda_vmm_resource() {
+        detail::report_leaks(name, granules_.block_count(), granules_.block_bytes());
+        detail::report_leaks("cuda_vmm_resource (granules mapped by map())",
+                             (granules_.mapped_bytes() - granules_.block_bytes()) / granularity_,
+                             granules_.mapped_bytes() - granules_.block_bytes());
+        const current_device scope(device_);
+        if (granules_.mapped_bytes() != 0) {
+            detail::check_cuda_in_deallocate(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+            granules_.for_each_mapped_run([this](std::uintptr_t at, std::size_t bytes) { unmap_granules(at, bytes); });
+        }
+        detail::cuda_driver::check_in_deallocate(
+            driver_->mem_address_free(static_cast<CUdeviceptr>(granules_.base()), granules_.capacity()), "cuMemAddressFree");
+    }
+
+    // virtual_memory: the reserved range and its granules.
+    [[nodiscard]] std::byte* base() const noexcept { return reinterpret_cast<std::byte*>(granules_.base()); }
+    [[nodiscard]] std::size_t capacity() const noexcept { return granules_.capacity(); }
+    [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
+    [[nodiscard]] std::size_t physical_limit() const noexcept { return physical_limit_; }
+    [[nodiscard]] int device() const noexcept { return device_; }
+
+    // Backs [at, at + bytes) (whole granules, inside the range, none mapped; 0 bytes does nothing)
+    // and makes it readable and writable by the device and its peers. Throws std::invalid_argument
+    // for a range that breaks those rules, out_of_memory or cuda_error as the header says; nothing
+    // stays mapped then.
+    void map(void* at, std::size_t bytes) {
+        if (bytes == 0) return;
+        const auto address = reinterpret_cast<std::uintptr_t>(at);
+        std::lock_guard lock(mutex_);
+        granules_.check_map(address, bytes, name);
+        map_locked(address, bytes, granularity_);
+    }
+
+    // Gives [at, at + bytes) back to the device: whole granules, all mapped, none in a live block
+    // from allocate (POOLKIT_ASSERT; with assertions off such a call does nothing); no work may
+    // still use them. 0 bytes does nothing.
+    void unmap(void* at, std::size_t bytes) noexcept {
+        if (bytes == 0) return;
+        const auto address = reinterpret_cast<std::uintptr_t>(at);
+        std::lock_guard lock(mutex_);
+        const char* violation = granules_.unmap_violation(address, bytes);
+        POOLKIT_ASSERT(violation == nullptr, violation);  // says which rule the call broke
+        if (violation != nullptr) return;
+        const current_device scope(device_);
+        unmap_granules(address, bytes);
+        granules_.mark_unmapped(address, bytes);
+    }
+
+    [[nodiscard]] bool is_mapped(const void* pointer) const {
+        std::lock_guard lock(mutex_);
+        return granules_.is_mapped(reinterpret_cast<std::uintptr_t>(pointer));
+    }
+    [[nodiscard]] std::size_t mapped_bytes() const {
+        std::lock_guard lock(mutex_);
+        return granules_.mapped_bytes();
+    }
+    [[nodiscard]] std::size_t peak_mapped_bytes() const {
+        std::lock_guard lock(mutex_);
+        return granules_.peak_mapped_bytes();
+    }
+    [[nodiscard]] std::size_t map_calls() const {
+        std::lock_guard lock(mutex_);
+        return granules_.map_calls();
+    }
+    [[nodiscard]] std::size_t unmap_calls() const {
+        std::lock_guard lock(mutex_);
+        return granules_.unmap_calls();
+    }
+
+    // The resource face: a block of whole granules, mapped, in the smallest hole that fits.
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        validate_alignment(alignment);
+        if (bytes == 0) return nullptr;
+        const auto rounded = checked_round_up(bytes, granularity_);
+        std::lock_guard lock(mutex_);
+        if (!rounded || *rounded > physical_limit_ - granules_.mapped_bytes()) {
+            throw out_of_memory(name, figures(bytes, alignment, false));
+        }
+        const auto at = granules_.find_unmapped(*rounded, alignment);
+        if (!at) {
+            memory_figures range = memory_figures::request(bytes, alignment);
+            range.reserved_bytes = granules_.mapped_bytes();
+            range.limit_bytes = granules_.capacity();
+            throw out_of_memory("cuda_vmm_resource's reserved range", range);
+        }
+        granules_.record_block(*at, *rounded);
+        try {
+            map_locked(*at, *rounded, alignment, bytes);
+        } catch (...) {
+            granules_.forget_block(*at);
+            throw;
+        }
+        return reinterpret_cast<void*>(*at);
+    }
+
+    // Waits for the device (as cudaFree does), then unmaps the block.
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (pointer == nullptr) return;
+        const current_device scope(device_);
+        detail::check_cuda_in_deallocate(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        release_block(pointer, bytes, alignment);
+    }
+
+    // Memory is usable on any stream once mapped.
+    void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref) { return allocate(bytes, alignment); }
+
+    // Unmapping is not stream-ordered: waits for `stream`'s work, then unmaps the block.
+    void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept {
+        if (pointer == nullptr) return;
+        detail::check_cuda_in_deallocate(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
+        const current_device scope(device_);
+        release_block(pointer, bytes, alignment);
+    }
+
+    // Whether `pointer` lies inside a live block from allocate.
+    [[nodiscard]] bool owns(const void* pointer) const {
+        std::lock_guard lock(mutex_);
+        return granules_.in_block(reinterpret_cast<std::uintptr_t>(pointer));
+    }
+    [[nodiscard]] std::size_t live_allocations() const {
+        std::lock_guard lock(mutex_);
+        return granules_.block_count();
+    }
+
+    void check_invariants() const {
+        std::lock_guard lock(mutex_);
+        granules_.check_invariants();
+        POOLKIT_VERIFY(granules_.mapped_bytes() <= physical_limit_, "mapped past the physical limit");
+    }
+
+    friend bool operator==(const cuda_vmm_resource& a, const cuda_vmm_resource& b) noexcept { return &a == &b; }
+    friend constexpr void get_property(const cuda_vmm_resource&, device_accessible) noexcept {}
+
+private:
+    // Makes `device` current for a scope and restores the previous device: the driver calls run
+    // in the device's primary context. Never throws; check() reports a failure to switch.
+    class current_device {
+    public:
+        explicit current_device(int device) noexcept : device_(device) {
+            status_ = cudaGetDevice(&previous_);
+            if (status_ == cudaSuccess && previous_ != device_) status_ = cudaSetDevice(device_);
+        }
+        current_device(const current_device&) = delete;
+        current_device& operator=(const current_device&) = delete;
+        ~current_device() {
+            if (status_ == cudaSuccess && previous_ != device_) static_cast<void>(cudaSetDevice(previous_));
+        }
+        void check() const { detail::check_cuda(status_, "cudaSetDevice"); }
+
+    private:
+        int device_;
+        int previous_ = -1;
+        cudaError_t status_;
+    };
+
+    static CUmemAccessDesc read_write(int device) noexcept {
+        CUmemAccessDesc access{};
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = device;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        return access;
+    }
+
+    std::size_t choose_granularity(std::size_t asked) const {
+        std::size_t minimum = 0;
+        std::size_t recommended = 0;
+        driver_->check(driver_->mem_get_allocation_granularity(&minimum, &properties_, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                       "cuMemGetAllocationGranularity(CU_MEM_ALLOC_GRANULARITY_MINIMUM)");
+        driver_->check(driver_->mem_get_allocation_granularity(&recommended, &properties_, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+                       "cuMemGetAllocationGranularity(CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)");
+        if (asked == 0) asked = std::max(minimum, recommended);
+        if (minimum == 0 || !is_power_of_two(asked) || asked % minimum != 0) {
+            throw std::invalid_argument("poolkit: cuda_vmm_resource granularity " + std::to_string(asked) +
+                                        " is not a power-of-two multiple of the device's minimum, " +
+                                        std::to_string(minimum));
+        }
+        return asked;
+    }
+
+    // Maps [at, at + bytes) (check_map passed) and records it; on failure nothing stays mapped.
+    // `asked` is the caller's size, for the figures of out_of_memory.
+    void map_locked(std::uintptr_t at, std::size_t bytes, std::size_t alignment, std::size_t asked = 0) {
+        if (asked == 0) asked = bytes;
+        if (bytes > physical_limit_ - granules_.mapped_bytes()) throw out_of_memory(name, figures(asked, alignment, false));
+        const current_device scope(device_);
+        scope.check();
+        std::size_t done = 0;
+        const auto fail = [&](CUresult status, const char* call, std::size_t mapped) {
+            unmap_granules(at, mapped);
+            if (status == CUDA_ERROR_OUT_OF_MEMORY) throw out_of_memory(name, figures(asked, alignment, true));
+            driver_->throw_error(status, call);
+        };
+        for (; done < bytes; done += granularity_) {
+            CUmemGenericAllocationHandle handle{};
+            const CUresult created = driver_->mem_create(&handle, granularity_, &properties_, 0);
+            if (created != CUDA_SUCCESS) fail(created, "cuMemCreate", done);
+            const CUresult mapped = driver_->mem_map(static_cast<CUdeviceptr>(at + done), granularity_, 0, handle, 0);
+            const CUresult released = driver_->mem_release(handle);  // the mapping, if any, keeps the memory
+            if (mapped != CUDA_SUCCESS) fail(mapped, "cuMemMap", done);
+            if (released != CUDA_SUCCESS) fail(released, "cuMemRelease", done + granularity_);
+        }
+        const CUresult accessible = driver_->mem_set_access(static_cast<CUdeviceptr>(at), bytes, access_.data(), access_.size());
+        if (accessible != CUDA_SUCCESS) fail(accessible, "cuMemSetAccess", bytes);
+        try {
+            granules_.mark_mapped(at, bytes);
+        } catch (...) {
+            unmap_granules(at, bytes);
+            throw;
+        }
+    }
+
+    // Unmaps granule by granule (each is its own mapping); the physical memory goes back to the device.
+    void unmap_granules(std::uintptr_t at, std::size_t bytes) const noexcept {
+        for (std::size_t done = 0; done < bytes; done += granularity_) {
+            detail::cuda_driver::check_in_deallocate(
+                driver_->mem_unmap(static_cast<CUdeviceptr>(at + done), granularity_), "cuMemUnmap");
+        }
+    }
+
+    void release_block(void* pointer, std::size_t bytes, [[maybe_unused]] std::size_t alignment) noexcept {
+        const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+        std::lock_guard lock(mutex_);
+        const auto block = granules_.block_at(address);
+        POOLKIT_ASSERT(block.has_value(), "deallocate of a pointer cuda_vmm_resource did not hand out");
+        if (!block) return;
+        POOLKIT_ASSERT(checked_round_up(bytes, granularity_) == *block, "deallocate with a size other than the one allocated");
+        granules_.forget_block(address);
+        unmap_granules(address, *block);
+        granules_.mark_unmapped(address, *block);
+    }
+
+    // What out_of_memory reports: the bytes asked, mapped (as reserved) and the limit, and where
+    // the device was asked, what it reports free.
+    memory_figures figures(std::size_t bytes, std::size_t alignment, bool device_refused) const noexcept {
+        memory_figures result = memory_figures::request(bytes, alignment);
+        result.reserved_bytes = granules_.mapped_bytes();
+        result.limit_bytes = physical_limit_;
+        std::size_t free_bytes = 0;
+        std::size_t total_bytes = 0;
+        if (device_refused && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) result.available_bytes = free_bytes;
+        static_cast<void>(cudaGetLastError());
+        return result;
+    }
+
+    const detail::cuda_driver* driver_;
+    int device_ = 0;
+    std::size_t granularity_ = 0;
+    std::size_t device_bytes_ = 0;     // the device's memory, as cudaMemGetInfo reports its total
+    std::size_t physical_limit_ = 0;   // most bytes mapped at once
+    CUmemAllocationProp properties_{}; // of every granule: pinned device memory on device_
+    std::vector<CUmemAccessDesc> access_;  // read-write for device_, then each peer
+    mutable std::mutex mutex_;
+    detail::granule_map granules_{0, 0, 1};  // guarded by mutex_; the reservation once constructed
+};
+
+static_assert(virtual_memory<cuda_vmm_resource>);
+static_assert(stream_resource_with<cuda_vmm_resource, device_accessible>);
+static_assert(!has_property<cuda_vmm_resource, host_accessible>);
+static_assert(has_owns<cuda_vmm_resource> && has_check_invariants<cuda_vmm_resource>);
+static_assert(cuda::mr::async_resource_with<cuda_vmm_resource, cuda::mr::device_accessible>);
+
+}  // namespace poolkit

@@ -1,0 +1,108 @@
+// The CUDA driver entry points that virtual memory needs, taken through the runtime
+// (cudaGetDriverEntryPointByVersion), so that programs link cudart alone and never libcuda.
+// <cuda.h> and <cudaTypedefs.h> are included for the types only.
+//
+// Each entry point is asked for at the CUDA version in its PFN_ typedef's name, so the pointer's
+// ABI is the typedef's by construction. The table is loaded once per process, on first use;
+// a missing entry point throws cuda_error (and the next use tries again).
+#pragma once
+
+#include <poolkit/upstream/detail/cuda_runtime.hpp>
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+namespace poolkit::detail {
+
+struct cuda_driver {
+    PFN_cuGetErrorName_v6000 get_error_name = nullptr;
+    PFN_cuGetErrorString_v6000 get_error_string = nullptr;
+    PFN_cuDeviceGet_v2000 device_get = nullptr;
+    PFN_cuDeviceGetAttribute_v2000 device_get_attribute = nullptr;
+    PFN_cuMemGetAllocationGranularity_v10020 mem_get_allocation_granularity = nullptr;
+    PFN_cuMemAddressReserve_v10020 mem_address_reserve = nullptr;
+    PFN_cuMemAddressFree_v10020 mem_address_free = nullptr;
+    PFN_cuMemCreate_v10020 mem_create = nullptr;
+    PFN_cuMemRelease_v10020 mem_release = nullptr;
+    PFN_cuMemMap_v10020 mem_map = nullptr;
+    PFN_cuMemUnmap_v10020 mem_unmap = nullptr;
+    PFN_cuMemSetAccess_v10020 mem_set_access = nullptr;
+
+    // The process's table. Throws cuda_error when the runtime cannot hand out an entry point.
+    static const cuda_driver& get() {
+        static const cuda_driver driver = load();
+        return driver;
+    }
+
+    // "cuMemMap failed: CUDA_ERROR_OUT_OF_MEMORY: out of memory", for messages.
+    [[nodiscard]] std::string describe(CUresult status, const char* call) const {
+        const char* error_name = nullptr;
+        const char* error_text = nullptr;
+        if (get_error_name(status, &error_name) != CUDA_SUCCESS || error_name == nullptr) error_name = "unknown CUresult";
+        if (get_error_string(status, &error_text) != CUDA_SUCCESS || error_text == nullptr) error_text = "no description";
+        return std::string(call) + " failed: " + error_name + " (" + std::to_string(static_cast<int>(status)) +
+               "): " + error_text;
+    }
+
+    // Throws cuda_error whose code() is the CUresult.
+    [[noreturn]] void throw_error(CUresult status, const char* call) const {
+        throw cuda_error(static_cast<int>(status), "poolkit: " + describe(status, call));
+    }
+
+    void check(CUresult status, const char* call) const {
+        if (status != CUDA_SUCCESS) throw_error(status, call);
+    }
+
+    // A failure where nothing may throw (unmap, deallocate, destructors). Errors that only mean the
+    // driver is already shutting down (a static resource destroyed after main) are ignored.
+    static void check_in_deallocate(CUresult status, [[maybe_unused]] const char* call) noexcept {
+        if (status == CUDA_SUCCESS || status == CUDA_ERROR_DEINITIALIZED || status == CUDA_ERROR_CONTEXT_IS_DESTROYED) return;
+        POOLKIT_ASSERT(status == CUDA_SUCCESS, "a CUDA driver call failed where nothing may throw");
+    }
+
+private:
+    static cuda_driver load() {
+        cuda_driver driver;
+        entry(driver.get_error_name, "cuGetErrorName", 6000);
+        entry(driver.get_error_string, "cuGetErrorString", 6000);
+        entry(driver.device_get, "cuDeviceGet", 2000);
+        entry(driver.device_get_attribute, "cuDeviceGetAttribute", 2000);
+        entry(driver.mem_get_allocation_granularity, "cuMemGetAllocationGranularity", 10020);
+        entry(driver.mem_address_reserve, "cuMemAddressReserve", 10020);
+        entry(driver.mem_address_free, "cuMemAddressFree", 10020);
+        entry(driver.mem_create, "cuMemCreate", 10020);
+        entry(driver.mem_release, "cuMemRelease", 10020);
+        entry(driver.mem_map, "cuMemMap", 10020);
+        entry(driver.mem_unmap, "cuMemUnmap", 10020);
+        entry(driver.mem_set_access, "cuMemSetAccess", 10020);
+        return driver;
+    }
+
+    template <class Function>
+    static void entry(Function& slot, const char* symbol, [[maybe_unused]] unsigned int version) {
+        void* function = nullptr;
+        cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+        const cudaError_t status = cudaGetDriverEntryPointByVersion(symbol, &function, version, cudaEnableDefault, &found);
+        const char* call = "cudaGetDriverEntryPointByVersion";
+#else
+        const cudaError_t status = cudaGetDriverEntryPoint(symbol, &function, cudaEnableDefault, &found);
+        const char* call = "cudaGetDriverEntryPoint";
+#endif
+        if (status != cudaSuccess) {
+            throw cuda_error(static_cast<int>(status), std::string("poolkit: ") + call + "(\"" + symbol + "\") failed: " +
+                                                           cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+        }
+        if (function == nullptr || found != cudaDriverEntryPointSuccess) {
+            throw cuda_error(static_cast<int>(cudaErrorSymbolNotFound),
+                             std::string("poolkit: the CUDA driver has no entry point ") + symbol + " (version " +
+                                 std::to_string(version) + "); is the driver older than the toolkit?");
+        }
+        slot = reinterpret_cast<Function>(function);
+    }
+};
+
+}  // namespace poolkit::detail

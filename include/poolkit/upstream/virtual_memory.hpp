@@ -1,0 +1,340 @@
+// virtual_memory: a reserved range of addresses whose granules are backed by physical memory on
+// request — the interface a placement strategy over CUDA virtual memory is written against — and
+// the bookkeeping its two models share (cuda_vmm_resource on a GPU, simulated_vmm_resource on a CPU).
+//
+// The range [base(), base() + capacity()) is reserved once and never moves. map(at, bytes) backs
+// the granules of [at, at + bytes) with physical memory; unmap(at, bytes) gives it back. `at` and
+// `bytes` are multiples of granularity(). One map call maps one run of contiguous granules however
+// long; any granule it mapped may later be unmapped alone, or with any other mapped granules that
+// are contiguous with it, in one unmap call. Counting: map_calls() and unmap_calls() count calls
+// that changed something (one per call, not per granule); mapped_bytes() is the bytes backed now,
+// peak_mapped_bytes() the most ever backed at once.
+//
+// Complexity of the bookkeeping: O(log n) in the number of unmapped holes. Thread safety: each model
+// states its own. Alignment: base() and every mapping start on a granule. Stream semantics: none;
+// map and unmap are immediate, and unmap requires that no work still uses the range. Exhaustion: map throws out_of_memory with the bytes asked (requested_bytes), the
+// bytes mapped (reserved_bytes) and the physical limit (limit_bytes), having changed nothing.
+// Precondition violations: map throws std::invalid_argument (misaligned, outside the range, or some
+// granule already mapped); unmap (noexcept) checks with POOLKIT_ASSERT (misaligned, outside the
+// range, some granule not mapped, or the range overlaps a block handed out by allocate) and, when
+// assertions are off, does nothing.
+#pragma once
+
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/assert.hpp>
+#include <poolkit/core/errors.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace poolkit {
+
+// | expression | returns | throws | meaning |
+// | v.base(), v.capacity() | std::byte*, size_t | never | the reserved range |
+// | v.granularity() | size_t | never | a power of two; every map and unmap is in whole granules |
+// | v.map(at, bytes) | void | out_of_memory, std::invalid_argument, cuda_error | back [at, at+bytes) |
+// | v.unmap(at, bytes) | void | never | give [at, at+bytes) back; no work may still use it |
+// | v.is_mapped(p) | bool | | the granule holding p is backed |
+// | v.mapped_bytes(), v.peak_mapped_bytes() | size_t | | backed now, most backed at once |
+// | v.map_calls(), v.unmap_calls() | size_t | | calls that mapped or unmapped something |
+template <class V>
+concept virtual_memory = requires(V& v, const V& cv, void* at, const void* pointer, std::size_t bytes) {
+    { cv.base() } noexcept -> std::same_as<std::byte*>;
+    { cv.capacity() } noexcept -> std::same_as<std::size_t>;
+    { cv.granularity() } noexcept -> std::same_as<std::size_t>;
+    { v.map(at, bytes) } -> std::same_as<void>;
+    { v.unmap(at, bytes) } noexcept -> std::same_as<void>;
+    { cv.is_mapped(pointer) } -> std::same_as<bool>;
+    { cv.mapped_bytes() } -> std::same_as<std::size_t>;
+    { cv.peak_mapped_bytes() } -> std::same_as<std::size_t>;
+    { cv.map_calls() } -> std::same_as<std::size_t>;
+    { cv.unmap_calls() } -> std::same_as<std::size_t>;
+};
+
+namespace detail {
+
+// Which granules of a reserved range are mapped, the counters of the virtual_memory interface, and
+// the blocks that a model's resource face (allocate/deallocate) handed out. Unsynchronized.
+//
+// Unmapped space is kept as maximal holes, indexed by address and by (size, address); mapped
+// granules are the complement. A block from allocate is exactly mapped: its alignment padding
+// stays an unmapped hole, so allocate and map never hand out the same granule twice.
+class granule_map {
+public:
+    granule_map(std::uintptr_t base, std::size_t capacity, std::size_t granularity)
+        : base_(base), capacity_(capacity), granularity_(granularity) {
+        POOLKIT_ASSERT(is_power_of_two(granularity) && base % granularity == 0 && capacity % granularity == 0,
+                       "granule_map over a range that is not in whole granules");
+        if (capacity_ != 0) insert_hole(base_, capacity_);
+    }
+
+    [[nodiscard]] std::uintptr_t base() const noexcept { return base_; }
+    [[nodiscard]] std::size_t capacity() const noexcept { return capacity_; }
+    [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
+    [[nodiscard]] std::size_t mapped_bytes() const noexcept { return mapped_bytes_; }
+    [[nodiscard]] std::size_t peak_mapped_bytes() const noexcept { return peak_mapped_bytes_; }
+    [[nodiscard]] std::size_t map_calls() const noexcept { return map_calls_; }
+    [[nodiscard]] std::size_t unmap_calls() const noexcept { return unmap_calls_; }
+    [[nodiscard]] std::size_t block_count() const noexcept { return blocks_.size(); }
+    [[nodiscard]] std::size_t block_bytes() const noexcept { return block_bytes_; }
+
+    // Throws std::invalid_argument, naming `source`, unless [at, at + bytes) is a non-empty run of
+    // whole granules inside the range, none of them mapped.
+    void check_map(std::uintptr_t at, std::size_t bytes, const char* source) const {
+        check_in_range(at, bytes, source, "map");
+        const auto hole = hole_containing(at);
+        if (hole == holes_by_address_.end() || at + bytes > hole->first + hole->second) {
+            throw std::invalid_argument(std::string("poolkit: ") + source + "::map of " + describe(at, bytes) +
+                                        ": part of it is already mapped");
+        }
+    }
+
+    // Why unmap(at, bytes) breaks its precondition, or nullptr when it does not.
+    [[nodiscard]] const char* unmap_violation(std::uintptr_t at, std::size_t bytes) const noexcept {
+        if (!in_range(at, bytes)) return "unmap of a range that is not whole granules inside the reservation";
+        const auto after = holes_by_address_.lower_bound(at);
+        if (after != holes_by_address_.end() && after->first < at + bytes) return "unmap of a range not wholly mapped";
+        if (after != holes_by_address_.begin()) {
+            const auto before = std::prev(after);
+            if (before->first + before->second > at) return "unmap of a range not wholly mapped";
+        }
+        const auto block = blocks_.lower_bound(at + bytes);
+        if (block != blocks_.begin()) {
+            const auto previous = std::prev(block);
+            if (previous->first + previous->second > at) return "unmap of granules that a live block from allocate uses";
+        }
+        return nullptr;
+    }
+
+    // The lowest-addressed start, in the smallest hole that fits, of `bytes` (whole granules)
+    // aligned to `alignment` (a power of two); nothing when no hole fits. O(log n) when alignment
+    // is at most the granularity; larger alignments may look at every hole at least `bytes` long.
+    [[nodiscard]] std::optional<std::uintptr_t> find_unmapped(std::size_t bytes, std::size_t alignment) const noexcept {
+        const std::size_t step = alignment > granularity_ ? alignment : granularity_;
+        for (auto hole = holes_by_size_.lower_bound({bytes, 0}); hole != holes_by_size_.end(); ++hole) {
+            const auto [hole_bytes, hole_start] = *hole;
+            const std::uintptr_t start = align_up(hole_start, step);
+            if (start < hole_start) continue;  // wrapped past the top of the address space
+            const std::size_t padding = start - hole_start;
+            if (padding <= hole_bytes && hole_bytes - padding >= bytes) return start;
+        }
+        return std::nullopt;
+    }
+
+    // Records [at, at + bytes) as mapped (check_map passed) and counts one map call. Strong
+    // guarantee: on std::bad_alloc nothing changed.
+    void mark_mapped(std::uintptr_t at, std::size_t bytes) {
+        const auto hole = hole_containing(at);
+        POOLKIT_ASSERT(hole != holes_by_address_.end() && at + bytes <= hole->first + hole->second,
+                       "mark_mapped of granules already mapped");
+        const std::uintptr_t hole_start = hole->first;
+        const std::size_t hole_bytes = hole->second;
+        const std::uintptr_t end = at + bytes;
+        const std::size_t right = hole_start + hole_bytes - end;
+        if (right != 0) insert_hole(end, right);  // the only step that allocates, and it comes first
+        if (at > hole_start) {
+            resize_hole(hole, at - hole_start);
+        } else {
+            holes_by_size_.erase({hole_bytes, hole_start});
+            holes_by_address_.erase(hole);
+        }
+        mapped_bytes_ += bytes;
+        if (mapped_bytes_ > peak_mapped_bytes_) peak_mapped_bytes_ = mapped_bytes_;
+        ++map_calls_;
+    }
+
+    // Records [at, at + bytes) as unmapped (unmap_violation was nullptr) and counts one unmap call.
+    // Allocates only when the new hole touches no other (host exhaustion then ends the program, as
+    // in any deallocate).
+    void mark_unmapped(std::uintptr_t at, std::size_t bytes) noexcept {
+        auto after = holes_by_address_.lower_bound(at);
+        const bool joins_after = after != holes_by_address_.end() && after->first == at + bytes;
+        const bool joins_before = after != holes_by_address_.begin() &&
+                                  std::prev(after)->first + std::prev(after)->second == at;
+        if (joins_before) {
+            auto before = std::prev(after);
+            std::size_t merged = before->second + bytes;
+            if (joins_after) {
+                merged += after->second;
+                holes_by_size_.erase({after->second, after->first});
+                holes_by_address_.erase(after);
+            }
+            resize_hole(before, merged);
+        } else if (joins_after) {
+            auto by_size = holes_by_size_.extract({after->second, after->first});
+            auto by_address = holes_by_address_.extract(after);
+            by_address.key() = at;
+            by_address.mapped() += bytes;
+            by_size.value() = {by_address.mapped(), at};
+            holes_by_address_.insert(std::move(by_address));
+            holes_by_size_.insert(std::move(by_size));
+        } else {
+            insert_hole(at, bytes);
+        }
+        mapped_bytes_ -= bytes;
+        ++unmap_calls_;
+    }
+
+    // Whether the granule holding `address` is mapped; false outside the range.
+    [[nodiscard]] bool is_mapped(std::uintptr_t address) const noexcept {
+        if (address < base_ || address - base_ >= capacity_) return false;
+        const auto hole = hole_containing(address);
+        return hole == holes_by_address_.end();
+    }
+
+    // The blocks of the resource face: [at, at + bytes), mapped, handed to a user.
+    void record_block(std::uintptr_t at, std::size_t bytes) {
+        blocks_.emplace(at, bytes);
+        block_bytes_ += bytes;
+    }
+    void forget_block(std::uintptr_t at) noexcept {
+        const auto found = blocks_.find(at);
+        if (found == blocks_.end()) return;
+        block_bytes_ -= found->second;
+        blocks_.erase(found);
+    }
+    // The bytes of the live block starting at `at`, or nothing.
+    [[nodiscard]] std::optional<std::size_t> block_at(std::uintptr_t at) const noexcept {
+        const auto found = blocks_.find(at);
+        if (found == blocks_.end()) return std::nullopt;
+        return found->second;
+    }
+    // Whether `address` lies inside a live block.
+    [[nodiscard]] bool in_block(std::uintptr_t address) const noexcept {
+        const auto after = blocks_.upper_bound(address);
+        if (after == blocks_.begin()) return false;
+        const auto block = std::prev(after);
+        return address - block->first < block->second;
+    }
+
+    // Calls f(at, bytes) for each maximal run of mapped granules, in address order.
+    template <class F>
+    void for_each_mapped_run(F&& f) const {
+        std::uintptr_t cursor = base_;
+        for (const auto& [start, bytes] : holes_by_address_) {
+            if (start > cursor) f(cursor, static_cast<std::size_t>(start - cursor));
+            cursor = start + bytes;
+        }
+        if (cursor < base_ + capacity_) f(cursor, static_cast<std::size_t>(base_ + capacity_ - cursor));
+    }
+
+    // Holes are whole granules inside the range, disjoint, never adjacent (they coalesce), indexed
+    // the same way by address and by size; with the mapped bytes they tile the range; every block
+    // is mapped and blocks are disjoint; counters agree.
+    void check_invariants() const {
+        POOLKIT_VERIFY(holes_by_address_.size() == holes_by_size_.size(), "hole indexes disagree");
+        std::uintptr_t previous_end = 0;
+        bool first = true;
+        std::size_t unmapped = 0;
+        for (const auto& [start, bytes] : holes_by_address_) {
+            POOLKIT_VERIFY(bytes != 0 && start % granularity_ == 0 && bytes % granularity_ == 0,
+                           "a hole is not whole granules");
+            POOLKIT_VERIFY(start >= base_ && start - base_ <= capacity_ && bytes <= capacity_ - (start - base_),
+                           "a hole lies outside the reservation");
+            POOLKIT_VERIFY(first || start > previous_end, "holes touch or overlap");
+            POOLKIT_VERIFY(holes_by_size_.count({bytes, start}) == 1, "a hole is missing from the size index");
+            previous_end = start + bytes;
+            first = false;
+            unmapped += bytes;
+        }
+        POOLKIT_VERIFY(unmapped + mapped_bytes_ == capacity_, "mapped and unmapped bytes do not tile the reservation");
+        POOLKIT_VERIFY(peak_mapped_bytes_ >= mapped_bytes_, "peak below current");
+        std::size_t block_total = 0;
+        std::uintptr_t block_end = 0;
+        for (const auto& [start, bytes] : blocks_) {
+            POOLKIT_VERIFY(start >= block_end, "blocks overlap");
+            POOLKIT_VERIFY(unmap_violation_ignoring_blocks(start, bytes) == nullptr, "a block is not wholly mapped");
+            block_end = start + bytes;
+            block_total += bytes;
+        }
+        POOLKIT_VERIFY(block_total == block_bytes_, "block byte count drifted");
+        POOLKIT_VERIFY(block_bytes_ <= mapped_bytes_, "blocks hold more than is mapped");
+    }
+
+private:
+    using hole_iterator = std::map<std::uintptr_t, std::size_t>::iterator;
+    using const_hole_iterator = std::map<std::uintptr_t, std::size_t>::const_iterator;
+
+    [[nodiscard]] bool in_range(std::uintptr_t at, std::size_t bytes) const noexcept {
+        return bytes != 0 && at % granularity_ == 0 && bytes % granularity_ == 0 && at >= base_ &&
+               at - base_ <= capacity_ && bytes <= capacity_ - (at - base_);
+    }
+
+    void check_in_range(std::uintptr_t at, std::size_t bytes, const char* source, const char* call) const {
+        const auto fail = [&](const char* why) {
+            throw std::invalid_argument(std::string("poolkit: ") + source + "::" + call + " of " + describe(at, bytes) +
+                                        ": " + why);
+        };
+        if (at % granularity_ != 0 || bytes % granularity_ != 0) {
+            fail(("address and size must be multiples of the granularity, " + std::to_string(granularity_)).c_str());
+        }
+        if (!in_range(at, bytes)) fail("the range is not inside the reservation");
+    }
+
+    [[nodiscard]] std::string describe(std::uintptr_t at, std::size_t bytes) const {
+        return std::to_string(bytes) + " bytes at offset " +
+               (at >= base_ ? std::to_string(at - base_) : "-" + std::to_string(base_ - at)) + " of the reservation";
+    }
+
+    [[nodiscard]] const char* unmap_violation_ignoring_blocks(std::uintptr_t at, std::size_t bytes) const noexcept {
+        if (!in_range(at, bytes)) return "outside";
+        const auto after = holes_by_address_.lower_bound(at);
+        if (after != holes_by_address_.end() && after->first < at + bytes) return "unmapped";
+        if (after != holes_by_address_.begin() && std::prev(after)->first + std::prev(after)->second > at) return "unmapped";
+        return nullptr;
+    }
+
+    // The hole that holds `address`, or end().
+    [[nodiscard]] const_hole_iterator hole_containing(std::uintptr_t address) const noexcept {
+        auto after = holes_by_address_.upper_bound(address);
+        if (after == holes_by_address_.begin()) return holes_by_address_.end();
+        const auto hole = std::prev(after);
+        return address - hole->first < hole->second ? hole : holes_by_address_.end();
+    }
+    [[nodiscard]] hole_iterator hole_containing(std::uintptr_t address) noexcept {
+        const auto found = std::as_const(*this).hole_containing(address);
+        return holes_by_address_.erase(found, found);  // const_iterator to iterator
+    }
+
+    // Strong guarantee: if the second index throws, the first is undone.
+    void insert_hole(std::uintptr_t start, std::size_t bytes) {
+        const auto inserted = holes_by_address_.emplace(start, bytes).first;
+        try {
+            holes_by_size_.emplace(bytes, start);
+        } catch (...) {
+            holes_by_address_.erase(inserted);
+            throw;
+        }
+    }
+
+    // Changes a hole's size in place; reuses the size index's node, so it never allocates.
+    void resize_hole(hole_iterator hole, std::size_t bytes) noexcept {
+        auto node = holes_by_size_.extract({hole->second, hole->first});
+        node.value() = {bytes, hole->first};
+        holes_by_size_.insert(std::move(node));
+        hole->second = bytes;
+    }
+
+    std::uintptr_t base_;
+    std::size_t capacity_;
+    std::size_t granularity_;
+    std::map<std::uintptr_t, std::size_t> holes_by_address_;              // start -> bytes, unmapped
+    std::set<std::pair<std::size_t, std::uintptr_t>> holes_by_size_;      // (bytes, start): best fit
+    std::map<std::uintptr_t, std::size_t> blocks_;                        // allocate's blocks: start -> bytes
+    std::size_t block_bytes_ = 0;
+    std::size_t mapped_bytes_ = 0;       // capacity_ minus the holes
+    std::size_t peak_mapped_bytes_ = 0;  // most mapped_bytes_ ever was
+    std::size_t map_calls_ = 0;          // mark_mapped calls
+    std::size_t unmap_calls_ = 0;        // mark_unmapped calls
+};
+
+}  // namespace detail
+}  // namespace poolkit
