@@ -7,19 +7,27 @@
 //   caching_device_allocator        over cudaMalloc
 //   caching_pinned_host_allocator   over cudaHostAlloc: pinned buffers (~1.2 ms each to get) are
 //                                   reused once every stream that used them (record_use) is done
+// expandable_allocator<VirtualMemory, Events>: stream_ordered lanes of expandable over one
+// virtual memory (PyTorch's expandable_segments made of blocks): best fit over virtual address
+// space whose granules are mapped only while used, so the device memory it holds follows the live
+// bytes; record_use; release() as empty_cache unmaps every cached granule.
+//   expandable_device_allocator     over cuda_vmm_resource (CUDA's virtual memory management)
 // The synchronized_ forms lock one mutex around every call, for sharing between threads.
-// Construct with options: `poolkit::caching_device_allocator pool{{}, {.power2_divisions = 4}};`.
+// Construct with options: `poolkit::caching_device_allocator pool{{}, {.power2_divisions = 4}};`,
+// `poolkit::expandable_device_allocator pool{std::in_place, poolkit::cuda_vmm_options{}, {.cache_fraction = 0.05}};`.
 #pragma once
 
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/core/config.hpp>
 #include <poolkit/strategy/caching_pool.hpp>
+#include <poolkit/strategy/expandable.hpp>
 
 #if POOLKIT_HAS_CUDA
 #  include <poolkit/adaptor/cuda_events.hpp>
 #  include <poolkit/upstream/cuda_device_resource.hpp>
 #  include <poolkit/upstream/cuda_pinned_resource.hpp>
+#  include <poolkit/upstream/cuda_vmm_resource.hpp>
 #endif
 
 namespace poolkit {
@@ -27,15 +35,22 @@ namespace poolkit {
 template <resource Upstream, events_policy Events>
 using caching_allocator = stream_ordered<caching_pool<Upstream>, Events>;
 
+template <class VirtualMemory, events_policy Events>
+using expandable_allocator = stream_ordered<expandable<VirtualMemory>, Events>;
+
 #if POOLKIT_HAS_CUDA
 using caching_device_allocator = caching_allocator<cuda_device_resource, cuda_events>;
 using caching_pinned_host_allocator = caching_allocator<cuda_pinned_resource, cuda_events>;
 using synchronized_caching_device_allocator = synchronized<caching_device_allocator>;
 using synchronized_caching_pinned_host_allocator = synchronized<caching_pinned_host_allocator>;
+using expandable_device_allocator = expandable_allocator<cuda_vmm_resource, cuda_events>;
+using synchronized_expandable_device_allocator = synchronized<expandable_device_allocator>;
 
 static_assert(stream_resource_with<caching_device_allocator, device_accessible>);
 static_assert(stream_resource_with<caching_pinned_host_allocator, device_accessible, host_accessible>);
 static_assert(cuda::mr::async_resource_with<synchronized_caching_device_allocator, cuda::mr::device_accessible>);
+static_assert(stream_resource_with<expandable_device_allocator, device_accessible> && has_record_use<expandable_device_allocator>);
+static_assert(cuda::mr::async_resource_with<synchronized_expandable_device_allocator, cuda::mr::device_accessible>);
 #endif
 
 }  // namespace poolkit

@@ -6,8 +6,10 @@
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/buddy.hpp>
+#include <poolkit/strategy/expandable.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
 #include <poolkit/strategy/size_classes.hpp>
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
 
 namespace {
 
@@ -47,6 +49,23 @@ struct fixed_size_lanes_fixture : over_instrumented<stream_ordered<fixed_size<up
     static constexpr const char* name = "stream_ordered<fixed_size<ref<instrumented>>, host_events>";
 };
 
+// The expandable preset's shape over simulated virtual memory.
+struct expandable_lanes_fixture : test::no_touch {
+    static constexpr const char* name = "stream_ordered<expandable<ref<simulated_vmm_resource>>, host_events>";
+    static constexpr bool stateless = false;
+    simulated_vmm_resource memory_{{.capacity = std::size_t{16} << 30, .physical_limit = std::size_t{128} << 20}};
+    stream_ordered<expandable<ref<simulated_vmm_resource>>, host_events> resource_{ref<simulated_vmm_resource>(memory_),
+                                                                                   {.span_bytes = std::size_t{256} << 20}};
+    instrumented<>* upstream() { return nullptr; }
+    auto& resource() { return resource_; }
+    void exhaust_setup() {}  // the physical limit: 128 MiB
+    ~expandable_lanes_fixture() {
+        resource_.check_invariants();
+        resource_.release();
+        CHECK(memory_.mapped_bytes() == 0);
+    }
+};
+
 }  // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(conformance, size_classes_lanes_fixture, buddy_lanes_fixture, fixed_size_lanes_fixture);
+TEST_CASE_TEMPLATE_INVOKE(conformance, expandable_lanes_fixture, size_classes_lanes_fixture, buddy_lanes_fixture, fixed_size_lanes_fixture);

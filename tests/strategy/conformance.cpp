@@ -5,12 +5,14 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
+#include <poolkit/strategy/expandable.hpp>
 #include <poolkit/strategy/fallback.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
 #include <poolkit/strategy/monotonic.hpp>
 #include <poolkit/strategy/segregator.hpp>
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
 
 namespace {
 
@@ -117,9 +119,26 @@ struct fallback_fixture : host_touch {
     ~fallback_fixture() { resource_.check_invariants(); }
 };
 
+// Over simulated virtual memory: blocks are addresses whose granules are mapped, never touched.
+struct expandable_fixture : no_touch {
+    static constexpr const char* name = "expandable<ref<simulated_vmm_resource>>";
+    static constexpr bool stateless = false;
+    simulated_vmm_resource memory_{{.capacity = std::size_t{16} << 30, .granularity = std::size_t{64} << 10,
+                                    .physical_limit = std::size_t{128} << 20}};
+    expandable<ref<simulated_vmm_resource>> resource_{memory_, {.span_bytes = std::size_t{64} << 20}};
+    instrumented<>* upstream() { return nullptr; }
+    auto& resource() { return resource_; }
+    void exhaust_setup() {}  // the physical limit: 128 MiB
+    ~expandable_fixture() {
+        resource_.check_invariants();
+        resource_.release();
+        CHECK(memory_.mapped_bytes() == 0);
+    }
+};
+
 }  // namespace
 
 TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture, size_classes_fixture,
                           size_classes_simulated_fixture, fixed_size_fixture, fixed_size_simulated_fixture,
                           buddy_fixture, buddy_simulated_fixture, monotonic_fixture, monotonic_simulated_fixture,
-                          segregator_fixture, fallback_fixture);
+                          segregator_fixture, fallback_fixture, expandable_fixture);

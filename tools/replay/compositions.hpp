@@ -21,8 +21,10 @@
 #include <poolkit/strategy/segregator.hpp>
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/presets.hpp>
+#include <poolkit/strategy/expandable.hpp>
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
 
 #if __has_include(<poolkit/strategy/buddy.hpp>)
 #  include <poolkit/strategy/buddy.hpp>
@@ -110,6 +112,27 @@ run_figures measure_over(const trace& t, const run_settings& settings, Upstream&
 
 inline constexpr std::size_t MiB = std::size_t{1} << 20;
 
+// The expandable preset's shape over the virtual memory that `make_memory()` returns (as a
+// unique_ptr): reserved is what is mapped, upstream calls are map calls.
+template <class Events, class MakeMemory>
+composition expandable_composition(MakeMemory make_memory) {
+    return {"expandable",
+            "stream-ordered lanes of expandable (poolkit/presets.hpp): best fit over virtual address space, granules "
+            "mapped while used (reserved: peak mapped; upstream calls: map calls)",
+            [make_memory](const trace& t, const run_settings& s) {
+                auto memory = make_memory();
+                using memory_type = typename decltype(memory)::element_type;
+                run_figures figures;
+                {
+                    stream_ordered<expandable<ref<memory_type>>, Events> pool{ref<memory_type>(*memory)};
+                    figures = measure_replay(t, s, pool, [&memory] { return memory->mapped_bytes(); });
+                }
+                figures.peak_reserved_bytes = memory->peak_mapped_bytes();
+                figures.upstream_allocs = memory->map_calls();
+                return figures;
+            }};
+}
+
 // Every composition over the upstream that `make_upstream()` returns (as a unique_ptr), in the
 // order the table lists them. Events orders the streams of stream-ordered compositions.
 template <class Events, class MakeUpstream>
@@ -164,9 +187,15 @@ std::vector<composition> compositions_over(MakeUpstream make_upstream) {
 
 // The compositions over simulated address space: any trace replays on a CPU.
 inline std::vector<composition> simulated_compositions() {
-    return compositions_over<completed_events>([] {
+    auto list = compositions_over<completed_events>([] {
         return std::make_unique<simulated_resource>(simulated_options{.capacity = std::size_t{512} << 30});
     });
+    // The H200's granule and memory, over simulated address space.
+    list.push_back(expandable_composition<completed_events>([] {
+        return std::make_unique<simulated_vmm_resource>(
+            simulated_vmm_options{.capacity = std::size_t{1} << 40, .granularity = 2 * MiB, .physical_limit = std::size_t{141} << 30});
+    }));
+    return list;
 }
 
 }  // namespace poolkit::replay_tool

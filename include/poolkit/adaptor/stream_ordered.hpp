@@ -111,9 +111,15 @@ public:
     using pool_options = lane_options_t<Pool>;
     using event_type = typename Events::event_type;
 
+    // The upstream is built in place here (it need not move: cuda_vmm_resource).
     stream_ordered()
         requires std::default_initializable<upstream_type> && std::default_initializable<Events>
-        : stream_ordered(upstream_type{}) {}
+        : upstream_(), options_(), events_() {}
+    // The upstream built in place from `upstream_options` (one argument).
+    template <class UpstreamOptions>
+        requires std::constructible_from<upstream_type, UpstreamOptions>
+    stream_ordered(std::in_place_t, UpstreamOptions&& upstream_options, pool_options options = {}, Events events = {})
+        : upstream_(std::forward<UpstreamOptions>(upstream_options)), options_(options), events_(std::move(events)) {}
 
     explicit stream_ordered(upstream_type upstream, pool_options options = {}, Events events = {})
         : upstream_(std::move(upstream)), options_(options), events_(std::move(events)) {}

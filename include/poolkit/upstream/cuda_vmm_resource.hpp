@@ -192,6 +192,26 @@ public:
         granules_.mark_unmapped(address, bytes);
     }
 
+    // A span of `bytes` (rounded up to whole granules) of the range, unmapped, that allocate never
+    // uses: a strategy maps and unmaps inside it itself. Taken from the top of the range; never
+    // given back. out_of_memory when the range has no such span left.
+    [[nodiscard]] std::byte* claim(std::size_t bytes) {
+        std::lock_guard lock(mutex_);
+        const auto rounded = checked_round_up(bytes, granules_.granularity());
+        const auto start = rounded ? granules_.claim(*rounded) : std::nullopt;
+        if (!start) {
+            memory_figures figures = memory_figures::request(bytes, granules_.granularity());
+            figures.limit_bytes = granules_.claim_floor() - granules_.base();
+            throw out_of_memory(name, figures);
+        }
+        return reinterpret_cast<std::byte*>(*start);
+    }
+    // Waits for all work of the device, so that memory unmapped afterwards is used by none.
+    void synchronize() {
+        const current_device scope(device_);
+        detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    }
+
     [[nodiscard]] bool is_mapped(const void* pointer) const {
         std::lock_guard lock(mutex_);
         return granules_.is_mapped(reinterpret_cast<std::uintptr_t>(pointer));

@@ -23,6 +23,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/errors.hpp>
+#include <poolkit/core/virtual_memory.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -36,28 +37,6 @@
 #include <utility>
 
 namespace poolkit {
-
-// | expression | returns | throws | meaning |
-// | v.base(), v.capacity() | std::byte*, size_t | never | the reserved range |
-// | v.granularity() | size_t | never | a power of two; every map and unmap is in whole granules |
-// | v.map(at, bytes) | void | out_of_memory, std::invalid_argument, cuda_error | back [at, at+bytes) |
-// | v.unmap(at, bytes) | void | never | give [at, at+bytes) back; no work may still use it |
-// | v.is_mapped(p) | bool | | the granule holding p is backed |
-// | v.mapped_bytes(), v.peak_mapped_bytes() | size_t | | backed now, most backed at once |
-// | v.map_calls(), v.unmap_calls() | size_t | | calls that mapped or unmapped something |
-template <class V>
-concept virtual_memory = requires(V& v, const V& cv, void* at, const void* pointer, std::size_t bytes) {
-    { cv.base() } noexcept -> std::same_as<std::byte*>;
-    { cv.capacity() } noexcept -> std::same_as<std::size_t>;
-    { cv.granularity() } noexcept -> std::same_as<std::size_t>;
-    { v.map(at, bytes) } -> std::same_as<void>;
-    { v.unmap(at, bytes) } noexcept -> std::same_as<void>;
-    { cv.is_mapped(pointer) } -> std::same_as<bool>;
-    { cv.mapped_bytes() } -> std::same_as<std::size_t>;
-    { cv.peak_mapped_bytes() } -> std::same_as<std::size_t>;
-    { cv.map_calls() } -> std::same_as<std::size_t>;
-    { cv.unmap_calls() } -> std::same_as<std::size_t>;
-};
 
 namespace detail {
 
@@ -124,10 +103,23 @@ public:
             const std::uintptr_t start = align_up(hole_start, step);
             if (start < hole_start) continue;  // wrapped past the top of the address space
             const std::size_t padding = start - hole_start;
-            if (padding <= hole_bytes && hole_bytes - padding >= bytes) return start;
+            if (padding <= hole_bytes && hole_bytes - padding >= bytes && start + bytes <= claim_floor_) return start;
         }
         return std::nullopt;
     }
+
+    // Takes `bytes` (whole granules) of unmapped space from the top of the range for a caller that
+    // maps inside it itself; find_unmapped never offers it. Spans are never given back (address
+    // space only). Nothing when the top of the range is not that free.
+    [[nodiscard]] std::optional<std::uintptr_t> claim(std::size_t bytes) noexcept {
+        if (bytes == 0 || bytes % granularity_ != 0 || bytes > claim_floor_ - base_) return std::nullopt;
+        const std::uintptr_t start = claim_floor_ - bytes;
+        const auto hole = hole_containing(start);
+        if (hole == holes_by_address_.end() || hole->first + hole->second < claim_floor_) return std::nullopt;
+        claim_floor_ = start;
+        return start;
+    }
+    [[nodiscard]] std::uintptr_t claim_floor() const noexcept { return claim_floor_; }
 
     // Records [at, at + bytes) as mapped (check_map passed) and counts one map call. Strong
     // guarantee: on std::bad_alloc nothing changed.
@@ -326,6 +318,7 @@ private:
     std::uintptr_t base_;
     std::size_t capacity_;
     std::size_t granularity_;
+    std::uintptr_t claim_floor_ = base_ + capacity_;  // [claim_floor_, top) is claimed
     std::map<std::uintptr_t, std::size_t> holes_by_address_;              // start -> bytes, unmapped
     std::set<std::pair<std::size_t, std::uintptr_t>> holes_by_size_;      // (bytes, start): best fit
     std::map<std::uintptr_t, std::size_t> blocks_;                        // allocate's blocks: start -> bytes

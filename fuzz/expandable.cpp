@@ -1,0 +1,33 @@
+// Fuzzes expandable over simulated virtual memory with small granules, spans and a tight physical
+// limit, so that claiming spans, mapping, mapping ahead, trimming the cache, coalescing across a
+// span, alignment padding and physical exhaustion all happen often. After the steps every block
+// is freed, release() unmaps everything, and the virtual memory must hold no mapped granule.
+// Fuzzers build with NDEBUG; their checks must stay on.
+#define POOLKIT_ENABLE_ASSERTS 1
+
+#include "driver.hpp"
+
+#include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/expandable.hpp>
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
+
+#include <cstdlib>
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    constexpr std::size_t granule = std::size_t{64} << 10;
+    poolkit::simulated_vmm_resource memory{{.capacity = std::size_t{1} << 30, .granularity = granule,
+                                            .physical_limit = std::size_t{32} << 20}};
+    {
+        poolkit::expandable<poolkit::ref<poolkit::simulated_vmm_resource>> pool{
+            memory, {.span_bytes = std::size_t{16} << 20,
+                     .small_size = std::size_t{16} << 10,
+                     .small_span_bytes = std::size_t{2} << 20,
+                     .rounding = std::size_t{256} << (size % 3),
+                     .cache_fraction = (size % 4) * 0.05,
+                     .max_cached_bytes = size % 5 == 0 ? granule * 4 : ~std::size_t{0}}};
+        poolkit::fuzz::run(pool, data, size, 512);
+        if (pool.live_bytes() != 0 || pool.reserved_bytes() != 0) std::abort();
+    }
+    if (memory.mapped_bytes() != 0) std::abort();
+    return 0;
+}

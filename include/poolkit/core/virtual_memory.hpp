@@ -1,0 +1,38 @@
+// virtual_memory: a reserved range of addresses whose granules are backed by physical memory on
+// request. A placement strategy over it (strategy/expandable.hpp) is written against this concept;
+// its models and what map and unmap mean in detail are in upstream/virtual_memory.hpp
+// (cuda_vmm_resource on a GPU, simulated_vmm_resource on a CPU).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+
+namespace poolkit {
+
+// | expression | returns | throws | meaning |
+// | v.base(), v.capacity() | std::byte*, size_t | never | the reserved range |
+// | v.granularity() | size_t | never | a power of two; every map and unmap is in whole granules |
+// | v.map(at, bytes) | void | out_of_memory, std::invalid_argument, cuda_error | back [at, at+bytes) |
+// | v.unmap(at, bytes) | void | never | give [at, at+bytes) back; no work may still use it |
+// | v.is_mapped(p) | bool | | the granule holding p is backed |
+// | v.mapped_bytes(), v.peak_mapped_bytes() | size_t | | backed now, most backed at once |
+// | v.map_calls(), v.unmap_calls() | size_t | | calls that mapped or unmapped something |
+// | v.claim(bytes) | std::byte* | out_of_memory | a span of whole granules, unmapped, that allocate never uses: for a strategy that maps inside it |
+// | v.synchronize() | void | cuda_error | waits until no work can use memory unmapped after it (all of the device's work) |
+template <class V>
+concept virtual_memory = requires(V& v, const V& cv, void* at, const void* pointer, std::size_t bytes) {
+    { cv.base() } noexcept -> std::same_as<std::byte*>;
+    { cv.capacity() } noexcept -> std::same_as<std::size_t>;
+    { cv.granularity() } noexcept -> std::same_as<std::size_t>;
+    { v.map(at, bytes) } -> std::same_as<void>;
+    { v.unmap(at, bytes) } noexcept -> std::same_as<void>;
+    { cv.is_mapped(pointer) } -> std::same_as<bool>;
+    { cv.mapped_bytes() } -> std::same_as<std::size_t>;
+    { cv.peak_mapped_bytes() } -> std::same_as<std::size_t>;
+    { cv.map_calls() } -> std::same_as<std::size_t>;
+    { cv.unmap_calls() } -> std::same_as<std::size_t>;
+    { v.claim(bytes) } -> std::same_as<std::byte*>;
+    v.synchronize();
+};
+
+}  // namespace poolkit

@@ -1,0 +1,767 @@
+// expandable<Upstream>: a coalescing best-fit pool over spans of virtual address space whose
+// granules are backed by physical memory only while a block needs them (CUDA's virtual memory
+// management; PyTorch's expandable_segments).
+//
+// Upstream is a virtual_memory (cuda_vmm_resource, simulated_vmm_resource) or a poolkit::ref to
+// one. The pool claims spans of its address space (options.span_bytes each; a larger request gets
+// a span of its own size) and places blocks in them best fit, coalescing freed blocks across the
+// whole span: there are no chunk boundaries to strand memory at. Requests up to options.small_size
+// go to spans of their own, so that a few live small blocks pin few granules. A block's granules
+// are mapped when it is placed; a placement that needs no mapping is preferred among the
+// best-fitting free blocks. A free block keeps its wholly free granules mapped (the cache) until
+// the policy unmaps them:
+//   - before new granules are mapped, cached granules are unmapped, oldest freed first, until the
+//     mapped bytes stay within the larger of the peak of live bytes so far and the live bytes
+//     after the request times (1 + options.cache_fraction) — so mapped memory follows live
+//     memory; what that bound leaves is mapped ahead, beside the new block, so that a growing
+//     workload needs few map calls;
+//   - at a free, while the cache exceeds options.max_cached_bytes;
+//   - all of them on release().
+// Unmapping waits first for all work that may use the memory (the upstream's synchronize(): the
+// whole device), so a block freed on a stream is never unmapped before that stream's work is done;
+// it happens only on those three occasions, never on the hot path.
+// Complexity: allocate and deallocate O(log n) in the blocks, plus a scan of the mapped-granule
+// bits of the block (one word per 64 granules); at most options.candidates free blocks are
+// compared. Mapping and unmapping cost driver calls (about 35 µs per 2 MiB granule on an H200).
+// Thread safety: none; wrap in synchronized<>. Alignment: any power of two; blocks start on
+// options.rounding. Stream semantics: none; a freed block is reusable at once. Put stream_ordered<>
+// around it: each lane claims spans of its own over the shared virtual memory.
+// Exhaustion: when mapping fails, every cached granule is unmapped and the mapping tried once
+// more; then out_of_memory with the live, mapped and cached bytes. When the address space has no
+// span left to claim, out_of_memory from the upstream's claim.
+#pragma once
+
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/assert.hpp>
+#include <poolkit/core/concepts.hpp>
+#include <poolkit/core/errors.hpp>
+#include <poolkit/core/properties.hpp>
+#include <poolkit/core/virtual_memory.hpp>
+#include <poolkit/observe/walk.hpp>
+#include <poolkit/strategy/detail/intrusive.hpp>
+#include <poolkit/strategy/detail/leak_report.hpp>
+#include <poolkit/strategy/detail/node_pool.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <new>
+#include <optional>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+namespace poolkit {
+
+struct expandable_options {
+    // Address space claimed at a time, rounded up to whole granules; a larger request claims a
+    // span of its own size. 0: an eighth of the physical limit, at least 1 GiB.
+    std::size_t span_bytes = 0;
+    // Requests up to this many bytes are placed in small spans, apart from the large blocks.
+    std::size_t small_size = std::size_t{1} << 20;
+    // Address space of each small span; 0: an eighth of span_bytes.
+    std::size_t small_span_bytes = 0;
+    // Block sizes round up to this power of two.
+    std::size_t rounding = 512;
+    // How far mapped memory may exceed live memory while it grows past its peak (mapped ahead).
+    double cache_fraction = 0.02;
+    // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
+    std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
+    // Free blocks (best fit first, at most 64) compared for a placement that needs no mapping.
+    int candidates = 8;
+};
+
+namespace detail::expandable_parts {
+
+struct by_size_tag;
+struct in_span_tag;
+struct cached_tag;
+struct span;
+
+// A block of a span, free or live: in the free multiset of its kind or the live set (they share
+// a hook), always in its span's address-ordered list, and in the cached list while it is free
+// with mapped granules wholly inside it.
+struct block : intrusive::set_hook<by_size_tag>, intrusive::list_hook<in_span_tag>, intrusive::list_hook<cached_tag> {
+    block(std::uintptr_t address_, std::size_t bytes_, span* owner_) noexcept
+        : address(address_), bytes(bytes_), owner(owner_) {}
+    std::uintptr_t address;
+    std::size_t bytes;
+    std::size_t requested = 0;  // live: the bytes asked for
+    std::size_t cached = 0;     // free: mapped granules wholly inside it
+    span* owner;
+    bool free = true;
+    [[nodiscard]] std::uintptr_t end() const noexcept { return address + bytes; }
+};
+
+struct by_size {
+    struct key {
+        std::size_t bytes;
+        std::uintptr_t address;
+    };
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const noexcept {
+        return a.bytes < b.bytes || (a.bytes == b.bytes && a.address < b.address);
+    }
+};
+
+struct by_address {
+    bool operator()(const block& a, const block& b) const noexcept { return a.address < b.address; }
+    bool operator()(const block& a, std::uintptr_t b) const noexcept { return a.address < b; }
+    bool operator()(std::uintptr_t a, const block& b) const noexcept { return a < b.address; }
+};
+
+using block_list = intrusive::list<block, in_span_tag>;
+using cached_list = intrusive::list<block, cached_tag>;
+using free_blocks = intrusive::multiset<block, by_size_tag, by_size>;
+using live_blocks = intrusive::set<block, by_size_tag, by_address>;
+
+// A span of claimed address space: its blocks tile it; one bit per granule says it is mapped.
+struct span {
+    span(std::uintptr_t address_, std::size_t bytes_, std::size_t granularity, bool small_)
+        : address(address_), bytes(bytes_), small(small_), mapped((bytes_ / granularity + 63) / 64, 0) {}
+    std::uintptr_t address;
+    std::size_t bytes;
+    bool small;
+    block_list blocks;
+    std::vector<std::uint64_t> mapped;
+
+    [[nodiscard]] bool bit(std::size_t granule) const noexcept { return (mapped[granule / 64] >> (granule % 64)) & 1u; }
+
+    // Granules in [first, last) whose bit is `value`.
+    [[nodiscard]] std::size_t count(std::size_t first, std::size_t last, bool value) const noexcept {
+        std::size_t ones = 0;
+        for (std::size_t g = first; g < last;) {
+            const std::size_t word = g / 64, offset = g % 64;
+            const std::size_t take = std::min<std::size_t>(64 - offset, last - g);
+            std::uint64_t bits = mapped[word] >> offset;
+            if (take < 64) bits &= (std::uint64_t{1} << take) - 1;
+            ones += static_cast<std::size_t>(std::popcount(bits));
+            g += take;
+        }
+        return value ? ones : (last - first) - ones;
+    }
+
+    void set(std::size_t first, std::size_t last, bool value) noexcept {
+        for (std::size_t g = first; g < last;) {
+            const std::size_t word = g / 64, offset = g % 64;
+            const std::size_t take = std::min<std::size_t>(64 - offset, last - g);
+            const std::uint64_t mask = (take < 64 ? ((std::uint64_t{1} << take) - 1) : ~std::uint64_t{0}) << offset;
+            mapped[word] = value ? (mapped[word] | mask) : (mapped[word] & ~mask);
+            g += take;
+        }
+    }
+
+    // Calls f(first, last) for each maximal run of granules in [first, last) whose bit is `value`.
+    template <class F>
+    void for_each_run(std::size_t first, std::size_t last, bool value, F&& f) const {
+        std::size_t g = first;
+        while (g < last) {
+            while (g < last && bit(g) != value) ++g;
+            const std::size_t run = g;
+            while (g < last && bit(g) == value) ++g;
+            if (run < g) f(run, g);
+        }
+    }
+};
+
+// What a chain of refs refers to in the end, or the resource itself.
+template <class U>
+struct referent {
+    using type = U;
+    static U& get(U& u) noexcept { return u; }
+};
+template <class U>
+    requires requires(const U& u) { typename U::resource_type; u.get(); }
+struct referent<U> {
+    using type = typename referent<typename U::resource_type>::type;
+    static type& get(const U& u) noexcept { return referent<typename U::resource_type>::get(u.get()); }
+};
+
+}  // namespace detail::expandable_parts
+
+template <class Upstream>
+    requires virtual_memory<typename detail::expandable_parts::referent<Upstream>::type>
+class expandable : public forward_properties<expandable<Upstream>, Upstream> {
+public:
+    using upstream_type = Upstream;
+    using options_type = expandable_options;
+
+    expandable()
+        requires std::default_initializable<Upstream>
+        : expandable(Upstream{}, expandable_options{}) {}
+
+    explicit expandable(Upstream upstream, expandable_options options = {})
+        : upstream_(std::move(upstream)), options_(options) {
+        validate_alignment(options_.rounding);
+        granularity_ = memory().granularity();
+        if (options_.rounding > granularity_) throw std::invalid_argument("poolkit: expandable rounding above the granularity");
+        if (options_.cache_fraction < 0) throw std::invalid_argument("poolkit: expandable cache_fraction below 0");
+        options_.candidates = std::clamp(options_.candidates, 1, max_candidates);
+        if (options_.span_bytes == 0) options_.span_bytes = std::max(limit_of(memory()) / 8, std::size_t{1} << 30);
+        options_.span_bytes = round_to_granule(options_.span_bytes);
+        if (options_.small_span_bytes == 0) options_.small_span_bytes = options_.span_bytes / 8;
+        options_.small_span_bytes = round_to_granule(std::max(options_.small_span_bytes, options_.small_size * 2));
+    }
+
+    expandable(const expandable&) = delete;
+    expandable& operator=(const expandable&) = delete;
+
+    // Every mapped granule is unmapped (after the upstream's synchronize()); the spans stay
+    // claimed: address space only.
+    ~expandable() {
+        detail::report_leaks("expandable", live_.size(), live_bytes_);
+        live_.clear();
+        small_free_.clear();
+        large_free_.clear();
+        cached_.clear();
+        if (mapped_granules_ > 0) {
+            try {
+                memory().synchronize();
+            } catch (...) {
+                POOLKIT_ASSERT(false, "expandable could not wait for the device before unmapping");
+            }
+            for (const auto& s : spans_) {
+                s->for_each_run(0, s->bytes / granularity_, true, [&](std::size_t first, std::size_t last) {
+                    memory().unmap(reinterpret_cast<void*>(granule_address(*s, first)), (last - first) * granularity_);
+                });
+            }
+        }
+        for (const auto& s : spans_) s->blocks.clear_and_dispose([this](block* b) { blocks_.destroy(b); });
+    }
+
+    // Requires: alignment a power of two (else std::invalid_argument). Returns nullptr for 0 bytes.
+    [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        validate_alignment(alignment);
+        if (bytes == 0) return nullptr;
+        const auto rounded = checked_align_up(bytes, options_.rounding);
+        if (!rounded || *rounded > std::numeric_limits<std::size_t>::max() / 2) {
+            throw out_of_memory("expandable", figures(bytes, alignment));
+        }
+        const placement found = find(*rounded, alignment);
+        if (found.where != nullptr && found.unmapped == 0) return carve(*found.where, found.start, *rounded, bytes);
+        return map_and_carve(found, bytes, *rounded, alignment);
+    }
+
+    // As allocate, but nullptr instead of any exception.
+    [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (!is_power_of_two(alignment)) return nullptr;
+        try {
+            return allocate(bytes, alignment);
+        } catch (...) {
+            return nullptr;
+        }
+    }
+
+    // As allocate, but only where every granule is mapped already: never maps, never claims.
+    [[nodiscard]] void* try_allocate_cached(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (bytes == 0 || !is_power_of_two(alignment)) return nullptr;
+        const auto rounded = checked_align_up(bytes, options_.rounding);
+        if (!rounded || *rounded > std::numeric_limits<std::size_t>::max() / 2) return nullptr;
+        try {
+            const placement found = find(*rounded, alignment);
+            if (found.where == nullptr || found.unmapped != 0) return nullptr;
+            return carve(*found.where, found.start, *rounded, bytes);
+        } catch (...) {  // no host memory for a bookkeeping node
+            return nullptr;
+        }
+    }
+
+    // Requires: `pointer` came from allocate(bytes, alignment) of this pool and is not yet freed
+    // (asserted in debug builds; otherwise an unknown pointer is ignored). O(log n) plus the bits
+    // of the block.
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        if (pointer == nullptr) return;
+        const auto found = live_.find(reinterpret_cast<std::uintptr_t>(pointer), by_address{});
+        POOLKIT_ASSERT(found != live_.end(), "deallocate of a pointer expandable did not hand out (or freed twice)");
+        if (found == live_.end()) return;
+        block* freed = &*found;
+        POOLKIT_ASSERT(checked_align_up(bytes, options_.rounding) == align_up(freed->requested, options_.rounding),
+                       "deallocate with a size other than the one allocated");
+        POOLKIT_ASSERT(is_aligned(pointer, alignment), "deallocate with an alignment the block does not have");
+        static_cast<void>(bytes);
+        static_cast<void>(alignment);
+        live_.erase(found);
+        live_bytes_ -= freed->bytes;
+        freed->free = true;
+        freed->requested = 0;
+        auto& blocks = freed->owner->blocks;
+        const auto position = blocks.iterator_to(*freed);
+        if (const auto next = std::next(position); next != blocks.end() && next->free) {
+            block* absorbed = &*next;
+            forget_free(*absorbed);
+            blocks.erase(next);
+            freed->bytes += absorbed->bytes;
+            blocks_.destroy(absorbed);
+        }
+        if (position != blocks.begin()) {
+            if (const auto previous = std::prev(position); previous->free) {
+                block* survivor = &*previous;
+                forget_free(*survivor);
+                survivor->bytes += freed->bytes;
+                blocks.erase(position);
+                blocks_.destroy(freed);
+                freed = survivor;
+            }
+        }
+        file_free(*freed);
+        if (cached_granules_ * granularity_ > options_.max_cached_bytes) {
+            try {
+                trim(cached_granules_ * granularity_ - options_.max_cached_bytes);
+            } catch (...) {
+                POOLKIT_ASSERT(false, "expandable could not wait for the device before unmapping");
+            }
+        }
+    }
+
+    // Unmaps every cached granule, after the upstream's synchronize() (PyTorch's empty_cache).
+    void release() { trim(std::numeric_limits<std::size_t>::max()); }
+
+    // Whether `pointer` lies inside a live block of this pool. O(log n).
+    [[nodiscard]] bool owns(const void* pointer) const noexcept {
+        const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+        auto after = live_.upper_bound(address, by_address{});
+        if (after == live_.begin()) return false;
+        const block& b = *std::prev(after);
+        return address - b.address < b.bytes;
+    }
+
+    // The walk of core/walk.hpp: each span is a chunk (address space; reserved_bytes() says what
+    // is mapped), its blocks in address order. O(blocks); allocates nothing.
+    template <class Visitor>
+    void for_each_block(Visitor&& visit) const {
+        std::vector<const span*> ordered;
+        for (const auto& s : spans_) ordered.push_back(s.get());
+        std::sort(ordered.begin(), ordered.end(), [](const span* a, const span* b) { return a->address < b->address; });
+        for (const span* s : ordered) {
+            chunk_view chunk_seen;
+            chunk_seen.address = s->address;
+            chunk_seen.bytes = s->bytes;
+            for (const block& b : s->blocks) {
+                block_view seen;
+                seen.address = b.address;
+                seen.bytes = b.bytes;
+                seen.requested_bytes = b.free ? 0 : b.requested;
+                seen.live = !b.free;
+                visit(chunk_seen, seen);
+            }
+        }
+    }
+
+    // Blocks tile their span; no two free blocks touch; each block is in the index its state
+    // says; every granule a live block touches is mapped; each free block's cached count is the
+    // mapped granules wholly inside it, and it is in the cached list exactly when that is not 0;
+    // the counts add up.
+    void check_invariants() const {
+        std::size_t live = 0, live_count = 0, free_count = 0, cached = 0, mapped = 0, cached_listed = 0;
+        for (const auto& s : spans_) {
+            POOLKIT_VERIFY(!s->blocks.empty(), "a span without blocks");
+            std::uintptr_t expected = s->address;
+            bool previous_free = false;
+            for (const block& b : s->blocks) {
+                POOLKIT_VERIFY(b.owner == s.get(), "a block linked into another span");
+                POOLKIT_VERIFY(b.address == expected, "blocks do not tile their span");
+                POOLKIT_VERIFY(b.bytes > 0 && b.bytes % options_.rounding == 0, "a block size off the rounding");
+                POOLKIT_VERIFY(!(b.free && previous_free), "two free neighbours not coalesced");
+                if (b.free) {
+                    const auto& index = s->small ? small_free_ : large_free_;
+                    POOLKIT_VERIFY(index.find(b) != index.end(), "a free block missing from its size index");
+                    const auto [first, last] = interior(b);
+                    POOLKIT_VERIFY(b.cached == s->count(first, last, true), "a free block's cached count drifted");
+                    cached += b.cached;
+                    ++free_count;
+                } else {
+                    const auto found = live_.find(b.address, by_address{});
+                    POOLKIT_VERIFY(found != live_.end() && &*found == &b, "a live block missing from the live index");
+                    const auto [first, last] = touched(b);
+                    POOLKIT_VERIFY(s->count(first, last, false) == 0, "a live block on an unmapped granule");
+                    POOLKIT_VERIFY(b.requested > 0 && b.requested <= b.bytes, "a live block smaller than asked");
+                    live += b.bytes;
+                    ++live_count;
+                }
+                previous_free = b.free;
+                expected += b.bytes;
+            }
+            POOLKIT_VERIFY(expected == s->address + s->bytes, "blocks do not cover their span");
+            mapped += s->count(0, s->bytes / granularity_, true);
+        }
+        for (const block& b : cached_) {
+            POOLKIT_VERIFY(b.free && b.cached > 0, "the cached list holds a block with nothing cached");
+            ++cached_listed;
+        }
+        std::size_t with_cache = 0;
+        for (const auto& s : spans_) {
+            for (const block& b : s->blocks) with_cache += b.free && b.cached > 0;
+        }
+        POOLKIT_VERIFY(cached_listed == with_cache, "a free block with cached granules is not in the cached list");
+        POOLKIT_VERIFY(free_count == small_free_.size() + large_free_.size(), "the size indexes hold blocks that are not free");
+        POOLKIT_VERIFY(live_count == live_.size(), "the live index holds blocks that are not live");
+        POOLKIT_VERIFY(live == live_bytes_, "live byte count drifted");
+        POOLKIT_VERIFY(cached == cached_granules_, "cached granule count drifted");
+        POOLKIT_VERIFY(mapped == mapped_granules_, "mapped granule count drifted");
+        POOLKIT_VERIFY(blocks_.in_use() == live_count + free_count, "bookkeeping nodes leaked");
+    }
+
+    // Bytes handed out (whole blocks); mapped by this pool (its physical footprint); mapped but
+    // wholly free (the cache); the most mapped and the most live at once.
+    [[nodiscard]] std::size_t live_bytes() const noexcept { return live_bytes_; }
+    [[nodiscard]] std::size_t reserved_bytes() const noexcept { return mapped_granules_ * granularity_; }
+    [[nodiscard]] std::size_t cached_bytes() const noexcept { return cached_granules_ * granularity_; }
+    [[nodiscard]] std::size_t peak_reserved_bytes() const noexcept { return peak_mapped_granules_ * granularity_; }
+    [[nodiscard]] std::size_t peak_live_bytes() const noexcept { return peak_live_bytes_; }
+    [[nodiscard]] std::size_t live_blocks() const noexcept { return live_.size(); }
+    [[nodiscard]] std::size_t chunks() const noexcept { return spans_.size(); }
+    // Map and unmap calls this pool made of its upstream.
+    [[nodiscard]] std::size_t map_calls() const noexcept { return map_calls_; }
+    [[nodiscard]] std::size_t unmap_calls() const noexcept { return unmap_calls_; }
+    [[nodiscard]] const expandable_options& options() const noexcept { return options_; }
+
+    [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
+    [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
+
+    // Identity: only the pool that handed out a block can take it back.
+    friend bool operator==(const expandable& a, const expandable& b) noexcept { return &a == &b; }
+
+private:
+    using block = detail::expandable_parts::block;
+    using span = detail::expandable_parts::span;
+    using by_size = detail::expandable_parts::by_size;
+    using by_address = detail::expandable_parts::by_address;
+    using memory_type = typename detail::expandable_parts::referent<Upstream>::type;
+
+    static constexpr int max_candidates = 64;
+
+    // Where a request goes: a free block, the start in it, how many granules must be mapped, and
+    // how many granules it pins that no live block pinned yet.
+    struct placement {
+        block* where = nullptr;
+        std::uintptr_t start = 0;
+        std::size_t unmapped = 0;
+        std::size_t pins = 0;
+    };
+
+    // Granules [first, last) of a span that a trim leaves mapped: those a placement is about to use.
+    struct kept {
+        const block* in = nullptr;
+        std::size_t first = 0;
+        std::size_t last = 0;
+    };
+
+    memory_type& memory() noexcept { return detail::expandable_parts::referent<Upstream>::get(upstream_); }
+    const memory_type& memory() const noexcept {
+        return detail::expandable_parts::referent<Upstream>::get(const_cast<Upstream&>(upstream_));
+    }
+    static std::size_t limit_of(const memory_type& m) noexcept {
+        if constexpr (requires { m.physical_limit(); }) return m.physical_limit();
+        else return m.capacity();
+    }
+    std::size_t round_to_granule(std::size_t bytes) const {
+        const auto rounded = checked_align_up(std::max(bytes, granularity_), granularity_);
+        if (!rounded) throw std::invalid_argument("poolkit: expandable span too large");
+        return *rounded;
+    }
+
+    std::uintptr_t granule_address(const span& s, std::size_t granule) const noexcept {
+        return s.address + granule * granularity_;
+    }
+    // The granules a block touches, and those wholly inside it.
+    std::pair<std::size_t, std::size_t> touched(const block& b) const noexcept {
+        return {(b.address - b.owner->address) / granularity_, (b.end() - b.owner->address + granularity_ - 1) / granularity_};
+    }
+    std::pair<std::size_t, std::size_t> interior(const block& b) const noexcept {
+        const std::size_t first = (b.address - b.owner->address + granularity_ - 1) / granularity_;
+        const std::size_t last = (b.end() - b.owner->address) / granularity_;
+        return {first, std::max(first, last)};
+    }
+    std::size_t unmapped_under(const span& s, std::uintptr_t start, std::size_t bytes) const noexcept {
+        const std::size_t first = (start - s.address) / granularity_;
+        const std::size_t last = (start + bytes - s.address + granularity_ - 1) / granularity_;
+        return s.count(first, last, false);
+    }
+
+    bool is_small(std::size_t rounded) const noexcept { return rounded <= options_.small_size; }
+
+    // The placement among the best-fitting free blocks: the first (smallest) where every granule
+    // is mapped already; else the one that maps fewest granules. In a block, the end (low or high)
+    // that pins fewer granules no live block pinned yet: sharing a granule with a live neighbour
+    // is free. where == nullptr: nothing fits.
+    placement find(std::size_t rounded, std::size_t alignment) {
+        auto& index = is_small(rounded) ? small_free_ : large_free_;
+        placement best;
+        block* seen[max_candidates];
+        int count = 0;
+        for (auto it = index.lower_bound(by_size::key{rounded, 0}, by_size{}); it != index.end() && count < options_.candidates; ++it) {
+            block& b = *it;
+            const std::uintptr_t low = align_up(b.address, alignment);
+            if (low < b.address || low - b.address > b.bytes - rounded) continue;
+            seen[count++] = &b;
+            placement here = score(b, low, rounded);
+            const std::uintptr_t high = align_down(b.end() - rounded, alignment);
+            if (high != low) {
+                const placement other = score(b, high, rounded);
+                if (other.unmapped < here.unmapped || (other.unmapped == here.unmapped && other.pins < here.pins)) here = other;
+            }
+            if (here.unmapped == 0) return here;
+            if (best.where == nullptr || here.unmapped < best.unmapped) best = here;
+        }
+        // No end of a candidate is mapped: a mapped stretch inside one may still hold the block.
+        for (int i = 0; i < count; ++i) {
+            if (const auto inside = mapped_window(*seen[i], rounded, alignment)) return score(*seen[i], *inside, rounded);
+        }
+        return best;
+    }
+
+    // The lowest start in free block `b` where `rounded` bytes at `alignment` lie on mapped
+    // granules only, if any. O(granules of b / 64).
+    std::optional<std::uintptr_t> mapped_window(const block& b, std::size_t rounded, std::size_t alignment) const noexcept {
+        const span& s = *b.owner;
+        const auto [first, last] = touched(b);
+        std::optional<std::uintptr_t> found;
+        s.for_each_run(first, last, true, [&](std::size_t a, std::size_t z) {
+            if (found) return;
+            const std::uintptr_t start = align_up(std::max(b.address, granule_address(s, a)), alignment);
+            const std::uintptr_t end = std::min(b.end(), granule_address(s, z));
+            if (start < end && end - start >= rounded) found = start;
+        });
+        return found;
+    }
+
+    placement score(block& b, std::uintptr_t start, std::size_t rounded) const noexcept {
+        const span& s = *b.owner;
+        const std::size_t first = (start - s.address) / granularity_;
+        const std::size_t last = (start + rounded - s.address + granularity_ - 1) / granularity_;
+        // The granules at b's ends are pinned by its live neighbours where they reach into them.
+        const std::size_t head = b.address - s.address, tail = b.end() - s.address;
+        const bool shared_first = head % granularity_ != 0 && head / granularity_ == first;
+        const bool shared_last = tail % granularity_ != 0 && tail / granularity_ == last - 1;
+        std::size_t pins = last - first;
+        if (shared_first) --pins;
+        if (shared_last && (last - 1 != first || !shared_first)) --pins;
+        return {&b, start, s.count(first, last, false), pins};
+    }
+
+    kept keep_under(const placement& found, std::size_t rounded) const noexcept {
+        const span& s = *found.where->owner;
+        return {found.where, (found.start - s.address) / granularity_,
+                (found.start + rounded - s.address + granularity_ - 1) / granularity_};
+    }
+
+    // A placement that needs mapping (or a new span): maps within the budget, trimming the cache
+    // as the policy says, then carves. Strong guarantee.
+    void* map_and_carve(placement found, std::size_t bytes, std::size_t rounded, std::size_t alignment) {
+        if (found.where == nullptr) {
+            block& fresh = claim_span(rounded, alignment);
+            const std::uintptr_t start = align_up(fresh.address, alignment);
+            found = {&fresh, start, unmapped_under(*fresh.owner, start, rounded)};
+        }
+        const std::size_t needed = found.unmapped * granularity_;
+        const std::size_t live_after = live_bytes_ + rounded;
+        // Mapped memory may reach the peak of live memory so far, or the live bytes after this
+        // request and a fraction more: the fraction is what a growing workload maps ahead.
+        const double budget = std::max(static_cast<double>(peak_live_bytes_),
+                                       static_cast<double>(live_after) * (1.0 + options_.cache_fraction));
+        const double mapped_after = static_cast<double>(reserved_bytes() + needed);
+        if (mapped_after > budget && cached_granules_ > 0) {
+            trim(static_cast<std::size_t>(mapped_after - budget) + 1, keep_under(found, rounded));
+        }
+        // What the budget leaves is mapped ahead, into the free space beside the block, so that the
+        // next requests of a growing workload need no map call of their own.
+        const double headroom = budget - static_cast<double>(reserved_bytes() + needed);
+        const std::size_t ahead = headroom > 0 ? align_down(static_cast<std::size_t>(headroom), granularity_) : 0;
+        const block& where = *found.where;
+        std::uintptr_t first = found.start, last = found.start + rounded;
+        if (ahead > 0 && last < where.end()) {
+            last = std::min<std::uintptr_t>(where.end(), align_up(last, granularity_) + ahead);
+        } else if (ahead > 0 && first > where.address) {
+            first = std::max<std::uintptr_t>(where.address, align_down(first, granularity_) - std::min<std::uintptr_t>(ahead, align_down(first, granularity_)));
+        }
+        try {
+            map_range(*where.owner, first, last - first);
+        } catch (const std::bad_alloc&) {
+            const std::size_t before = cached_granules_;
+            trim(std::numeric_limits<std::size_t>::max(), keep_under(found, rounded));
+            if (cached_granules_ == before && first == found.start && last == found.start + rounded) {
+                throw out_of_memory("expandable", figures(bytes, alignment));
+            }
+            try {
+                map_range(*found.where->owner, found.start, rounded);
+            } catch (const std::bad_alloc&) {
+                throw out_of_memory("expandable", figures(bytes, alignment));
+            }
+        }
+        return carve(*found.where, found.start, rounded, bytes);
+    }
+
+    // Maps the unmapped granules under [start, start + bytes) of `s`: one map call per run.
+    // Strong guarantee: on failure what this call mapped is unmapped again.
+    void map_range(span& s, std::uintptr_t start, std::size_t bytes) {
+        const std::size_t first = (start - s.address) / granularity_;
+        const std::size_t last = (start + bytes - s.address + granularity_ - 1) / granularity_;
+        std::vector<std::pair<std::size_t, std::size_t>> runs;
+        s.for_each_run(first, last, false, [&](std::size_t a, std::size_t b) { runs.emplace_back(a, b); });
+        std::size_t done = 0;
+        try {
+            for (; done < runs.size(); ++done) {
+                const auto [a, b] = runs[done];
+                memory().map(reinterpret_cast<void*>(granule_address(s, a)), (b - a) * granularity_);
+                s.set(a, b, true);
+                mapped_granules_ += b - a;
+                ++map_calls_;
+            }
+        } catch (...) {
+            for (std::size_t i = 0; i < done; ++i) {  // fresh: nothing can use them yet
+                const auto [a, b] = runs[i];
+                memory().unmap(reinterpret_cast<void*>(granule_address(s, a)), (b - a) * granularity_);
+                s.set(a, b, false);
+                mapped_granules_ -= b - a;
+                ++unmap_calls_;
+            }
+            throw;
+        }
+        peak_mapped_granules_ = std::max(peak_mapped_granules_, mapped_granules_);
+    }
+
+    // Unmaps cached granules, oldest freed first, until at least `bytes` are unmapped or none is
+    // left; never those of `keep`. Waits for the device first (once, and only if there is
+    // something to unmap).
+    void trim(std::size_t bytes, kept keep = {}) {
+        bool waited = false;
+        std::size_t unmapped = 0;
+        for (auto it = cached_.begin(); it != cached_.end() && unmapped < bytes;) {
+            block& b = *it;
+            ++it;
+            const auto [first, last] = interior(b);
+            span& s = *b.owner;
+            std::size_t dropped = 0;
+            const auto drop = [&](std::size_t a, std::size_t z) {
+                if (!waited) {
+                    memory().synchronize();
+                    waited = true;
+                }
+                memory().unmap(reinterpret_cast<void*>(granule_address(s, a)), (z - a) * granularity_);
+                s.set(a, z, false);
+                dropped += z - a;
+                ++unmap_calls_;
+            };
+            if (&b == keep.in) {
+                s.for_each_run(first, std::max(first, std::min(last, keep.first)), true, drop);
+                s.for_each_run(std::min(last, std::max(first, keep.last)), last, true, drop);
+            } else {
+                s.for_each_run(first, last, true, drop);
+            }
+            unmapped += dropped * granularity_;
+            mapped_granules_ -= dropped;
+            cached_granules_ -= dropped;
+            b.cached -= dropped;
+            if (b.cached == 0) cached_.erase(cached_.iterator_to(b));
+        }
+    }
+
+    // Claims a span for a request and files it as one free block.
+    block& claim_span(std::size_t rounded, std::size_t alignment) {
+        const bool small = is_small(rounded);
+        const std::size_t wanted = small ? options_.small_span_bytes : options_.span_bytes;
+        const auto padded = checked_add(rounded, alignment > granularity_ ? alignment : 0);
+        if (!padded) throw out_of_memory("expandable", figures(rounded, alignment));
+        const std::size_t bytes = std::max(wanted, round_to_granule(*padded));
+        spans_.reserve(spans_.size() + 1);
+        auto fresh = std::make_unique<span>(0, bytes, granularity_, small);
+        block* whole = blocks_.make(std::uintptr_t{0}, bytes, fresh.get());
+        std::byte* claimed = nullptr;
+        try {
+            claimed = memory().claim(bytes);
+        } catch (...) {
+            blocks_.destroy(whole);
+            throw;
+        }
+        fresh->address = reinterpret_cast<std::uintptr_t>(claimed);
+        whole->address = fresh->address;
+        fresh->blocks.push_back(*whole);
+        spans_.push_back(std::move(fresh));
+        file_free(*whole);
+        return *whole;
+    }
+
+    // Files a free block in its size index and, with its cached granules counted, in the cache.
+    void file_free(block& b) noexcept {
+        const auto [first, last] = interior(b);
+        b.cached = b.owner->count(first, last, true);
+        (b.owner->small ? small_free_ : large_free_).insert(b);
+        if (b.cached > 0) {
+            cached_.push_back(b);
+            cached_granules_ += b.cached;
+        }
+    }
+    void forget_free(block& b) noexcept {
+        (b.owner->small ? small_free_ : large_free_).erase((b.owner->small ? small_free_ : large_free_).iterator_to(b));
+        if (b.cached > 0) {
+            cached_.erase(cached_.iterator_to(b));
+            cached_granules_ -= b.cached;
+            b.cached = 0;
+        }
+    }
+
+    // Turns free block `b` into a live block of `rounded` bytes at `start` (every granule under
+    // it mapped) for a request of `bytes`, splitting off the free space before and after it.
+    // Strong guarantee: the nodes are made before anything changes.
+    void* carve(block& b, std::uintptr_t start, std::size_t rounded, std::size_t bytes) {
+        const std::size_t padding = start - b.address;
+        const std::size_t remainder = b.bytes - padding - rounded;
+        block* front = padding > 0 ? blocks_.make(b.address, padding, b.owner) : nullptr;
+        block* back = nullptr;
+        if (remainder > 0) {
+            try {
+                back = blocks_.make(start + rounded, remainder, b.owner);
+            } catch (...) {
+                if (front) blocks_.destroy(front);
+                throw;
+            }
+        }
+        forget_free(b);
+        auto& blocks = b.owner->blocks;
+        if (front) {
+            blocks.insert(blocks.iterator_to(b), *front);
+            file_free(*front);
+        }
+        if (back) {
+            blocks.insert(std::next(blocks.iterator_to(b)), *back);
+            file_free(*back);
+        }
+        b.address = start;
+        b.bytes = rounded;
+        b.requested = bytes;
+        b.free = false;
+        live_.insert(b);
+        live_bytes_ += b.bytes;
+        peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
+        return reinterpret_cast<void*>(start);
+    }
+
+    [[nodiscard]] memory_figures figures(std::size_t bytes, std::size_t alignment) const noexcept {
+        return memory_figures::held(bytes, alignment, live_bytes_, reserved_bytes());
+    }
+
+    Upstream upstream_;
+    expandable_options options_;
+    std::size_t granularity_ = 0;
+    // Declared before the indexes, so that the indexes go first on destruction.
+    detail::node_pool<block> blocks_;
+    std::vector<std::unique_ptr<span>> spans_;
+    // Invariant: every free block is in the free index of its span's kind, every live block in
+    // live_; free blocks with cached granules are in cached_, oldest freed first.
+    detail::expandable_parts::free_blocks small_free_;
+    detail::expandable_parts::free_blocks large_free_;
+    detail::expandable_parts::live_blocks live_;
+    detail::expandable_parts::cached_list cached_;
+    std::size_t live_bytes_ = 0;
+    std::size_t peak_live_bytes_ = 0;
+    std::size_t mapped_granules_ = 0;
+    std::size_t peak_mapped_granules_ = 0;
+    std::size_t cached_granules_ = 0;
+    std::size_t map_calls_ = 0;
+    std::size_t unmap_calls_ = 0;
+};
+
+}  // namespace poolkit

@@ -1,0 +1,304 @@
+// expandable over simulated virtual memory: placement, the mapping policy, the cache and its
+// trimming, exhaustion, and random traffic checked after every step.
+#include "../support/death.hpp"
+
+#include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/presets.hpp>
+#include <poolkit/strategy/expandable.hpp>
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <vector>
+
+using namespace poolkit;
+
+namespace {
+
+constexpr std::size_t KiB = 1024;
+constexpr std::size_t MiB = 1024 * KiB;
+constexpr std::size_t granule = 2 * MiB;
+
+// Simulated virtual memory that checks the one rule of unmapping: nothing the pool handed out
+// and took back may be unmapped before synchronize() has waited for the work that used it. The
+// test calls begin() before each call into the pool; an unmap inside that call must follow a
+// synchronize() inside it.
+class checked_memory : public simulated_vmm_resource {
+public:
+    using simulated_vmm_resource::simulated_vmm_resource;
+    void begin() noexcept { synchronized_ = false; }
+    void synchronize() noexcept {
+        synchronized_ = true;
+        ++synchronizations;
+    }
+    void unmap(void* at, std::size_t bytes) noexcept {
+        if (!synchronized_) ++unsynchronized_unmaps;
+        simulated_vmm_resource::unmap(at, bytes);
+    }
+    std::size_t synchronizations = 0;
+    std::size_t unsynchronized_unmaps = 0;
+
+private:
+    bool synchronized_ = false;
+};
+
+using pool_type = expandable<ref<checked_memory>>;
+
+simulated_vmm_options memory_options(std::size_t physical = std::size_t{1} << 30) {
+    return {.capacity = std::size_t{64} << 30, .granularity = granule, .physical_limit = physical};
+}
+
+// Every byte of every live block is on a mapped granule.
+void check_mapped(const checked_memory& memory, const std::map<std::uintptr_t, std::size_t>& live) {
+    for (const auto& [address, bytes] : live) {
+        for (std::uintptr_t at = address; at < address + bytes; at = (at / granule + 1) * granule) {
+            REQUIRE(memory.is_mapped(reinterpret_cast<const void*>(at)));
+        }
+        REQUIRE(memory.is_mapped(reinterpret_cast<const void*>(address + bytes - 1)));
+    }
+}
+
+}  // namespace
+
+static_assert(resource<pool_type> && has_try_allocate_cached<pool_type> && has_release<pool_type> && walkable<pool_type>);
+static_assert(lane_pool<expandable<simulated_vmm_resource>> && lane_pool<pool_type>);
+
+TEST_CASE("expandable maps a block's granules when it is placed and keeps them while it lives") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30}};
+    void* block = pool.allocate(5 * MiB);
+    CHECK(memory.is_mapped(block));
+    CHECK(memory.is_mapped(static_cast<char*>(block) + 5 * MiB - 1));
+    CHECK(pool.reserved_bytes() >= 6 * MiB);  // 5 MiB touch three granules
+    CHECK(pool.reserved_bytes() == memory.mapped_bytes());
+    CHECK(pool.map_calls() == 1);
+    pool.deallocate(block, 5 * MiB);
+    CHECK(pool.live_bytes() == 0);
+    CHECK(pool.cached_bytes() == pool.reserved_bytes());  // kept mapped: the cache
+    void* again = pool.allocate(5 * MiB);
+    CHECK(again == block);
+    CHECK(pool.map_calls() == 1);  // served from the cache, no map call
+    pool.deallocate(again, 5 * MiB);
+    memory.begin();
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+    CHECK(memory.unsynchronized_unmaps == 0);
+    pool.check_invariants();
+}
+
+TEST_CASE("freed blocks coalesce across the span: no chunk boundary strands memory") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0}};
+    std::vector<void*> blocks;
+    for (int i = 0; i < 8; ++i) blocks.push_back(pool.allocate(24 * MiB));
+    for (void* b : blocks) pool.deallocate(b, 24 * MiB);
+    pool.check_invariants();
+    void* whole = pool.allocate(8 * 24 * MiB);  // the eight freed blocks, merged, hold it
+    CHECK(whole == blocks.front());
+    CHECK(pool.chunks() == 1);
+    pool.deallocate(whole, 8 * 24 * MiB);
+}
+
+TEST_CASE("before new granules are mapped, the cache is trimmed to the peak of live memory") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0}};
+    void* a = pool.allocate(64 * MiB);
+    void* b = pool.allocate(64 * MiB);
+    pool.deallocate(a, 64 * MiB);  // 64 MiB cached in front of b
+    const std::size_t peak = pool.peak_live_bytes();
+    memory.begin();
+    void* c = pool.allocate(100 * MiB);  // does not fit the cache: it is mapped after b
+    CHECK(pool.reserved_bytes() <= std::max(peak, pool.live_bytes()) + 2 * granule);
+    CHECK(memory.synchronizations == 1);  // the cache went only after waiting
+    CHECK(memory.unsynchronized_unmaps == 0);
+    CHECK(pool.cached_bytes() < 64 * MiB);
+    pool.deallocate(b, 64 * MiB);
+    pool.deallocate(c, 100 * MiB);
+    pool.check_invariants();
+}
+
+TEST_CASE("a growing workload maps ahead within the budget, so most growth needs no map call") {
+    checked_memory memory{memory_options(std::size_t{8} << 30)};
+    pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0.05}};
+    std::vector<void*> blocks;
+    for (int i = 0; i < 400; ++i) blocks.push_back(pool.allocate(3 * MiB + 512 * i));
+    CHECK(pool.map_calls() < 100);
+    CHECK(static_cast<double>(pool.reserved_bytes()) <= static_cast<double>(pool.live_bytes()) * 1.05 + 2 * granule);
+    for (std::size_t i = 0; i < blocks.size(); ++i) pool.deallocate(blocks[i], 3 * MiB + 512 * i);
+    pool.check_invariants();
+}
+
+TEST_CASE("small blocks live in spans of their own: a few of them pin few granules") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30}};
+    std::vector<void*> small, large;
+    for (int i = 0; i < 64; ++i) {
+        large.push_back(pool.allocate(8 * MiB));
+        small.push_back(pool.allocate(4 * KiB));
+    }
+    for (void* b : large) pool.deallocate(b, 8 * MiB);
+    memory.begin();
+    pool.release();
+    CHECK(pool.reserved_bytes() <= granule);  // 64 × 4 KiB share one granule
+    for (void* b : small) pool.deallocate(b, 4 * KiB);
+    pool.check_invariants();
+}
+
+TEST_CASE("try_allocate_cached serves only from mapped free space: it never maps or claims") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30}};
+    CHECK(pool.try_allocate_cached(1 * MiB) == nullptr);
+    CHECK(pool.chunks() == 0);
+    void* block = pool.allocate(6 * MiB);
+    pool.deallocate(block, 6 * MiB);
+    const auto maps = pool.map_calls();
+    void* cached = pool.try_allocate_cached(3 * MiB);
+    CHECK(cached != nullptr);
+    CHECK(pool.try_allocate_cached(64 * MiB) == nullptr);
+    CHECK(pool.map_calls() == maps);
+    pool.deallocate(cached, 3 * MiB);
+}
+
+TEST_CASE("physical exhaustion unmaps the cache, retries, then throws out_of_memory with figures") {
+    checked_memory memory{memory_options(64 * MiB)};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 10}};
+    void* a = pool.allocate(40 * MiB);
+    pool.deallocate(a, 40 * MiB);  // 40 MiB cached
+    void* b = pool.allocate(10 * MiB, 64 * MiB);  // elsewhere: the cache must go for it to fit... or not
+    memory.begin();
+    void* c = pool.allocate(50 * MiB, 128 * MiB);
+    CHECK(memory.unsynchronized_unmaps == 0);
+    CHECK(memory.mapped_bytes() <= 64 * MiB);
+    try {
+        static_cast<void>(pool.allocate(32 * MiB));
+        FAIL("allocate past the physical limit succeeded");
+    } catch (const out_of_memory& error) {
+        CHECK(error.figures().live_bytes == 60 * MiB);
+        CHECK(std::string(error.what()).find("expandable") != std::string::npos);
+    }
+    pool.check_invariants();
+    pool.deallocate(b, 10 * MiB, 64 * MiB);
+    pool.deallocate(c, 50 * MiB, 128 * MiB);
+    void* d = pool.allocate(32 * MiB);  // room again
+    pool.deallocate(d, 32 * MiB);
+}
+
+TEST_CASE("max_cached_bytes bounds the cache at every free") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .max_cached_bytes = 8 * MiB}};
+    std::vector<void*> blocks;
+    for (int i = 0; i < 10; ++i) blocks.push_back(pool.allocate(10 * MiB));
+    for (void* b : blocks) {
+        memory.begin();
+        pool.deallocate(b, 10 * MiB);
+        CHECK(pool.cached_bytes() <= 8 * MiB);
+    }
+    CHECK(memory.unsynchronized_unmaps == 0);
+    pool.check_invariants();
+}
+
+TEST_CASE("bad input: a bad alignment throws, a foreign or double free is caught in debug builds") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30}};
+    CHECK_THROWS_AS(static_cast<void>(pool.allocate(100, 3)), std::invalid_argument);
+    CHECK(pool.allocate(0) == nullptr);
+    CHECK_THROWS_AS(static_cast<void>(pool.allocate(~std::size_t{0} - 10)), out_of_memory);
+    CHECK_THROWS_AS((pool_type{memory, {.rounding = 4 * granule}}), std::invalid_argument);
+#if POOLKIT_ENABLE_ASSERTS
+    void* block = pool.allocate(1000);
+    pool.deallocate(block, 1000);
+    const auto twice = test::run_in_child([&] { pool.deallocate(block, 1000); });
+    CHECK(twice.aborted());
+    CHECK(twice.said("did not hand out"));
+    int local = 0;
+    const auto foreign = test::run_in_child([&] { pool.deallocate(&local, 4); });
+    CHECK(foreign.aborted());
+#endif
+}
+
+// Random traffic of small and large blocks, some aligned: after every step the structures hold,
+// every live block is mapped, and mapped memory stays within the policy's bound.
+TEST_CASE("random traffic keeps every live block mapped and mapped memory within the policy") {
+    checked_memory memory{memory_options(std::size_t{4} << 30)};
+    const double fraction = 0.02;
+    pool_type pool{memory, {.span_bytes = std::size_t{512} << 20, .cache_fraction = fraction}};
+    std::mt19937_64 random(42);
+    struct live_block {
+        std::size_t bytes, alignment;
+    };
+    std::map<std::uintptr_t, std::size_t> live_bytes;
+    std::map<std::uintptr_t, live_block> live;
+    std::size_t mapped_over_bound = 0;
+    for (int step = 0; step < 20000; ++step) {
+        memory.begin();
+        if (live.empty() || random() % 100 < 52) {
+            const std::size_t bytes = random() % 4 == 0 ? 1 * MiB + random() % (48 * MiB) : 1 + random() % (512 * KiB);
+            const std::size_t alignment = random() % 8 == 0 ? std::size_t{1} << (8 + random() % 16) : 256;
+            const double peak_before = static_cast<double>(pool.peak_live_bytes());
+            const std::size_t maps_before = pool.map_calls();
+            void* pointer = nullptr;
+            try {
+                pointer = pool.allocate(bytes, alignment);
+            } catch (const out_of_memory&) {
+                continue;
+            }
+            const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+            REQUIRE(address % alignment == 0);
+            live.emplace(address, live_block{bytes, alignment});
+            live_bytes.emplace(address, bytes);
+            // When this allocation mapped granules, mapped memory is within the policy's bound or
+            // all of it is pinned by live blocks (then there was no cache left to unmap).
+            if (pool.map_calls() != maps_before) {
+                const double bound = std::max(peak_before, static_cast<double>(pool.live_bytes()) * (1 + fraction));
+                const double pinned = static_cast<double>(pool.reserved_bytes() - pool.cached_bytes());
+                if (static_cast<double>(pool.reserved_bytes()) > std::max(bound, pinned) + granule) ++mapped_over_bound;
+            }
+        } else {
+            auto victim = live.begin();
+            std::advance(victim, static_cast<std::ptrdiff_t>(random() % live.size()));
+            pool.deallocate(reinterpret_cast<void*>(victim->first), victim->second.bytes, victim->second.alignment);
+            live_bytes.erase(victim->first);
+            live.erase(victim);
+        }
+        if (step % 97 == 0) {
+            pool.check_invariants();
+            check_mapped(memory, live_bytes);
+        }
+        if (step % 2000 == 1999) pool.release();
+    }
+    CHECK(mapped_over_bound == 0);
+    CHECK(memory.unsynchronized_unmaps == 0);
+    MESSAGE("map calls " << pool.map_calls() << ", unmap calls " << pool.unmap_calls() << ", peak mapped "
+                         << pool.peak_reserved_bytes() / MiB << " MiB for peak live " << pool.peak_live_bytes() / MiB << " MiB");
+    for (const auto& [address, block] : live) pool.deallocate(reinterpret_cast<void*>(address), block.bytes, block.alignment);
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+    pool.check_invariants();
+}
+
+TEST_CASE("lanes of stream_ordered each claim spans of one virtual memory; release unmaps all") {
+    checked_memory memory{memory_options()};
+    host_events events;
+    stream_ordered<pool_type, host_events> pool{ref<checked_memory>(memory), {.span_bytes = 256 * MiB}, events};
+    const stream_ref a = events.make_stream(), b = events.make_stream();
+    void* on_a = pool.allocate_async(10 * MiB, 256, a);
+    void* on_b = pool.allocate_async(10 * MiB, 256, b);
+    CHECK(pool.lanes() == 2);
+    pool.deallocate_async(on_a, 10 * MiB, 256, a);
+    events.submit(a);
+    void* taken = pool.allocate_async(10 * MiB, 256, b);  // a's cached block, behind a's event
+    CHECK(taken == on_a);
+    pool.deallocate_async(taken, 10 * MiB, 256, b);
+    pool.deallocate_async(on_b, 10 * MiB, 256, b);
+    memory.begin();
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+    CHECK(memory.unsynchronized_unmaps == 0);
+    pool.check_invariants();
+}
