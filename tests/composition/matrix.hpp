@@ -142,3 +142,17 @@ struct adaptor_stack_lanes : host_touch {
         adaptor_stack_lanes<Adaptor, size_classes_over>, adaptor_stack_lanes<Adaptor, size_classes_large_best_fit_over>, \
         adaptor_stack_lanes<Adaptor, fixed_size_over>, adaptor_stack_lanes<Adaptor, caching_pool_over>,                \
         adaptor_stack_lanes<Adaptor, segregator_over>, adaptor_stack_lanes<Adaptor, fallback_over>)
+
+// The whole column of one strategy: under every adaptor, over every adaptor, and as lanes under
+// every adaptor (for a strategy that can serve a lane).
+#define POOLKIT_MATRIX_COLUMN(Strategy)                                                                                  \
+    TEST_CASE_TEMPLATE_INVOKE(                                                                                          \
+        conformance, adaptor_over_strategy<statistics_of, Strategy>, adaptor_over_strategy<tracking_of, Strategy>,       \
+        adaptor_over_strategy<logging_of, Strategy>, adaptor_over_strategy<limiting_of, Strategy>,                      \
+        adaptor_over_strategy<retry_on_oom_of, Strategy>, adaptor_over_strategy<synchronized_of, Strategy>,             \
+        strategy_over_adaptor<statistics_of, Strategy>, strategy_over_adaptor<tracking_of, Strategy>,                   \
+        strategy_over_adaptor<logging_of, Strategy>, strategy_over_adaptor<limiting_of, Strategy>,                      \
+        strategy_over_adaptor<retry_on_oom_of, Strategy>, strategy_over_adaptor<synchronized_of, Strategy>,             \
+        adaptor_stack_lanes<statistics_of, Strategy>, adaptor_stack_lanes<tracking_of, Strategy>,                       \
+        adaptor_stack_lanes<logging_of, Strategy>, adaptor_stack_lanes<limiting_of, Strategy>,                          \
+        adaptor_stack_lanes<retry_on_oom_of, Strategy>, adaptor_stack_lanes<synchronized_of, Strategy>)

@@ -34,6 +34,16 @@ __global__ void count_not(const std::uint32_t* data, std::size_t count, std::uin
     }
 }
 
+// Options set member by member: nvcc builds treat a designated initializer that leaves a member
+// out as an error.
+expandable_options pool_options(std::size_t span, double cache_fraction, std::size_t max_cached = ~std::size_t{0}) {
+    expandable_options options;
+    options.span_bytes = span;
+    options.cache_fraction = cache_fraction;
+    options.max_cached_bytes = max_cached;
+    return options;
+}
+
 struct mismatch_counter {
     unsigned long long* device = nullptr;
     mismatch_counter() {
@@ -63,9 +73,7 @@ struct stream_set {
 
 TEST_CASE("expandable preset: every byte of live blocks holds while others are unmapped and remapped around them") {
     // A small cache fraction and a cache bound, so that granules are unmapped and mapped often.
-    expandable_device_allocator pool{std::in_place, cuda_vmm_options{}, {.span_bytes = std::size_t{4} << 30,
-                                                                          .cache_fraction = 0,
-                                                                          .max_cached_bytes = 16 * MiB}};
+    expandable_device_allocator pool{std::in_place, cuda_vmm_options{}, pool_options(std::size_t{4} << 30, 0, 16 * MiB)};
     stream_set streams(1);
     cudaStream_t stream = streams.handles[0];
     mismatch_counter bad;
@@ -112,8 +120,7 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
 }
 
 TEST_CASE("expandable preset: a block freed on one stream is reused or unmapped only after that stream's work") {
-    expandable_device_allocator pool{std::in_place, cuda_vmm_options{}, {.span_bytes = std::size_t{4} << 30,
-                                                                          .cache_fraction = 0}};
+    expandable_device_allocator pool{std::in_place, cuda_vmm_options{}, pool_options(std::size_t{4} << 30, 0)};
     stream_set streams(2);
     cudaStream_t a = streams.handles[0], b = streams.handles[1];
     mismatch_counter bad;
@@ -140,8 +147,10 @@ TEST_CASE("expandable preset: a block freed on one stream is reused or unmapped 
 
 TEST_CASE("expandable preset: physical exhaustion unmaps the cache, retries, then throws out_of_memory with figures") {
     const std::size_t limit = 256 * MiB;
-    expandable_device_allocator pool{std::in_place, cuda_vmm_options{.reserve_bytes = std::size_t{64} << 30, .physical_limit = limit},
-                                     {.span_bytes = std::size_t{2} << 30, .cache_fraction = 10}};
+    cuda_vmm_options memory;
+    memory.reserve_bytes = std::size_t{64} << 30;
+    memory.physical_limit = limit;
+    expandable_device_allocator pool{std::in_place, memory, pool_options(std::size_t{2} << 30, 10)};
     stream_set streams(1);
     const stream_ref stream{streams.handles[0]};
     void* cached = pool.allocate_async(160 * MiB, 256, stream);

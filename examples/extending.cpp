@@ -1,0 +1,40 @@
+// docs/extending.md: an upstream, a strategy and an adaptor of your own, composed with poolkit's
+// blocks as poolkit's own compose. Compiled and run by the tests; tests/composition/extending.cpp
+// runs all three through the conformance suite and the composition matrix.
+#include "extending/aligned_host_resource.hpp"
+#include "extending/call_counter.hpp"
+#include "extending/size_cache.hpp"
+
+#include <poolkit/adaptor/completed_events.hpp>
+#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+
+#include <cstdio>
+
+int main() {
+    example::aligned_host_resource host;
+
+    // Your strategy over your upstream, your adaptor around it, poolkit's statistics around that.
+    example::size_cache<poolkit::ref<example::aligned_host_resource>> cache{host};
+    example::call_counter counted{cache};  // refers to `cache`
+    poolkit::statistics observed{counted};
+    for (int round = 0; round < 3; ++round) {
+        void* block = observed.allocate(4096);
+        observed.deallocate(block, 4096);
+    }
+    std::printf("calls through the counter: %zu allocations, %zu deallocations\n", counted.allocations(), counted.deallocations());
+
+    // Your adaptor over a poolkit strategy, as the pool of every stream's lane.
+    poolkit::stream_ordered<example::call_counter<poolkit::best_fit<example::aligned_host_resource>>, poolkit::completed_events> lanes;
+    void* on_stream = lanes.allocate_async(1000, 256, poolkit::stream_ref{});
+    lanes.deallocate_async(on_stream, 1000, 256, poolkit::stream_ref{});
+    lanes.release();
+
+    // Your strategy as the lane pool.
+    poolkit::stream_ordered<example::size_cache<example::aligned_host_resource>, poolkit::completed_events> cached_lanes;
+    void* again = cached_lanes.allocate_async(512, 256, poolkit::stream_ref{});
+    cached_lanes.deallocate_async(again, 512, 256, poolkit::stream_ref{});
+    std::printf("lanes: %zu\n", cached_lanes.lanes());
+    return counted.allocations() == 3 && counted.deallocations() == 3 ? 0 : 1;
+}
