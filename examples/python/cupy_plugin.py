@@ -2,8 +2,10 @@
 same workload on CuPy's default memory pool.
 
     python3 examples/python/cupy_plugin.py build/plugins/libpoolkit_plugin.so
+    POOLKIT_ALLOCATOR=expandable python3 examples/python/cupy_plugin.py build/plugins/libpoolkit_plugin.so
 
-CuPy calls malloc(size) and free(pointer) from Python; the stream is CuPy's current one.
+POOLKIT_ALLOCATOR picks the plugin's preset: caching (the default) or expandable. CuPy calls
+malloc(size) and free(pointer) from Python; the stream is CuPy's current one.
 """
 import ctypes
 import json
@@ -19,6 +21,8 @@ def poolkit_allocator(path):
     library.poolkit_alloc.restype = ctypes.c_void_p
     library.poolkit_alloc.argtypes = [ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
     library.poolkit_free.argtypes = [ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p]
+    library.poolkit_allocator_name.restype = ctypes.c_char_p
+    library.poolkit_last_error.restype = ctypes.c_char_p
     live = {}  # pointer -> (size, device, stream): CuPy's free passes only the pointer
 
     def malloc(size, device):
@@ -52,6 +56,10 @@ def main():
     path = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/plugins/libpoolkit_plugin.so"
     expected = workload()
     library, allocator = poolkit_allocator(path)
+    kind = library.poolkit_allocator_name()  # POOLKIT_ALLOCATOR, read by the plugin
+    if kind is None:
+        sys.exit(library.poolkit_last_error().decode())
+    kind = kind.decode()
     cupy.get_default_memory_pool().free_all_blocks()
     cupy.cuda.set_allocator(allocator.malloc)
     got = workload()
@@ -62,8 +70,8 @@ def main():
     library.poolkit_memory_stats_json(0, buffer, size + 1)
     stats = json.loads(buffer.value.decode())
     print(f"default pool: {expected!r}")
-    print(f"poolkit:      {got!r}")
-    print(f"poolkit allocations: {stats['allocation.all.allocated']}, peak allocated "
+    print(f"poolkit ({kind}): {got!r}")
+    print(f"poolkit {kind} allocations: {stats['allocation.all.allocated']}, peak allocated "
           f"{stats['allocated_bytes.all.peak'] / 2**20:.1f} MiB, peak reserved {stats['reserved_bytes.all.peak'] / 2**20:.1f} MiB, "
           f"upstream allocs {stats['num_device_alloc']}")
     same = numpy.isclose(expected, got, rtol=1e-9, atol=0.0)

@@ -1,11 +1,15 @@
-"""Trains ResNet-18 for a few steps on random data with poolkit as PyTorch's CUDA allocator, and
-checks that the losses equal those of PyTorch's own allocator (deterministic kernels, fixed seed).
+"""Trains ResNet-18 for a few steps on random data with four CUDA allocators and checks that each
+run's losses equal those of PyTorch's default allocator (deterministic kernels, fixed seed):
+PyTorch's default, PyTorch with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, and the poolkit
+plugin with its caching and its expandable preset (POOLKIT_ALLOCATOR=caching|expandable).
 
     python3 examples/python/pytorch_plugin.py build/plugins/libpoolkit_plugin.so
 
 Each allocator runs in its own process: PyTorch's allocator can only be replaced before CUDA starts.
-Prints the losses of both runs, poolkit's memory summary and PyTorch's peak figures; exits 1 if the
-losses differ.
+Prints the losses side by side, each run's peak allocated and peak reserved bytes (PyTorch's from
+torch.cuda.memory_stats(), poolkit's from the plugin's stats), poolkit's memory summaries, and
+whether poolkit expandable's peak reserved is below expandable_segments' (information only);
+exits 1 unless every run's losses equal PyTorch's default run's.
 """
 import ctypes
 import json
@@ -14,6 +18,22 @@ import subprocess
 import sys
 
 STEPS = 8
+
+# name, environment of the child, whether it loads the plugin
+RUNS = (
+    ("pytorch", {}, False),
+    ("pytorch expandable_segments", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, False),
+    ("poolkit caching", {"POOLKIT_ALLOCATOR": "caching"}, True),
+    ("poolkit expandable", {"POOLKIT_ALLOCATOR": "expandable"}, True),
+)
+
+
+def plugin_text(function):
+    function.restype = ctypes.c_long
+    size = function(0, None, 0)
+    buffer = ctypes.create_string_buffer(size + 1)
+    function(0, buffer, size + 1)
+    return buffer.value.decode()
 
 
 def train(plugin):
@@ -25,7 +45,7 @@ def train(plugin):
     if plugin:
         allocator = torch.cuda.memory.CUDAPluggableAllocator(plugin, "poolkit_alloc", "poolkit_free")
         torch.cuda.memory.change_current_allocator(allocator)
-        library = ctypes.CDLL(plugin)
+        library = ctypes.CDLL(plugin)  # the same loaded library, so the same pools
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
@@ -43,40 +63,58 @@ def train(plugin):
         losses.append(loss.item())
     result = {"losses": losses}
     if library is not None:
-        for name, fn in (("summary", library.poolkit_memory_summary), ("stats", library.poolkit_memory_stats_json)):
-            fn.restype = ctypes.c_long
-            size = fn(0, None, 0)
-            buffer = ctypes.create_string_buffer(size + 1)
-            fn(0, buffer, size + 1)
-            result[name] = buffer.value.decode()
-        result["stats"] = json.loads(result["stats"])
+        library.poolkit_allocator_name.restype = ctypes.c_char_p
+        result["allocator"] = library.poolkit_allocator_name().decode()
+        result["summary"] = plugin_text(library.poolkit_memory_summary)
+        stats = json.loads(plugin_text(library.poolkit_memory_stats_json))
     else:
         stats = torch.cuda.memory_stats()
-        result["stats"] = {k: stats[k] for k in ("allocated_bytes.all.peak", "reserved_bytes.all.peak")}
+    result["stats"] = {k: stats[k] for k in ("allocated_bytes.all.peak", "reserved_bytes.all.peak")}
     print(json.dumps(result))
+
+
+def run_child(plugin, environment):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF", "POOLKIT_ALLOCATOR")}
+    env.update(environment)
+    child = subprocess.run([sys.executable, __file__, "--child", plugin], env=env, capture_output=True, text=True)
+    if child.returncode != 0:
+        sys.stderr.write(child.stderr)
+        raise SystemExit(f"child run failed (exit {child.returncode}) with {environment or 'the default environment'}")
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def mib(count):
+    return f"{count / 2**20:.1f} MiB"
 
 
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "--child":
         train(sys.argv[2] if sys.argv[2] != "-" else None)
         return 0
-    plugin = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/plugins/libpoolkit_plugin.so"
-    runs = {}
-    for name, argument in (("pytorch", "-"), ("poolkit", plugin)):
-        output = subprocess.run([sys.executable, __file__, "--child", argument], check=True, capture_output=True, text=True)
-        runs[name] = json.loads(output.stdout.strip().splitlines()[-1])
-    print("step  pytorch allocator   poolkit allocator")
-    for step, (a, b) in enumerate(zip(runs["pytorch"]["losses"], runs["poolkit"]["losses"])):
-        print(f"{step:4d}  {a:17.9f}   {b:17.9f}")
-    print(runs["poolkit"]["summary"])
-    ours, theirs = runs["poolkit"]["stats"], runs["pytorch"]["stats"]
-    print(f"peak allocated: pytorch {theirs['allocated_bytes.all.peak'] / 2**20:.1f} MiB, "
-          f"poolkit {ours['allocated_bytes.all.peak'] / 2**20:.1f} MiB")
-    print(f"peak reserved:  pytorch {theirs['reserved_bytes.all.peak'] / 2**20:.1f} MiB, "
-          f"poolkit {ours['reserved_bytes.all.peak'] / 2**20:.1f} MiB")
-    same = runs["pytorch"]["losses"] == runs["poolkit"]["losses"]
-    print("losses identical" if same else "LOSSES DIFFER")
-    return 0 if same else 1
+    plugin = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else "build/plugins/libpoolkit_plugin.so")
+    runs = {name: run_child(plugin if uses_plugin else "-", environment) for name, environment, uses_plugin in RUNS}
+
+    print("step" + "".join(f"  {name:>28}" for name in runs))
+    for step, losses in enumerate(zip(*(run["losses"] for run in runs.values()))):
+        print(f"{step:4d}" + "".join(f"  {loss:28.9f}" for loss in losses))
+    print()
+    print(f"{'run':28}  {'peak allocated':>14}  {'peak reserved':>14}")
+    for name, run in runs.items():
+        stats = run["stats"]
+        print(f"{name:28}  {mib(stats['allocated_bytes.all.peak']):>14}  {mib(stats['reserved_bytes.all.peak']):>14}")
+    for name, run in runs.items():
+        if "summary" in run:
+            print(f"\n{name} (the plugin reports allocator {run['allocator']!r}):\n{run['summary']}")
+
+    ours = runs["poolkit expandable"]["stats"]["reserved_bytes.all.peak"]
+    theirs = runs["pytorch expandable_segments"]["stats"]["reserved_bytes.all.peak"]
+    print(f"poolkit expandable peak reserved {mib(ours)} is {'below' if ours < theirs else 'NOT below'} "
+          f"PyTorch expandable_segments' {mib(theirs)}")
+
+    expected = runs["pytorch"]["losses"]
+    differing = [name for name, run in runs.items() if run["losses"] != expected]
+    print("losses identical in every run" if not differing else "LOSSES DIFFER from pytorch's: " + ", ".join(differing))
+    return 0 if not differing else 1
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 // Rows are the metrics of the outermost layer with memory_stats() (a statistics<>) found in `r`
 // (r itself, or down through upstream_resource(): core/stack.hpp): allocated, active and requested bytes, reserved bytes when a
 // statistics<> sits below the strategy, then the counts; columns are current, peak, total
-// allocated and total freed, in human units. When `r` (or the strategy it wraps) offers the walk
+// allocated and total freed, in human units; a figure the stats lack shows as "-" (a virtual
+// memory knows its reserved bytes now and at peak, not the totals). When `r` (or the strategy it wraps) offers the walk
 // of walk.hpp, the fragmentation figures follow. Without any statistics<> the table says so.
 #pragma once
 
@@ -75,8 +76,9 @@ std::optional<fragmentation_figures> find_fragmentation(const R& r) {
     const auto metric = [&](const char* label, const std::string& key, bool bytes) {
         if (stats.count(key + ".all.current") == 0) return;
         const auto cell = [&](const char* which) {
-            const std::int64_t value = stats.at(key + ".all." + which);
-            return bytes ? detail::human_bytes(value) : std::to_string(value);
+            const auto found = stats.find(key + ".all." + which);
+            if (found == stats.end()) return std::string("-");
+            return bytes ? detail::human_bytes(found->second) : std::to_string(found->second);
         };
         std::snprintf(row, sizeof row, "| %-21s| %-12s| %-12s| %-12s| %-12s|\n", label, cell("current").c_str(),
                       cell("peak").c_str(), cell("allocated").c_str(), cell("freed").c_str());
