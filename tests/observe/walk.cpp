@@ -6,10 +6,10 @@
 #include <poolkit/adaptor/statistics.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/core/ref.hpp>
+#include <poolkit/core/walk.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 #include <poolkit/observe/memory_summary.hpp>
 #include <poolkit/observe/snapshot.hpp>
-#include <poolkit/observe/walk.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
 #include <poolkit/strategy/caching_pool.hpp>

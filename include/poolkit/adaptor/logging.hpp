@@ -14,9 +14,9 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/observe/trace.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/core/trace_format.hpp>
 
 #include <atomic>
 #include <chrono>

@@ -11,8 +11,8 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
 
 #include <atomic>
 #include <concepts>

@@ -34,14 +34,13 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
+#include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
-#include <poolkit/observe/walk.hpp>
-#include <poolkit/strategy/best_fit.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
-#include <poolkit/strategy/detail/walk_merge.hpp>
+#include <poolkit/core/walk.hpp>
 
 #include <algorithm>
 #include <concepts>
@@ -486,11 +485,12 @@ private:
     std::vector<deferred_block> deferred_;
 };
 
-static_assert(stream_resource_with<stream_ordered<best_fit<detail::resource_archetype<host_accessible>>, completed_events>,
+static_assert(stream_resource_with<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<host_accessible>>,
+                                                  completed_events>,
                                    host_accessible>);
-static_assert(has_release<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
-              has_check_invariants<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
-              has_owns<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
-              walkable<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>>);
+static_assert(has_release<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>> &&
+              has_check_invariants<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>> &&
+              has_owns<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>> &&
+              walkable<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>>);
 
 }  // namespace poolkit

@@ -1,17 +1,17 @@
 // memory_summary(r): a text table in the manner of torch.cuda.memory_summary().
 //
-// Rows are the metrics of the outermost statistics<> found in `r` (r itself, or down through
-// upstream_resource() and ref<>): allocated, active and requested bytes, reserved bytes when a
+// Rows are the metrics of the outermost resource with memory_stats() found in `r` (r itself, or
+// down through upstream_resource() and ref<>; statistics<> is the one that has it): allocated, active and requested bytes, reserved bytes when a
 // statistics<> sits below the strategy, then the counts; columns are current, peak, total
 // allocated and total freed, in human units. When `r` (or the strategy it wraps) offers the walk
 // of walk.hpp, the fragmentation figures follow. Without any statistics<> the table says so.
 #pragma once
 
-#include <poolkit/adaptor/statistics.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -20,12 +20,18 @@
 
 namespace poolkit {
 
-// memory_stats() of the first statistics<> met walking down from `r`, or nothing.
+// R reports PyTorch's memory_stats() dictionary, as statistics<> does.
+template <class R>
+concept has_memory_stats = requires(const R& r) {
+    { r.memory_stats() } -> std::same_as<std::map<std::string, std::int64_t>>;
+};
+
+// memory_stats() of the first resource that has it met walking down from `r`, or nothing.
 template <class R>
 [[nodiscard]] std::optional<std::map<std::string, std::int64_t>> find_memory_stats(const R& r) {
-    if constexpr (detail::is_statistics<R>) {
+    if constexpr (has_memory_stats<R>) {
         return r.memory_stats();
-    } else if constexpr (detail::is_ref<R>) {
+    } else if constexpr (is_ref_v<R>) {
         return find_memory_stats(r.get());
     } else if constexpr (has_upstream<R>) {
         return find_memory_stats(r.upstream_resource());
@@ -58,7 +64,7 @@ template <class R>
 std::optional<fragmentation_figures> find_fragmentation(const R& r) {
     if constexpr (walkable<R>) {
         return fragmentation(r);
-    } else if constexpr (is_ref<R>) {
+    } else if constexpr (is_ref_v<R>) {
         return find_fragmentation(r.get());
     } else if constexpr (has_upstream<R>) {
         return find_fragmentation(r.upstream_resource());

@@ -13,7 +13,7 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
-#include <poolkit/observe/walk.hpp>
+#include <poolkit/core/walk.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>
 
