@@ -146,7 +146,8 @@ public:
     [[nodiscard]] std::size_t block_alignment() const noexcept { return engine_.spec(0).alignment; }
     [[nodiscard]] std::size_t live_bytes() const noexcept { return engine_.live_bytes(); }
     [[nodiscard]] std::size_t reserved_bytes() const noexcept { return engine_.reserved_bytes(); }
-    [[nodiscard]] std::size_t slabs() const noexcept { return engine_.slab_count(); }
+    // Slabs held, the chunks this strategy took from the upstream.
+    [[nodiscard]] std::size_t chunks() const noexcept { return engine_.chunks(); }
 
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
