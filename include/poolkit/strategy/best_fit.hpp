@@ -10,7 +10,7 @@
 // Complexity: allocate and deallocate O(log n) in the number of blocks (free blocks in a
 // multiset by size then address, live blocks in a set by address); coalescing O(1) through
 // the address-ordered list of each chunk; no heap allocation per call once warm.
-// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two. Up to the granularity it costs nothing; above it a block may be
 // split to start at the right address, and a chunk for it is taken with that alignment.
 // Stream semantics: none; a freed block is reusable at once. Put stream_ordered<> around it.

@@ -10,7 +10,7 @@
 // Complexity: allocate and deallocate O(levels) = O(log2(chunk / minimum block)), plus O(log
 // chunks) to find a freed block's chunk; no heap allocation per call once warm. Internal
 // fragmentation is up to half a block.
-// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two. A block is aligned to its size up to the chunk's alignment
 // (options.chunk_alignment, or the chunk size if smaller); larger alignments get a chunk taken
 // with that alignment.

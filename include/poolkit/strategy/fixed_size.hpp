@@ -6,7 +6,7 @@
 // bitmap per slab) lives in host records, never in the slabs.
 // Complexity: allocate O(1) while a slab has a free block; deallocate O(1) into the slab last
 // used, else O(log slabs).
-// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two (the upstream serves what the blocks cannot).
 // Stream semantics: none; a freed block is reusable at once. Put stream_ordered<> around it.
 // Exhaustion: it asks for a full slab, then a slab of one block, then returns every wholly free

@@ -7,7 +7,7 @@
 // reserved. Bookkeeping (one host record per chunk) is never written into the chunks.
 // Complexity: allocate O(1) while the current chunk has room, else O(chunks) to look for a wholly
 // free one before growing; deallocate O(1) into the current chunk, else O(log chunks).
-// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two; padding before a block is lost until its chunk is wholly free.
 // Stream semantics: none. Put stream_ordered<> around it.
 // Exhaustion: when the upstream throws std::bad_alloc or the maximum would be passed, it tries a

@@ -10,7 +10,7 @@
 // records, never in the slabs.
 // Complexity: a precomputed table maps a size to its class in O(1); allocate is O(1) while the
 // class has a slab with a free block; deallocate O(1) into the slab last used, else O(log slabs).
-// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two; classes serve up to their own alignment, Large the rest.
 // Stream semantics: none; a freed block is reusable at once. Put stream_ordered<> around it.
 // Exhaustion: a class that needs a slab asks for a full one, then for one block, then returns
