@@ -1,15 +1,28 @@
 // Forward declarations of poolkit's public types, for headers that only name them.
+//
+// Every public class and class template is declared here, with the template parameters and
+// constraints of its definition and no default arguments (those stay in each block's own
+// header). tests/core/fwd.cpp includes this header before poolkit.hpp, so a declaration that
+// drifts from its definition fails to compile. Two are left out: stream_ordered, whose constraint
+// concepts (cached_pool, events_policy) are defined in its own header, and the aliases
+// (stream_ref is cuda::stream_ref with CUDA), which come with core/concepts.hpp below.
 #pragma once
 
 #include <poolkit/core/concepts.hpp>
 
+#include <concepts>
 #include <cstddef>
 
 namespace poolkit {
 
+// core
+struct assertion_failure;
+struct memory_figures;
 class out_of_memory;
 class cuda_error;
-
+struct chunk_view;
+struct block_view;
+enum class trace_action : unsigned char;
 template <resource R>
 class ref;
 template <class... Properties>
@@ -21,7 +34,18 @@ class any_resource;
 template <class... Properties>
 class any_stream_resource;
 
-struct memory_figures;
+// upstream
+class new_delete_resource;
+struct simulated_options;
+class simulated_resource;
+class cuda_device_resource;
+struct cuda_pinned_options;
+class cuda_pinned_resource;
+class cuda_managed_resource;
+struct cuda_async_options;
+class cuda_async_resource;
+
+// strategy
 struct growth_policy;
 struct best_fit_options;
 struct buddy_options;
@@ -30,10 +54,6 @@ struct large_to_upstream;
 struct fixed_size_options;
 struct monotonic_options;
 struct caching_options;
-struct cuda_pinned_options;
-struct cuda_async_options;
-
-// Defaults live in each block's own header; these declarations name none.
 template <resource Upstream>
 class best_fit;
 template <resource Upstream>
@@ -52,6 +72,13 @@ class fallback;
 template <resource Upstream>
 class caching_pool;
 
+// adaptor
+struct concurrent_counters;
+struct single_thread_counters;
+struct statistics_figures;
+struct tracking_options;
+struct tracked_allocation;
+struct oom_event;
 template <resource Upstream, class Counters>
 class statistics;
 template <resource Upstream>
@@ -62,16 +89,32 @@ template <resource Upstream>
 class limiting;
 template <resource Upstream, class Mutex>
 class synchronized;
-
+template <resource Upstream, class Callback>
+    requires std::invocable<Callback&, const oom_event&>
+class retry_on_oom;
+class completed_events;
 class host_events;
 class cuda_events;
 
-class new_delete_resource;
-struct simulated_options;
-class simulated_resource;
-class cuda_device_resource;
-class cuda_pinned_resource;
-class cuda_managed_resource;
-class cuda_async_resource;
+// interop
+template <resource R>
+class pmr_adaptor;
+template <resource R>
+class pmr_device_adaptor;
+template <class T, resource R>
+class std_allocator;
+template <class T, stream_resource R>
+    requires has_property<R, device_accessible>
+class thrust_allocator;
+class device_registry;
+
+// observe
+struct fragmentation_figures;
+struct trace_event;
+struct trace;
+class trace_error;
+class trace_reader;
+struct replay_result;
+struct ignore_events;
 
 }  // namespace poolkit
