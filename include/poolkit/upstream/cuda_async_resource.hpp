@@ -130,9 +130,9 @@ public:
                            "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
     }
 
-    // Bytes the pool holds from the device, and bytes of it in use.
+    // Bytes the pool holds from the device, and bytes of it handed out and not freed.
     [[nodiscard]] std::size_t reserved_bytes() const { return attribute(cudaMemPoolAttrReservedMemCurrent); }
-    [[nodiscard]] std::size_t used_bytes() const { return attribute(cudaMemPoolAttrUsedMemCurrent); }
+    [[nodiscard]] std::size_t live_bytes() const { return attribute(cudaMemPoolAttrUsedMemCurrent); }
 
     [[nodiscard]] cudaMemPool_t pool_handle() const noexcept { return pool_; }
     [[nodiscard]] bool owns_pool() const noexcept { return owned_; }
