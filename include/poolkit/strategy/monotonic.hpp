@@ -241,8 +241,9 @@ private:
         return start <= end && bytes <= end - start;
     }
 
-    // A chunk with room for the request: a wholly free one that holds it, else a new one.
-    chunk* next_chunk(std::size_t bytes, std::size_t alignment) {
+    // A chunk with room for the request: a wholly free one that holds it, else a new one. Out of
+    // line: inlined, this slow path keeps allocate itself from being inlined into its callers.
+    [[gnu::noinline]] chunk* next_chunk(std::size_t bytes, std::size_t alignment) {
         for (chunk& c : chunk_index_) {
             if (c.live_blocks == 0 && fits(c, bytes, alignment)) return &c;
         }
