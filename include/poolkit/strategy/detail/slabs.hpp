@@ -258,8 +258,9 @@ public:
 private:
     slab* find_slab(std::uintptr_t address) noexcept { return const_cast<slab*>(std::as_const(*this).find(address)); }
 
+    // Out of line, like every growth path: inlined, it keeps allocate from being inlined.
     template <class Upstream>
-    bool add_slab(Upstream& upstream, std::size_t index) {
+    [[gnu::noinline]] bool add_slab(Upstream& upstream, std::size_t index) {
         const class_spec& spec = classes_[index].spec;
         return grow_chunk(
             spec.block_size * spec.blocks_per_slab, spec.block_size,
