@@ -1,15 +1,28 @@
 // Forward declarations of poolkit's public types, for headers that only name them.
+//
+// Every public class and class template is declared here, with the template parameters and
+// constraints of its definition and no default arguments (those stay in each block's own
+// header). tests/core/fwd.cpp includes this header before poolkit.hpp, so a declaration that
+// drifts from its definition fails to compile. Left out: stream_ordered and expandable, whose
+// constraints (lane_pool, events_policy; virtual_memory through a ref) are defined with them, and
+// the aliases (stream_ref is cuda::stream_ref with CUDA), which come with core/concepts.hpp below.
 #pragma once
 
 #include <poolkit/core/concepts.hpp>
 
+#include <concepts>
 #include <cstddef>
 
 namespace poolkit {
 
+// core
+struct assertion_failure;
+struct memory_figures;
 class out_of_memory;
 class cuda_error;
-
+struct chunk_view;
+struct block_view;
+enum class trace_action : unsigned char;
 template <resource R>
 class ref;
 template <class... Properties>
@@ -20,8 +33,30 @@ template <class... Properties>
 class any_resource;
 template <class... Properties>
 class any_stream_resource;
+template <class Derived, class Upstream>
+class forwarding;
+struct allocation_request;
+struct deallocation_request;
+struct no_options;
+template <class First, class Second>
+struct parts_options;
 
-struct memory_figures;
+// upstream
+class new_delete_resource;
+struct simulated_options;
+class simulated_resource;
+struct simulated_vmm_options;
+class simulated_vmm_resource;
+class cuda_device_resource;
+struct cuda_pinned_options;
+class cuda_pinned_resource;
+class cuda_managed_resource;
+struct cuda_async_options;
+class cuda_async_resource;
+struct cuda_vmm_options;
+class cuda_vmm_resource;
+
+// strategy
 struct growth_policy;
 struct best_fit_options;
 struct buddy_options;
@@ -30,10 +65,7 @@ struct large_to_upstream;
 struct fixed_size_options;
 struct monotonic_options;
 struct caching_options;
-struct cuda_pinned_options;
-struct cuda_async_options;
-struct simulated_vmm_options;
-struct cuda_vmm_options;
+struct expandable_options;
 
 // Defaults live in each block's own header; these declarations name none.
 template <resource Upstream>
@@ -54,6 +86,17 @@ class fallback;
 template <resource Upstream>
 class caching_pool;
 
+// adaptor
+struct concurrent_counters;
+struct single_thread_counters;
+struct statistics_figures;
+struct tracking_options;
+struct tracked_allocation;
+struct oom_event;
+struct limiting_options;
+struct logging_options;
+template <class Callback>
+struct retry_options;
 template <resource Upstream, class Counters>
 class statistics;
 template <resource Upstream>
@@ -64,18 +107,32 @@ template <resource Upstream>
 class limiting;
 template <resource Upstream, class Mutex>
 class synchronized;
-
+template <resource Upstream, class Callback>
+    requires std::invocable<Callback&, const oom_event&>
+class retry_on_oom;
+class completed_events;
 class host_events;
 class cuda_events;
 
-class new_delete_resource;
-struct simulated_options;
-class simulated_resource;
-class simulated_vmm_resource;
-class cuda_device_resource;
-class cuda_pinned_resource;
-class cuda_managed_resource;
-class cuda_async_resource;
-class cuda_vmm_resource;
+// interop
+template <resource R>
+class pmr_adaptor;
+template <resource R>
+class pmr_device_adaptor;
+template <class T, resource R>
+class std_allocator;
+template <class T, stream_resource R>
+    requires has_property<R, device_accessible>
+class thrust_allocator;
+class device_registry;
+
+// observe
+struct fragmentation_figures;
+struct trace_event;
+struct trace;
+class trace_error;
+class trace_reader;
+struct replay_result;
+struct ignore_events;
 
 }  // namespace poolkit

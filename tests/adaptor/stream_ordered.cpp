@@ -2,9 +2,12 @@
 // completes, so every ordering rule is checked on a CPU.
 #include "../support/instrumented.hpp"
 
+#include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/ref.hpp>
+#include <poolkit/core/walk.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
@@ -48,6 +51,13 @@ struct fixture {
 
 static_assert(stream_resource<ordered>);
 static_assert(!has_property<ordered, host_accessible> || has_property<instrumented<>, host_accessible>);
+// Over a real strategy, what the header checks over its archetype pool.
+static_assert(stream_resource_with<stream_ordered<best_fit<detail::resource_archetype<host_accessible>>, completed_events>,
+                                   host_accessible>);
+static_assert(has_release<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
+              has_check_invariants<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
+              has_owns<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
+              walkable<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>>);
 
 TEST_CASE("a block freed on a stream is reused on that stream at once, with no event") {
     fixture f;

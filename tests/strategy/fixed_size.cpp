@@ -40,7 +40,7 @@ TEST_CASE("fixed_size: blocks of one size from slabs; other requests go to the u
     CHECK(upstream.allocations() == 3);
     CHECK(is_aligned(aligned, 512));
     blocks.push_back(pool.allocate(1));
-    CHECK(pool.slabs() == 2);
+    CHECK(pool.chunks() == 2);
     pool.check_invariants();
     pool.deallocate(big, 769);
     pool.deallocate(aligned, 100, 512);

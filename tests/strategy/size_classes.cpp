@@ -83,9 +83,9 @@ TEST_CASE("size_classes: one slab serves many blocks of its class") {
     CHECK(upstream.allocations() == 2);
     pool.check_invariants();
     for (void* block : blocks) pool.deallocate(block, 200);
-    CHECK(pool.slabs() == 2);
+    CHECK(pool.chunks() == 2);
     pool.release();
-    CHECK(pool.slabs() == 0);
+    CHECK(pool.chunks() == 0);
     CHECK(upstream.live_blocks() == 0);
     CHECK(upstream.errors().empty());
 }

@@ -12,11 +12,12 @@
 #pragma once
 
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/forwarding.hpp>
+#include <poolkit/core/properties.hpp>
 #include <poolkit/core/rebind.hpp>
 #include <poolkit/core/ref.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
 
 #include <atomic>
 #include <concepts>

@@ -14,11 +14,12 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/forwarding.hpp>
+#include <poolkit/core/properties.hpp>
 #include <poolkit/core/rebind.hpp>
 #include <poolkit/core/ref.hpp>
-#include <poolkit/observe/trace.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/core/trace_format.hpp>
 
 #include <atomic>
 #include <chrono>

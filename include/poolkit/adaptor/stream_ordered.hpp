@@ -20,7 +20,7 @@
 // Complexity: a lane hit is the Pool's cached allocate plus one hash-map insert; a miss visits
 // each lane once. While there is one lane and no record_use (one stream, as in most programs and
 // every replay), blocks need no map at all: the first second lane fills it from a walk of the
-// first (when the Pool offers the walk of observe/walk.hpp; otherwise the map is always kept).
+// first (when the Pool offers the walk of core/walk.hpp; otherwise the map is always kept).
 // Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
 // Stream semantics: as above. Lanes are keyed by the stream's identity (Events::identity:
 // cudaStreamGetId, unique over the program's life), so a new stream that gets a destroyed one's
@@ -39,18 +39,17 @@
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/detail/pointer_map.hpp>
 #include <poolkit/core/alignment.hpp>
-#include <poolkit/core/config.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/config.hpp>
+#include <poolkit/core/detail/archetype.hpp>
+#include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/rebind.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
-#include <poolkit/observe/walk.hpp>
-#include <poolkit/strategy/best_fit.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
-#include <poolkit/strategy/detail/walk_merge.hpp>
+#include <poolkit/core/walk.hpp>
 
 #include <algorithm>
 #include <concepts>
@@ -93,7 +92,7 @@ concept events_policy = requires(E& e, stream_ref stream, typename E::event_type
 // cached_pool. Every strategy, combinator and adaptor-over-strategy stack of poolkit is one.
 template <class Pool>
 concept lane_pool = cached_pool<rebind_t<Pool, ref<lane_upstream_t<Pool>>>> &&
-                    buildable_over<rebind_t<Pool, ref<lane_upstream_t<Pool>>>, ref<lane_upstream_t<Pool>>, lane_options_t<Pool>>;
+                    buildable_over<rebind_t<Pool, ref<lane_upstream_t<Pool>>>, ref<lane_upstream_t<Pool>>>;
 
 // Streams are CUDA's where the toolkit is; without it no work runs on a stream, so every event is
 // complete.
@@ -108,7 +107,7 @@ class stream_ordered : public forward_properties<stream_ordered<Pool, Events>, l
 public:
     using upstream_type = lane_upstream_t<Pool>;
     using lane_pool_type = rebind_t<Pool, ref<upstream_type>>;
-    using pool_options = lane_options_t<Pool>;
+    using pool_options = lane_options_t<lane_pool_type>;
     using event_type = typename Events::event_type;
 
     // The upstream is built in place here (it need not move: cuda_vmm_resource).
@@ -544,11 +543,12 @@ private:
     std::vector<deferred_block> deferred_;
 };
 
-static_assert(stream_resource_with<stream_ordered<best_fit<detail::resource_archetype<host_accessible>>, completed_events>,
+static_assert(stream_resource_with<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<host_accessible>>,
+                                                  completed_events>,
                                    host_accessible>);
-static_assert(has_release<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
-              has_check_invariants<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
-              has_owns<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
-              walkable<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>>);
+static_assert(has_release<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>> &&
+              has_check_invariants<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>> &&
+              has_owns<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>> &&
+              walkable<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>>);
 
 }  // namespace poolkit

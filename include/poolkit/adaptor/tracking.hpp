@@ -14,10 +14,11 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/forwarding.hpp>
+#include <poolkit/core/properties.hpp>
 #include <poolkit/core/rebind.hpp>
 #include <poolkit/core/ref.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
 
 #include <algorithm>
 #include <concepts>

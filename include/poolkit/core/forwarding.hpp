@@ -33,7 +33,7 @@
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/stream_ref.hpp>
-#include <poolkit/observe/walk.hpp>  // moves to core/ with the layering change
+#include <poolkit/core/walk.hpp>
 
 #include <cstddef>
 #include <utility>

@@ -31,4 +31,10 @@ private:
     R* resource_;
 };
 
+// Whether R is a ref<>: what walks down a composition step through (memory_summary, statistics).
+template <class R>
+inline constexpr bool is_ref_v = false;
+template <class R>
+inline constexpr bool is_ref_v<ref<R>> = true;
+
 }  // namespace poolkit

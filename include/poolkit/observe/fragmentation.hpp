@@ -5,7 +5,7 @@
 // and the count of free blocks. O(blocks); a const walk of the strategy (walk.hpp).
 #pragma once
 
-#include <poolkit/observe/walk.hpp>
+#include <poolkit/core/walk.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -1,17 +1,19 @@
 // memory_summary(r): a text table in the manner of torch.cuda.memory_summary().
 //
 // Rows are the metrics of the outermost layer with memory_stats() (a statistics<>) found in `r`
-// (r itself, or down through upstream_resource(): core/stack.hpp): allocated, active and requested bytes, reserved bytes when a
-// statistics<> sits below the strategy, then the counts; columns are current, peak, total
-// allocated and total freed, in human units; a figure the stats lack shows as "-" (a virtual
-// memory knows its reserved bytes now and at peak, not the totals). When `r` (or the strategy it wraps) offers the walk
-// of walk.hpp, the fragmentation figures follow. Without any statistics<> the table says so.
+// (r itself, or down through upstream_resource(): core/stack.hpp): allocated, active and
+// requested bytes, reserved bytes when a statistics<> sits below the strategy, then the counts;
+// columns are current, peak, total allocated and total freed, in human units; a figure the stats
+// lack shows as "-" (a virtual memory knows its reserved bytes now and at peak, not the totals).
+// When a layer of `r` offers the walk of core/walk.hpp, the fragmentation figures follow. Without
+// any statistics<> the table says so.
 #pragma once
 
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/stack.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 
+#include <concepts>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -20,13 +22,17 @@
 
 namespace poolkit {
 
+// R reports PyTorch's memory_stats() dictionary, as statistics<> does.
+template <class R>
+concept has_memory_stats = requires(const R& r) {
+    { r.memory_stats() } -> std::same_as<std::map<std::string, std::int64_t>>;
+};
+
 // memory_stats() of the first layer that has it, walking down from `r`, or nothing.
 template <class R>
 [[nodiscard]] std::optional<std::map<std::string, std::int64_t>> find_memory_stats(const R& r) {
     return find_in_stack(r, []<class Layer>(const Layer& layer) -> std::optional<std::map<std::string, std::int64_t>> {
-        if constexpr (requires { { layer.memory_stats() } -> std::convertible_to<std::map<std::string, std::int64_t>>; }) {
-            return layer.memory_stats();
-        }
+        if constexpr (has_memory_stats<Layer>) return layer.memory_stats();
         return std::nullopt;
     });
 }

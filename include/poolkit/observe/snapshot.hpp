@@ -11,7 +11,7 @@
 // or inactive (free). Addresses are decimal, as PyTorch writes them. O(blocks).
 #pragma once
 
-#include <poolkit/observe/walk.hpp>
+#include <poolkit/core/walk.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -1,4 +1,5 @@
-// Allocation traces in RMM's CSV log format: reading, checking and writing.
+// Allocation traces in RMM's CSV log format: reading and checking (writing: core/trace_format.hpp,
+// included here).
 //
 // The format is that of RMM's logging_resource_adaptor and of poolkit's logging<>:
 //     Thread,Time,Action,Pointer,Size,Stream
@@ -14,12 +15,12 @@
 // the event vector; a trace of 35,000 events reads in a few milliseconds.
 #pragma once
 
+#include <poolkit/core/trace_format.hpp>
+
 #include <algorithm>
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <ostream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -29,8 +30,6 @@
 #include <vector>
 
 namespace poolkit {
-
-enum class trace_action : unsigned char { allocate, free };
 
 // One row of a trace. `slot` numbers the allocation densely (0, 1, ... in order of allocation,
 // reused after a free), so that a replay indexes an array instead of hashing pointers.
@@ -323,26 +322,6 @@ private:
         text.remove_prefix(newline + 1);
     }
     return std::move(reader).finish();
-}
-
-// The CSV header of the format.
-inline constexpr std::string_view trace_header = "Thread,Time,Action,Pointer,Size,Stream";
-
-// Writes one row in the format: `time_us` since the first event, pointer in hex.
-inline void write_trace_row(std::ostream& out, std::uint64_t thread, std::uint64_t time_us, trace_action action,
-                            std::uint64_t pointer, std::size_t bytes, std::uint64_t stream) {
-    char row[160];
-    const auto seconds = time_us / 1'000'000;
-    const int length = std::snprintf(row, sizeof row, "%llu,%02llu:%02llu:%02llu.%06llu,%s,0x%llx,%zu,%llu\n",
-                                     static_cast<unsigned long long>(thread),
-                                     static_cast<unsigned long long>(seconds / 3600),
-                                     static_cast<unsigned long long>(seconds / 60 % 60),
-                                     static_cast<unsigned long long>(seconds % 60),
-                                     static_cast<unsigned long long>(time_us % 1'000'000),
-                                     action == trace_action::allocate ? "allocate" : "free",
-                                     static_cast<unsigned long long>(pointer), bytes,
-                                     static_cast<unsigned long long>(stream));
-    out.write(row, length);
 }
 
 }  // namespace poolkit

@@ -10,7 +10,7 @@
 // Complexity: allocate and deallocate O(log n) in the number of blocks (free blocks in a
 // multiset by size then address, live blocks in a set by address); coalescing O(1) through
 // the address-ordered list of each chunk; no heap allocation per call once warm.
-// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two. Up to the granularity it costs nothing; above it a block may be
 // split to start at the right address, and a chunk for it is taken with that alignment.
 // Stream semantics: none; a freed block is reusable at once. Put stream_ordered<> around it.
@@ -22,10 +22,11 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/observe/walk.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/core/walk.hpp>
+#include <poolkit/strategy/detail/chunks.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>
@@ -36,7 +37,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <new>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -112,15 +112,9 @@ struct chunk : intrusive::set_hook<chunk_tag> {
     [[nodiscard]] bool wholly_free() const noexcept { return blocks.size() == 1 && blocks.front().free; }
 };
 
-struct chunk_by_address {
-    bool operator()(const chunk& a, const chunk& b) const noexcept { return a.address < b.address; }
-    bool operator()(const chunk& a, std::uintptr_t b) const noexcept { return a.address < b; }
-    bool operator()(std::uintptr_t a, const chunk& b) const noexcept { return a < b.address; }
-};
-
 using free_blocks = intrusive::multiset<block, by_size_tag, by_size>;
 using live_blocks = intrusive::set<block, by_size_tag, by_address>;
-using chunk_set = intrusive::set<chunk, chunk_tag, chunk_by_address>;
+using chunk_set = chunk_index<chunk, chunk_tag>;
 
 }  // namespace detail::best_fit_parts
 
@@ -406,31 +400,20 @@ private:
         const std::size_t chunk_alignment = std::max(alignment, options_.granularity);
         const auto preferred = options_.growth.next_chunk(rounded, reserved_bytes_, options_.initial_size,
                                                           options_.maximum_size, options_.granularity);
-        if (preferred) {
-            if (block* fresh = try_grow(*preferred, chunk_alignment)) return *fresh;
-            if (*preferred != rounded) {
-                if (block* fresh = try_grow(rounded, chunk_alignment)) return *fresh;
-            }
-        }
-        release();
-        const auto retry = options_.growth.next_chunk(rounded, reserved_bytes_, 0, options_.maximum_size,
-                                                      options_.granularity);
-        if (retry) {
-            if (block* fresh = try_grow(rounded, chunk_alignment)) return *fresh;
-        }
+        block* fresh = detail::grow_chunk(
+            preferred, rounded, [&](std::size_t chunk_bytes) { return try_grow(chunk_bytes, chunk_alignment); },
+            [&] { release(); });
+        if (fresh != nullptr) return *fresh;
         memory_figures failure = figures(bytes, alignment);
         if (options_.maximum_size != std::numeric_limits<std::size_t>::max()) failure.limit_bytes = options_.maximum_size;
         throw out_of_memory("best_fit", failure);
     }
 
     // Takes a chunk of `bytes` and files it as one free block; nullptr when the upstream refuses.
+    // Nullptr also when the chunk would take the reserved total past the maximum.
     block* try_grow(std::size_t bytes, std::size_t alignment) {
-        void* memory = nullptr;
-        try {
-            memory = upstream_.allocate(bytes, alignment);
-        } catch (const std::bad_alloc&) {
-            return nullptr;
-        }
+        if (!detail::fits_under(bytes, reserved_bytes_, options_.maximum_size)) return nullptr;
+        void* memory = detail::allocate_chunk(upstream_, bytes, alignment);
         if (memory == nullptr) return nullptr;
         const auto address = reinterpret_cast<std::uintptr_t>(memory);
         chunk* c = nullptr;

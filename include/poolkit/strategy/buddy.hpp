@@ -10,7 +10,7 @@
 // Complexity: allocate and deallocate O(levels) = O(log2(chunk / minimum block)), plus O(log
 // chunks) to find a freed block's chunk; no heap allocation per call once warm. Internal
 // fragmentation is up to half a block.
-// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two. A block is aligned to its size up to the chunk's alignment
 // (options.chunk_alignment, or the chunk size if smaller); larger alignments get a chunk taken
 // with that alignment.
@@ -23,10 +23,11 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/observe/walk.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/core/walk.hpp>
+#include <poolkit/strategy/detail/chunks.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>
@@ -40,7 +41,6 @@
 #include <limits>
 #include <memory>
 #include <optional>
-#include <new>
 #include <stdexcept>
 #include <utility>
 
@@ -83,14 +83,8 @@ struct chunk : intrusive::set_hook<chunk_tag> {
     std::unique_ptr<block*[]> heads; // heads[i]: the block that starts at minimum block i, or nullptr
 };
 
-struct chunk_by_address {
-    bool operator()(const chunk& a, const chunk& b) const noexcept { return a.address < b.address; }
-    bool operator()(const chunk& a, std::uintptr_t b) const noexcept { return a.address < b; }
-    bool operator()(std::uintptr_t a, const chunk& b) const noexcept { return a < b.address; }
-};
-
 using free_list = intrusive::list<block, free_tag>;
-using chunk_set = intrusive::set<chunk, chunk_tag, chunk_by_address>;
+using chunk_set = chunk_index<chunk, chunk_tag>;
 
 inline constexpr unsigned order_limit = 48;
 
@@ -328,7 +322,6 @@ public:
 private:
     using block = detail::buddy_parts::block;
     using chunk = detail::buddy_parts::chunk;
-    using chunk_by_address = detail::buddy_parts::chunk_by_address;
     static constexpr unsigned order_limit = detail::buddy_parts::order_limit;
 
     [[nodiscard]] std::size_t block_bytes(unsigned order) const noexcept { return options_.minimum_block << order; }
@@ -390,27 +383,19 @@ private:
     // Takes a chunk that holds a block of `order` aligned as asked; returns its one free block.
     block* grow(std::size_t bytes, unsigned order, std::size_t alignment) {
         const std::size_t needed = block_bytes(order);
-        const std::size_t preferred = std::max(needed, options_.chunk_size);
-        if (block* fresh = try_grow(preferred, alignment)) return fresh;
-        if (preferred != needed) {
-            if (block* fresh = try_grow(needed, alignment)) return fresh;
-        }
-        release();
-        if (block* fresh = try_grow(needed, alignment)) return fresh;
+        block* fresh = detail::grow_chunk(
+            std::max(needed, options_.chunk_size), needed,
+            [&](std::size_t chunk_bytes) { return try_grow(chunk_bytes, alignment); }, [&] { release(); });
+        if (fresh != nullptr) return fresh;
         memory_figures failure = figures(bytes, alignment);
         if (options_.maximum_size != std::numeric_limits<std::size_t>::max()) failure.limit_bytes = options_.maximum_size;
         throw out_of_memory("buddy", failure);
     }
 
     block* try_grow(std::size_t bytes, std::size_t alignment) {
-        if (reserved_bytes_ > options_.maximum_size || bytes > options_.maximum_size - reserved_bytes_) return nullptr;
+        if (!detail::fits_under(bytes, reserved_bytes_, options_.maximum_size)) return nullptr;
         const std::size_t chunk_alignment = std::max(std::min(bytes, options_.chunk_alignment), alignment);
-        void* memory = nullptr;
-        try {
-            memory = upstream_.allocate(bytes, chunk_alignment);
-        } catch (const std::bad_alloc&) {
-            return nullptr;
-        }
+        void* memory = detail::allocate_chunk(upstream_, bytes, chunk_alignment);
         if (memory == nullptr) return nullptr;
         const auto address = reinterpret_cast<std::uintptr_t>(memory);
         const auto top_order = static_cast<unsigned>(std::countr_zero(bytes)) - minimum_shift_;
@@ -430,10 +415,7 @@ private:
     }
 
     [[nodiscard]] const chunk* find_chunk(std::uintptr_t address) const noexcept {
-        auto after = chunk_index_.upper_bound(address, chunk_by_address{});
-        if (after == chunk_index_.begin()) return nullptr;
-        const chunk& c = *std::prev(after);
-        return address - c.address < c.bytes ? &c : nullptr;
+        return detail::find_chunk(chunk_index_, address);
     }
 
     // The live block that starts at `address`, or nullptr.

@@ -21,13 +21,13 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
+#include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/ref.hpp>
-#include <poolkit/observe/walk.hpp>
+#include <poolkit/core/walk.hpp>
 #include <poolkit/strategy/best_fit.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
-#include <poolkit/strategy/detail/walk_merge.hpp>
 
 #include <algorithm>
 #include <bit>

@@ -37,7 +37,7 @@
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/virtual_memory.hpp>
-#include <poolkit/observe/walk.hpp>
+#include <poolkit/core/walk.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>

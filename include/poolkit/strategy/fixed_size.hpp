@@ -6,7 +6,7 @@
 // bitmap per slab) lives in host records, never in the slabs.
 // Complexity: allocate O(1) while a slab has a free block; deallocate O(1) into the slab last
 // used, else O(log slabs).
-// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two (the upstream serves what the blocks cannot).
 // Stream semantics: none; a freed block is reusable at once. Put stream_ordered<> around it.
 // Exhaustion: it asks for a full slab, then a slab of one block, then returns every wholly free
@@ -16,10 +16,10 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/observe/walk.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/core/walk.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
 #include <poolkit/strategy/detail/slabs.hpp>
 
@@ -146,7 +146,8 @@ public:
     [[nodiscard]] std::size_t block_alignment() const noexcept { return engine_.spec(0).alignment; }
     [[nodiscard]] std::size_t live_bytes() const noexcept { return engine_.live_bytes(); }
     [[nodiscard]] std::size_t reserved_bytes() const noexcept { return engine_.reserved_bytes(); }
-    [[nodiscard]] std::size_t slabs() const noexcept { return engine_.slab_count(); }
+    // Slabs held, the chunks this strategy took from the upstream.
+    [[nodiscard]] std::size_t chunks() const noexcept { return engine_.chunks(); }
 
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }

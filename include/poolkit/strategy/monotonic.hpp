@@ -7,7 +7,7 @@
 // reserved. Bookkeeping (one host record per chunk) is never written into the chunks.
 // Complexity: allocate O(1) while the current chunk has room, else O(chunks) to look for a wholly
 // free one before growing; deallocate O(1) into the current chunk, else O(log chunks).
-// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two; padding before a block is lost until its chunk is wholly free.
 // Stream semantics: none. Put stream_ordered<> around it.
 // Exhaustion: when the upstream throws std::bad_alloc or the maximum would be passed, it tries a
@@ -21,10 +21,11 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/observe/walk.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/core/walk.hpp>
+#include <poolkit/strategy/detail/chunks.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>
@@ -35,7 +36,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <new>
 #include <utility>
 
 namespace poolkit {
@@ -64,13 +64,7 @@ struct chunk : intrusive::set_hook<chunk_tag> {
     std::size_t live_bytes = 0;
 };
 
-struct chunk_by_address {
-    bool operator()(const chunk& a, const chunk& b) const noexcept { return a.address < b.address; }
-    bool operator()(const chunk& a, std::uintptr_t b) const noexcept { return a.address < b; }
-    bool operator()(std::uintptr_t a, const chunk& b) const noexcept { return a < b.address; }
-};
-
-using chunk_set = intrusive::set<chunk, chunk_tag, chunk_by_address>;
+using chunk_set = chunk_index<chunk, chunk_tag>;
 
 }  // namespace detail::monotonic_parts
 
@@ -238,7 +232,6 @@ public:
 
 private:
     using chunk = detail::monotonic_parts::chunk;
-    using chunk_by_address = detail::monotonic_parts::chunk_by_address;
     static constexpr std::size_t unit = default_alignment;
 
     [[nodiscard]] static bool fits(const chunk& c, std::size_t bytes, std::size_t alignment) noexcept {
@@ -248,38 +241,27 @@ private:
         return start <= end && bytes <= end - start;
     }
 
-    // A chunk with room for the request: a wholly free one that holds it, else a new one.
-    chunk* next_chunk(std::size_t bytes, std::size_t alignment) {
+    // A chunk with room for the request: a wholly free one that holds it, else a new one. Out of
+    // line: inlined, this slow path keeps allocate itself from being inlined into its callers.
+    [[gnu::noinline]] chunk* next_chunk(std::size_t bytes, std::size_t alignment) {
         for (chunk& c : chunk_index_) {
             if (c.live_blocks == 0 && fits(c, bytes, alignment)) return &c;
         }
         const std::size_t chunk_alignment = std::max(alignment, unit);
         const auto preferred = options_.growth.next_chunk(bytes, reserved_bytes_, options_.initial_size,
                                                           options_.maximum_size, unit);
-        if (preferred) {
-            if (chunk* fresh = try_grow(*preferred, chunk_alignment)) return fresh;
-        }
-        const auto needed = checked_align_up(bytes, unit);
-        if (needed && (!preferred || *needed != *preferred)) {
-            if (chunk* fresh = try_grow(*needed, chunk_alignment)) return fresh;
-        }
-        release();
-        if (needed) {
-            if (chunk* fresh = try_grow(*needed, chunk_alignment)) return fresh;
-        }
+        chunk* fresh = detail::grow_chunk(
+            preferred, checked_align_up(bytes, unit),
+            [&](std::size_t chunk_bytes) { return try_grow(chunk_bytes, chunk_alignment); }, [&] { release(); });
+        if (fresh != nullptr) return fresh;
         memory_figures failure = memory_figures::held(bytes, alignment, live_bytes_, reserved_bytes_);
         if (options_.maximum_size != std::numeric_limits<std::size_t>::max()) failure.limit_bytes = options_.maximum_size;
         throw out_of_memory("monotonic", failure);
     }
 
     chunk* try_grow(std::size_t bytes, std::size_t alignment) {
-        if (reserved_bytes_ > options_.maximum_size || bytes > options_.maximum_size - reserved_bytes_) return nullptr;
-        void* memory = nullptr;
-        try {
-            memory = upstream_.allocate(bytes, alignment);
-        } catch (const std::bad_alloc&) {
-            return nullptr;
-        }
+        if (!detail::fits_under(bytes, reserved_bytes_, options_.maximum_size)) return nullptr;
+        void* memory = detail::allocate_chunk(upstream_, bytes, alignment);
         if (memory == nullptr) return nullptr;
         chunk* c = nullptr;
         try {
@@ -294,10 +276,7 @@ private:
     }
 
     [[nodiscard]] const chunk* find_chunk_const(std::uintptr_t address) const noexcept {
-        auto after = chunk_index_.upper_bound(address, chunk_by_address{});
-        if (after == chunk_index_.begin()) return nullptr;
-        const chunk& c = *std::prev(after);
-        return address - c.address < c.bytes ? &c : nullptr;
+        return detail::find_chunk(chunk_index_, address);
     }
     chunk* find_chunk(std::uintptr_t address) noexcept { return const_cast<chunk*>(find_chunk_const(address)); }
 

@@ -11,11 +11,11 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
+#include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/rebind.hpp>
-#include <poolkit/observe/walk.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
-#include <poolkit/strategy/detail/walk_merge.hpp>
+#include <poolkit/core/walk.hpp>
 
 #include <concepts>
 #include <cstddef>

@@ -10,7 +10,7 @@
 // records, never in the slabs.
 // Complexity: a precomputed table maps a size to its class in O(1); allocate is O(1) while the
 // class has a slab with a free block; deallocate O(1) into the slab last used, else O(log slabs).
-// Thread safety: none; wrap in synchronized<> or per_thread<>.
+// Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two; classes serve up to their own alignment, Large the rest.
 // Stream semantics: none; a freed block is reusable at once. Put stream_ordered<> around it.
 // Exhaustion: a class that needs a slab asks for a full one, then for one block, then returns
@@ -21,14 +21,14 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/archetype.hpp>
+#include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/rebind.hpp>
-#include <poolkit/observe/walk.hpp>
-#include <poolkit/strategy/detail/archetype.hpp>
+#include <poolkit/core/walk.hpp>
 #include <poolkit/strategy/detail/leak_report.hpp>
 #include <poolkit/strategy/detail/slabs.hpp>
-#include <poolkit/strategy/detail/walk_merge.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -254,7 +254,8 @@ public:
     }
     [[nodiscard]] std::size_t live_bytes() const noexcept { return engine_.live_bytes(); }
     [[nodiscard]] std::size_t reserved_bytes() const noexcept { return engine_.reserved_bytes(); }
-    [[nodiscard]] std::size_t slabs() const noexcept { return engine_.slab_count(); }
+    // Slabs held, the chunks this strategy took from the upstream.
+    [[nodiscard]] std::size_t chunks() const noexcept { return engine_.chunks(); }
 
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }

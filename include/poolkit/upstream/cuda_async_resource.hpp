@@ -130,7 +130,7 @@ public:
                            "cudaMemPoolSetAttribute(cudaMemPoolAttrReleaseThreshold)");
     }
 
-    // Bytes the pool holds from the device, and bytes of it in use.
+    // Bytes the pool holds from the device, and bytes of it handed out and not freed.
     [[nodiscard]] std::size_t reserved_bytes() const { return attribute(cudaMemPoolAttrReservedMemCurrent); }
     [[nodiscard]] std::size_t live_bytes() const { return attribute(cudaMemPoolAttrUsedMemCurrent); }
 

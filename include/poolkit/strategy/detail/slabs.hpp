@@ -13,7 +13,8 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
-#include <poolkit/observe/walk.hpp>
+#include <poolkit/core/walk.hpp>
+#include <poolkit/strategy/detail/chunks.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>
 
@@ -23,7 +24,6 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
-#include <new>
 #include <utility>
 #include <vector>
 
@@ -62,13 +62,7 @@ struct slab : intrusive::set_hook<by_address_tag>, intrusive::list_hook<with_fre
     std::unique_ptr<std::uint64_t[]> live_bits;   // bit i: block i is live
 };
 
-struct slab_by_address {
-    bool operator()(const slab& a, const slab& b) const noexcept { return a.address < b.address; }
-    bool operator()(const slab& a, std::uintptr_t b) const noexcept { return a.address < b; }
-    bool operator()(std::uintptr_t a, const slab& b) const noexcept { return a < b.address; }
-};
-
-using slab_set = intrusive::set<slab, by_address_tag, slab_by_address>;
+using slab_set = chunk_index<slab, by_address_tag>;
 using slab_list = intrusive::list<slab, with_free_tag>;
 
 // What a class is made of: its block size, the alignment of its slabs (and so of its blocks),
@@ -160,12 +154,7 @@ public:
     }
 
     // Whether `address` lies inside a slab; `live` then says whether inside a live block.
-    [[nodiscard]] const slab* find(std::uintptr_t address) const noexcept {
-        auto after = slabs_.upper_bound(address, slab_by_address{});
-        if (after == slabs_.begin()) return nullptr;
-        const slab& s = *std::prev(after);
-        return address - s.address < s.bytes ? &s : nullptr;
-    }
+    [[nodiscard]] const slab* find(std::uintptr_t address) const noexcept { return find_chunk(slabs_, address); }
     [[nodiscard]] bool in_live_block(std::uintptr_t address) const noexcept {
         const slab* s = find(address);
         return s != nullptr && s->is_live(static_cast<std::uint32_t>((address - s->address) /
@@ -196,7 +185,7 @@ public:
         for (std::size_t i = 0; i < class_count_; ++i) total += classes_[i].live_blocks;
         return total;
     }
-    [[nodiscard]] std::size_t slab_count() const noexcept { return slabs_.size(); }
+    [[nodiscard]] std::size_t chunks() const noexcept { return slabs_.size(); }
 
     // The walk of walk.hpp: every slab in address order as a chunk, each of its blocks in address
     // order; a slab keeps no request sizes, so requested_bytes is 0. O(blocks); allocates nothing.
@@ -269,26 +258,24 @@ public:
 private:
     slab* find_slab(std::uintptr_t address) noexcept { return const_cast<slab*>(std::as_const(*this).find(address)); }
 
+    // Out of line, like every growth path: inlined, it keeps allocate from being inlined.
     template <class Upstream>
-    bool add_slab(Upstream& upstream, std::size_t index) {
+    [[gnu::noinline]] bool add_slab(Upstream& upstream, std::size_t index) {
         const class_spec& spec = classes_[index].spec;
-        if (try_add_slab(upstream, index, spec.blocks_per_slab)) return true;
-        if (spec.blocks_per_slab > 1 && try_add_slab(upstream, index, 1)) return true;
-        release(upstream);
-        return try_add_slab(upstream, index, 1);
+        return grow_chunk(
+            spec.block_size * spec.blocks_per_slab, spec.block_size,
+            [&](std::size_t bytes) {
+                return try_add_slab(upstream, index, static_cast<std::uint32_t>(bytes / spec.block_size));
+            },
+            [&] { release(upstream); });
     }
 
     template <class Upstream>
     bool try_add_slab(Upstream& upstream, std::size_t index, std::uint32_t blocks) {
         const class_spec& spec = classes_[index].spec;
         const std::size_t bytes = spec.block_size * blocks;
-        if (reserved_bytes_ > maximum_reserved_ || bytes > maximum_reserved_ - reserved_bytes_) return false;
-        void* memory = nullptr;
-        try {
-            memory = upstream.allocate(bytes, spec.alignment);
-        } catch (const std::bad_alloc&) {
-            return false;
-        }
+        if (!fits_under(bytes, reserved_bytes_, maximum_reserved_)) return false;
+        void* memory = allocate_chunk(upstream, bytes, spec.alignment);
         if (memory == nullptr) return false;
         slab* s = nullptr;
         try {

@@ -8,7 +8,7 @@
 // chunks) time, O(blocks) host memory. Not thread-safe.
 #pragma once
 
-#include <poolkit/observe/walk.hpp>
+#include <poolkit/core/walk.hpp>
 
 #include <algorithm>
 #include <cstddef>
