@@ -31,8 +31,8 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/errors.hpp>
-#include <poolkit/strategy/detail/leak_report.hpp>
 #include <poolkit/upstream/detail/cuda_driver.hpp>
 #include <poolkit/upstream/detail/cuda_runtime.hpp>
 #include <poolkit/upstream/virtual_memory.hpp>
