@@ -127,15 +127,16 @@ struct span {
     bool small;
     block_list blocks;
     std::vector<std::uint64_t> mapped;
+    std::size_t mapped_end = 0;  // no granule at or past this one was ever mapped
 
     [[nodiscard]] bool bit(std::size_t granule) const noexcept { return (mapped[granule / 64] >> (granule % 64)) & 1u; }
 
     // Granules in [first, last) whose bit is `value`.
     [[nodiscard]] std::size_t count(std::size_t first, std::size_t last, bool value) const noexcept {
         std::size_t ones = 0;
-        for (std::size_t g = first; g < last;) {
+        for (std::size_t g = first, end = std::min(last, mapped_end); g < end;) {
             const std::size_t word = g / 64, offset = g % 64;
-            const std::size_t take = std::min<std::size_t>(64 - offset, last - g);
+            const std::size_t take = std::min<std::size_t>(64 - offset, end - g);
             std::uint64_t bits = mapped[word] >> offset;
             if (take < 64) bits &= (std::uint64_t{1} << take) - 1;
             ones += static_cast<std::size_t>(std::popcount(bits));
@@ -145,6 +146,7 @@ struct span {
     }
 
     void set(std::size_t first, std::size_t last, bool value) noexcept {
+        if (value) mapped_end = std::max(mapped_end, last);
         for (std::size_t g = first; g < last;) {
             const std::size_t word = g / 64, offset = g % 64;
             const std::size_t take = std::min<std::size_t>(64 - offset, last - g);
@@ -157,6 +159,7 @@ struct span {
     // Calls f(first, last) for each maximal run of granules in [first, last) whose bit is `value`.
     template <class F>
     void for_each_run(std::size_t first, std::size_t last, bool value, F&& f) const {
+        if (value) last = std::min(last, mapped_end);  // nothing is mapped past mapped_end
         std::size_t g = first;
         while (g < last) {
             while (g < last && bit(g) != value) ++g;
@@ -499,6 +502,7 @@ private:
             seen[count++] = &b;
             placement here = score(b, low, rounded);
             const std::uintptr_t high = align_down(b.end() - rounded, alignment);
+            if (here.unmapped == 0 && here.pins == 0) return here;
             if (high != low) {
                 const placement other = score(b, high, rounded);
                 if (other.unmapped < here.unmapped || (other.unmapped == here.unmapped && other.pins < here.pins)) here = other;
