@@ -11,8 +11,9 @@
 // best-fitting free blocks. A free block keeps its wholly free granules mapped (the cache) until
 // the policy unmaps them:
 //   - before new granules are mapped, cached granules are unmapped, oldest freed first, until the
-//     mapped bytes stay within the larger of the peak of live bytes so far and the live bytes
-//     after the request times (1 + options.cache_fraction) — so mapped memory follows live
+//     mapped bytes stay within the larger of the peak of live bytes so far (times 1 +
+//     options.peak_slack) and the live bytes after the request times (1 +
+//     options.cache_fraction) — so mapped memory follows live
 //     memory; what that bound leaves is mapped ahead, beside the new block, so that a growing
 //     workload needs few map calls;
 //   - at a free, while the cache exceeds options.max_cached_bytes;
@@ -68,6 +69,9 @@ struct expandable_options {
     std::size_t rounding = 512;
     // How far mapped memory may exceed live memory while it grows past its peak (mapped ahead).
     double cache_fraction = 0.02;
+    // How far mapped memory may stay above the peak of live memory before the cache is unmapped
+    // for new mappings: more slack, fewer unmaps and remaps when shapes vary, a larger footprint.
+    double peak_slack = 0;
     // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
     std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
     // Free blocks (best fit first, at most 64) compared for a placement that needs no mapping.
@@ -201,7 +205,9 @@ public:
         validate_alignment(options_.rounding);
         granularity_ = memory().granularity();
         if (options_.rounding > granularity_) throw std::invalid_argument("poolkit: expandable rounding above the granularity");
-        if (options_.cache_fraction < 0) throw std::invalid_argument("poolkit: expandable cache_fraction below 0");
+        if (options_.cache_fraction < 0 || options_.peak_slack < 0) {
+            throw std::invalid_argument("poolkit: expandable cache_fraction or peak_slack below 0");
+        }
         options_.candidates = std::clamp(options_.candidates, 1, max_candidates);
         if (options_.span_bytes == 0) options_.span_bytes = std::max(limit_of(memory()) / 8, std::size_t{1} << 30);
         options_.span_bytes = round_to_granule(options_.span_bytes);
@@ -564,7 +570,7 @@ private:
         const std::size_t live_after = live_bytes_ + rounded;
         // Mapped memory may reach the peak of live memory so far, or the live bytes after this
         // request and a fraction more: the fraction is what a growing workload maps ahead.
-        const double budget = std::max(static_cast<double>(peak_live_bytes_),
+        const double budget = std::max(static_cast<double>(peak_live_bytes_) * (1.0 + options_.peak_slack),
                                        static_cast<double>(live_after) * (1.0 + options_.cache_fraction));
         const double mapped_after = static_cast<double>(reserved_bytes() + needed);
         if (mapped_after > budget && cached_granules_ > 0) {
