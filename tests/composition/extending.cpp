@@ -7,9 +7,6 @@
 #include "../../examples/extending/call_counter.hpp"
 #include "../../examples/extending/size_cache.hpp"
 
-#include <iostream>
-#include <streambuf>
-
 namespace poolkit::test::matrix {
 template <class U> using call_counter_of = example::call_counter<U>;
 template <class U> using size_cache_over = example::size_cache<U>;
@@ -18,14 +15,6 @@ template <class U> using size_cache_over = example::size_cache<U>;
 namespace {
 using namespace poolkit::test::matrix;
 
-struct discard : std::streambuf {
-    int overflow(int character) override { return character; }
-};
-struct quiet_clog {
-    discard sink;
-    std::streambuf* saved = std::clog.rdbuf(&sink);
-    ~quiet_clog() { std::clog.rdbuf(saved); }
-};
 const quiet_clog quiet;
 
 struct aligned_host_fixture : poolkit::test::host_touch {

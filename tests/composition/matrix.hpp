@@ -29,6 +29,8 @@
 
 #include <doctest/doctest.h>
 
+#include <iostream>
+#include <streambuf>
 #include <string>
 #include <string_view>
 
@@ -55,6 +57,22 @@ template <class U> using logging_of = logging<U>;
 template <class U> using limiting_of = limiting<U>;
 template <class U> using retry_on_oom_of = retry_on_oom<U>;
 template <class U> using synchronized_of = synchronized<U>;
+
+// While it lives, std::clog writes nowhere: loggers built in place (as lanes build them) write there.
+class quiet_clog {
+public:
+    quiet_clog() : saved_(std::clog.rdbuf(&sink_)) {}
+    ~quiet_clog() { std::clog.rdbuf(saved_); }
+    quiet_clog(const quiet_clog&) = delete;
+    quiet_clog& operator=(const quiet_clog&) = delete;
+
+private:
+    struct discard : std::streambuf {
+        int overflow(int character) override { return character; }
+    };
+    discard sink_;
+    std::streambuf* saved_;
+};
 
 // The type's name as the compiler spells it, for the suite's messages.
 template <class T>

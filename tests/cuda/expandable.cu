@@ -3,6 +3,7 @@
 // streams never hands out or unmaps memory before its stream's work is done; physical exhaustion
 // unmaps the cache, retries, and then throws out_of_memory with figures.
 #include "support.hpp"
+#include "late_kernels.cuh"
 
 #include <poolkit/presets.hpp>
 
@@ -13,26 +14,9 @@
 namespace {
 
 using namespace poolkit;
+using namespace poolkit::test;
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr long long slow = 2'000'000;  // ~1 ms at H200 clocks
-
-__global__ void fill_late(std::uint32_t* data, std::size_t count, std::uint32_t value, long long cycles) {
-    const long long start = clock64();
-    while (clock64() - start < cycles) {
-    }
-    for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) data[i] = value;
-}
-
-__global__ void count_not(const std::uint32_t* data, std::size_t count, std::uint32_t value, long long cycles,
-                          unsigned long long* mismatches) {
-    const long long start = clock64();
-    while (clock64() - start < cycles) {
-    }
-    for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
-        if (data[i] != value) atomicAdd(mismatches, 1ull);
-    }
-}
 
 // Options set member by member: nvcc builds treat a designated initializer that leaves a member
 // out as an error.
@@ -44,39 +28,14 @@ expandable_options pool_options(std::size_t span, double cache_fraction, std::si
     return options;
 }
 
-struct mismatch_counter {
-    unsigned long long* device = nullptr;
-    mismatch_counter() {
-        REQUIRE(cudaMalloc(&device, sizeof *device) == cudaSuccess);
-        REQUIRE(cudaMemset(device, 0, sizeof *device) == cudaSuccess);
-    }
-    ~mismatch_counter() { cudaFree(device); }
-    unsigned long long read() {
-        unsigned long long host = 0;
-        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-        REQUIRE(cudaMemcpy(&host, device, sizeof host, cudaMemcpyDeviceToHost) == cudaSuccess);
-        return host;
-    }
-};
-
-struct stream_set {
-    std::vector<cudaStream_t> handles;
-    explicit stream_set(int count) : handles(static_cast<std::size_t>(count)) {
-        for (auto& s : handles) REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
-    }
-    ~stream_set() {
-        for (auto s : handles) cudaStreamDestroy(s);
-    }
-};
-
 }  // namespace
 
 TEST_CASE("expandable preset: every byte of live blocks holds while others are unmapped and remapped around them") {
     // A small cache fraction and a cache bound, so that granules are unmapped and mapped often.
     expandable_device_allocator pool{std::in_place, cuda_vmm_options{}, pool_options(std::size_t{4} << 30, 0, 16 * MiB)};
-    stream_set streams(1);
-    cudaStream_t stream = streams.handles[0];
-    mismatch_counter bad;
+    streams lanes(1);
+    cudaStream_t stream = lanes.handles[0];
+    counter bad;
     struct live {
         std::uint32_t* data;
         std::size_t count;
@@ -89,24 +48,24 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
             const std::size_t count = 64 + random() % (random() % 3 == 0 ? 12 * MiB : 256 * 1024);
             auto* data = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, stream_ref{stream}));
             const auto value = static_cast<std::uint32_t>(step * 7919 + 1);
-            fill_late<<<132, 256, 0, stream>>>(data, count, value, 0);
+            slow_fill<<<grid, block, 0, stream>>>(data, count, value, 0);
             blocks.push_back({data, count, value});
         } else {
             const std::size_t index = random() % blocks.size();
             const live b = blocks[index];
             blocks[index] = blocks.back();
             blocks.pop_back();
-            count_not<<<132, 256, 0, stream>>>(b.data, b.count, b.value, 0, bad.device);
+            count_other<<<grid, block, 0, stream>>>(b.data, b.count, b.value, 0, bad.device);
             pool.deallocate_async(b.data, b.count * 4, 256, stream_ref{stream});
         }
         // Every live block, checked again now that others came and went.
         if (step % 50 == 49) {
-            for (const live& b : blocks) count_not<<<132, 256, 0, stream>>>(b.data, b.count, b.value, 0, bad.device);
+            for (const live& b : blocks) count_other<<<grid, block, 0, stream>>>(b.data, b.count, b.value, 0, bad.device);
         }
     }
     REQUIRE(cudaGetLastError() == cudaSuccess);
     for (const live& b : blocks) {
-        count_not<<<132, 256, 0, stream>>>(b.data, b.count, b.value, 0, bad.device);
+        count_other<<<grid, block, 0, stream>>>(b.data, b.count, b.value, 0, bad.device);
         pool.deallocate_async(b.data, b.count * 4, 256, stream_ref{stream});
     }
     CHECK(bad.read() == 0);
@@ -121,21 +80,21 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
 
 TEST_CASE("expandable preset: a block freed on one stream is reused or unmapped only after that stream's work") {
     expandable_device_allocator pool{std::in_place, cuda_vmm_options{}, pool_options(std::size_t{4} << 30, 0)};
-    stream_set streams(2);
-    cudaStream_t a = streams.handles[0], b = streams.handles[1];
-    mismatch_counter bad;
+    streams lanes(2);
+    cudaStream_t a = lanes.handles[0], b = lanes.handles[1];
+    counter bad;
     constexpr std::size_t count = std::size_t{8} << 20;  // 32 MiB
     int reused = 0;
     for (int round = 0; round < 12; ++round) {
         auto* first = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, stream_ref{a}));
-        fill_late<<<132, 256, 0, a>>>(first, count, 2 * round + 1, slow);  // a's writes land late
-        count_not<<<132, 256, 0, a>>>(first, count, 2 * round + 1, 0, bad.device);
+        slow_fill<<<grid, block, 0, a>>>(first, count, 2 * round + 1, slow);  // a's writes land late
+        count_other<<<grid, block, 0, a>>>(first, count, 2 * round + 1, 0, bad.device);
         pool.deallocate_async(first, count * 4, 256, stream_ref{a});
         if (round % 3 == 2) pool.release();  // unmap a's freed block while a still runs: must wait
         auto* second = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, stream_ref{b}));
         reused += second == first;
-        fill_late<<<132, 256, 0, b>>>(second, count, 2 * round + 2, 0);
-        count_not<<<132, 256, 0, b>>>(second, count, 2 * round + 2, 2 * slow, bad.device);
+        slow_fill<<<grid, block, 0, b>>>(second, count, 2 * round + 2, 0);
+        count_other<<<grid, block, 0, b>>>(second, count, 2 * round + 2, 2 * slow, bad.device);
         pool.deallocate_async(second, count * 4, 256, stream_ref{b});
     }
     REQUIRE(cudaGetLastError() == cudaSuccess);
@@ -151,8 +110,8 @@ TEST_CASE("expandable preset: physical exhaustion unmaps the cache, retries, the
     memory.reserve_bytes = std::size_t{64} << 30;
     memory.physical_limit = limit;
     expandable_device_allocator pool{std::in_place, memory, pool_options(std::size_t{2} << 30, 10)};
-    stream_set streams(1);
-    const stream_ref stream{streams.handles[0]};
+    streams lanes(1);
+    const stream_ref stream{lanes.handles[0]};
     void* cached = pool.allocate_async(160 * MiB, 256, stream);
     pool.deallocate_async(cached, 160 * MiB, 256, stream);  // 160 MiB kept mapped
     void* spare = pool.allocate_async(20 * MiB, 256, stream);

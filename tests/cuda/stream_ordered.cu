@@ -2,6 +2,7 @@
 // blocks the caching allocator reuses, so a block handed out before its earlier users finished
 // shows up as a mismatch count above zero.
 #include "support.hpp"
+#include "late_kernels.cuh"
 
 #include <poolkit/presets.hpp>
 #include <poolkit/strategy/best_fit.hpp>
@@ -16,53 +17,7 @@
 namespace {
 
 using namespace poolkit;
-
-// Spins for about `cycles` clock cycles, then writes `value` everywhere: its writes land late.
-__global__ void slow_fill(std::uint32_t* data, std::size_t count, std::uint32_t value, long long cycles) {
-    const long long start = clock64();
-    while (clock64() - start < cycles) {
-    }
-    for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) data[i] = value;
-}
-
-__global__ void count_other(const std::uint32_t* data, std::size_t count, std::uint32_t value, long long cycles,
-                            unsigned long long* mismatches) {
-    const long long start = clock64();
-    while (clock64() - start < cycles) {
-    }
-    for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
-        if (data[i] != value) atomicAdd(mismatches, 1ull);
-    }
-}
-
-constexpr long long slow = 2'000'000;  // ~1 ms at H200 clocks
-constexpr int grid = 132;
-constexpr int block = 256;
-
-struct streams {
-    std::vector<cudaStream_t> handles;
-    explicit streams(int count) : handles(static_cast<std::size_t>(count)) {
-        for (auto& s : handles) REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
-    }
-    ~streams() {
-        for (auto s : handles) cudaStreamDestroy(s);
-    }
-};
-
-struct counter {
-    unsigned long long* device = nullptr;
-    counter() {
-        REQUIRE(cudaMalloc(&device, sizeof *device) == cudaSuccess);
-        REQUIRE(cudaMemset(device, 0, sizeof *device) == cudaSuccess);
-    }
-    ~counter() { cudaFree(device); }
-    unsigned long long read() {
-        unsigned long long host = 0;
-        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-        REQUIRE(cudaMemcpy(&host, device, sizeof host, cudaMemcpyDeviceToHost) == cudaSuccess);
-        return host;
-    }
-};
+using namespace poolkit::test;
 
 // Stream a writes late and checks; stream b then takes the same size, writes at once and checks
 // late. Unordered, b's block is a's: a's late writes land before b's check, which counts them.

@@ -197,14 +197,7 @@ public:
     // given back. out_of_memory when the range has no such span left.
     [[nodiscard]] std::byte* claim(std::size_t bytes) {
         std::lock_guard lock(mutex_);
-        const auto rounded = checked_round_up(bytes, granules_.granularity());
-        const auto start = rounded ? granules_.claim(*rounded) : std::nullopt;
-        if (!start) {
-            memory_figures figures = memory_figures::request(bytes, granules_.granularity());
-            figures.limit_bytes = granules_.claim_floor() - granules_.base();
-            throw out_of_memory(name, figures);
-        }
-        return reinterpret_cast<std::byte*>(*start);
+        return reinterpret_cast<std::byte*>(granules_.claim_or_throw(bytes, name));
     }
     // Waits for all work of the device, so that memory unmapped afterwards is used by none.
     void synchronize() {

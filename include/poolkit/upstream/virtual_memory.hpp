@@ -120,6 +120,18 @@ public:
         return start;
     }
     [[nodiscard]] std::uintptr_t claim_floor() const noexcept { return claim_floor_; }
+    // claim() of `bytes` rounded up to whole granules, or out_of_memory naming `source` with the
+    // address space left to claim as its limit.
+    [[nodiscard]] std::uintptr_t claim_or_throw(std::size_t bytes, const char* source) {
+        const auto rounded = checked_round_up(bytes, granularity_);
+        const auto start = rounded ? claim(*rounded) : std::nullopt;
+        if (!start) {
+            memory_figures figures = memory_figures::request(bytes, granularity_);
+            figures.limit_bytes = claim_floor_ - base_;
+            throw out_of_memory(source, figures);
+        }
+        return *start;
+    }
 
     // Records [at, at + bytes) as mapped (check_map passed) and counts one map call. Strong
     // guarantee: on std::bad_alloc nothing changed.
