@@ -129,7 +129,7 @@ public:
     // Deferred blocks are waited for; lanes return everything to the upstream as they go.
     ~stream_ordered() {
         try {
-            drain_deferred(true);
+            wait_for_deferred();
         } catch (...) {
             POOLKIT_ASSERT(false, "stream_ordered could not wait for its deferred blocks on destruction");
         }
@@ -188,7 +188,7 @@ public:
     // Waits for every deferred block and for the work before every lane's last free, then returns
     // every wholly free chunk upstream (PyTorch's empty_cache).
     void release() {
-        drain_deferred(true);
+        wait_for_deferred();
         settle_frees();
         for (auto& l : lanes_) l->pool.release();
     }
@@ -342,7 +342,7 @@ private:
     // `stream`: the stream of this call (ignored for the plain lane). Requires: a valid alignment
     // and bytes > 0.
     void* allocate_in(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
-        if (!deferred_.empty()) drain_deferred(false);
+        if (!deferred_.empty()) drain_deferred();
         if (tracked_) live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
         if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own);
         for (auto& other : lanes_) {
@@ -500,18 +500,29 @@ private:
         }
     }
 
-    // Returns deferred blocks whose events are done (all of them, blocking, when `wait`).
-    void drain_deferred(bool wait) {
-        std::erase_if(deferred_, [this, wait](deferred_block& entry) {
-            const bool ready = std::all_of(entry.events.begin(), entry.events.end(), [&](const event_type& event) {
-                if (wait) events_.synchronize(event);
-                return wait || events_.done(event);
-            });
-            if (!ready) return false;
-            for (const auto& event : entry.events) events_.recycle(event);
-            entry.owner->pool.deallocate(entry.pointer, entry.bytes, entry.alignment);
+    // Returns the deferred blocks whose events are done to their lanes.
+    void drain_deferred() {
+        std::erase_if(deferred_, [this](deferred_block& entry) {
+            if (!std::all_of(entry.events.begin(), entry.events.end(), [&](const event_type& event) { return events_.done(event); })) {
+                return false;
+            }
+            return_deferred(entry);
             return true;
         });
+    }
+
+    // Waits for every deferred block's events, then returns them all to their lanes.
+    void wait_for_deferred() {
+        for (deferred_block& entry : deferred_) {
+            for (const event_type& event : entry.events) events_.synchronize(event);
+        }
+        for (deferred_block& entry : deferred_) return_deferred(entry);
+        deferred_.clear();
+    }
+
+    void return_deferred(deferred_block& entry) noexcept {
+        for (const auto& event : entry.events) events_.recycle(event);
+        entry.owner->pool.deallocate(entry.pointer, entry.bytes, entry.alignment);
     }
 
     memory_figures figures(std::size_t bytes, std::size_t alignment) const {
