@@ -138,7 +138,7 @@ public:
     void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
-        return allocate_in(lane_for(stream, key_of(stream)), stream, bytes, alignment);
+        return allocate_in(stream_lane(stream), stream, bytes, alignment);
     }
 
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept {
@@ -329,6 +329,14 @@ private:
         return nullptr;
     }
 
+    // The lane of `stream` for an allocation, by the stream's identity (Events::identity).
+    lane& stream_lane(stream_ref stream) { return lane_for(stream, key_of(stream)); }
+
+    // Whether `l` was made for the handle `stream` (on this thread, for a per-thread handle).
+    static bool is_handle_of(const lane& l, stream_ref stream) noexcept {
+        return !l.plain && l.stream == stream && l.key.thread == thread_of(stream);
+    }
+
     lane& lane_for(stream_ref stream, const lane_key& key) {
         if (lane* found = find_lane(key)) {
             found->idle = false;  // a forgotten stream is in use again
@@ -467,7 +475,9 @@ private:
         }
         --live_count_;
         // Freed on its own lane's stream, or idle (a plain free): reusable in its lane at once.
-        const bool own_stream = stream != nullptr && owner->key == key_of(*stream);
+        // By handle, without the identity: a new stream that got a destroyed stream's handle
+        // orders the block after its own work, and the event recorded below is on a live stream.
+        const bool own_stream = stream != nullptr && is_handle_of(*owner, *stream);
         if (stream != nullptr && !own_stream) streams.push_back({*stream, thread_of(*stream)});
         // A per-thread stream of another thread cannot take an event from here: wait for the device.
         if (std::erase_if(streams, [](const use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
