@@ -6,15 +6,15 @@
 // lanes, a free on a lane's own stream records the lane's event there (one event per lane,
 // re-recorded at each free, so it covers every free block of the lane). On a miss in its own
 // lane, a request takes a free block from another lane after waiting on that event
-// (cudaStreamWaitEvent, no host synchronization; the host waits for it for the plain lane). Frees
-// made while there was one lane recorded nothing; a request that takes such a block waits for the
-// whole device once. No stream is touched after the call that named it: a stream may be destroyed
-// once its work is issued. Only then does its own lane grow; when the upstream is exhausted,
-// every lane's event is waited for, every lane releases its wholly free chunks, and the request is
-// tried once more before out_of_memory. So no stream strands memory. A block freed on another
-// stream than the one whose lane it came from, or used on other streams (record_use, PyTorch's
-// record_stream), waits in a deferred list with one event per stream until all are done, then
-// returns to its lane.
+// (cudaStreamWaitEvent, no host synchronization; the host waits for it for the plain lane); only
+// then does its own lane grow. When the upstream is exhausted, every lane's event is waited for,
+// every lane releases its wholly free chunks, and the request is tried once more before
+// out_of_memory. So no stream strands memory. Frees made while there was one lane recorded
+// nothing; a request that takes such a block waits for the whole device once. No stream is
+// touched after the call that named it: a stream may be destroyed once its work is issued. A
+// block freed on another stream than the one whose lane it came from, or used on other streams
+// (record_use, PyTorch's record_stream), waits in a deferred list with one event per stream until
+// all are done, then returns to its lane.
 // A per-thread handle (cudaStreamPerThread) names another stream on each host thread: its lanes are
 // kept apart by thread, and a free there from another thread waits for the whole device.
 // Complexity: a lane hit is the Pool's cached allocate plus one hash-map insert; a miss visits
@@ -23,8 +23,8 @@
 // first (when the Pool offers the walk of core/walk.hpp; otherwise the map is always kept).
 // Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
 // Stream semantics: as above. Lanes are keyed by the stream's identity (Events::identity:
-// cudaStreamGetId, unique over the program's life), so a new stream that gets a destroyed one's
-// handle has a lane of its own. A destroyed stream's lane stays, its free blocks behind its last
+// cudaStreamGetId for created streams, unique over the program's life), so a new stream that gets
+// a destroyed one's handle has a lane of its own. A destroyed stream's lane stays, its free blocks behind its last
 // event; forget_stream(s) before destroying s makes them idle (taken with no wait).
 // Exhaustion: out_of_memory with live, reserved and cached bytes summed over lanes.
 //
