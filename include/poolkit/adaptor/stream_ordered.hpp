@@ -17,8 +17,8 @@
 // all are done, then returns to its lane.
 // A per-thread handle (cudaStreamPerThread) names another stream on each host thread: its lanes are
 // kept apart by thread, and a free there from another thread waits for the whole device.
-// Complexity: a lane hit is the Pool's cached allocate plus one hash-map insert; a miss visits
-// each lane once. While there is one lane and no record_use (one stream, as in most programs and
+// Complexity: finding a stream's lane is O(1) (the last call's, else a hash index); a lane hit is
+// the Pool's cached allocate plus one hash-map insert; a miss visits each lane once. While there is one lane and no record_use (one stream, as in most programs and
 // every replay), blocks need no map at all: the first second lane fills it from a walk of the
 // first (when the Pool offers the walk of core/walk.hpp; otherwise the map is always kept).
 // Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
@@ -203,7 +203,12 @@ public:
     void check_invariants() const
         requires has_check_invariants<lane_pool_type>
     {
-        for (const auto& l : lanes_) l->pool.check_invariants();
+        for (const auto& l : lanes_) {
+            l->pool.check_invariants();
+            const auto indexed = lane_index_.find(l->key);
+            POOLKIT_VERIFY(indexed != lane_index_.end() && indexed->second == l.get(), "a lane missing from the lane index");
+        }
+        POOLKIT_VERIFY(lane_index_.size() == lanes_.size(), "the lane index holds a lane that is not there");
         POOLKIT_VERIFY(tracked_ || lanes_.size() <= 1, "several lanes, but live blocks are not tracked");
         POOLKIT_VERIFY(!tracked_ || live_.size() == live_count_, "the live map lost count");
         live_.for_each([](const void* pointer, const live_block& block) {
@@ -321,12 +326,18 @@ private:
     lane_key key_of(stream_ref stream) const { return {static_cast<std::uint64_t>(events_.identity(stream)), thread_of(stream), false}; }
     static lane_key plain_key() noexcept { return {0, {}, true}; }
 
+    struct lane_key_hash {
+        std::size_t operator()(const lane_key& key) const noexcept {
+            const std::size_t thread = std::hash<std::thread::id>{}(key.thread);
+            return std::hash<std::uint64_t>{}(key.stream) ^ (thread + 0x9e3779b97f4a7c15 + (key.plain ? 1 : 0));
+        }
+    };
+
+    // O(1) in the number of lanes: the lane of the last call, else the index.
     lane* find_lane(const lane_key& key) {
         if (last_ != nullptr && last_->key == key) return last_;
-        for (auto& l : lanes_) {
-            if (l->key == key) return last_ = l.get();
-        }
-        return nullptr;
+        const auto found = lane_index_.find(key);
+        return found == lane_index_.end() ? nullptr : (last_ = found->second);
     }
 
     // The lane of `stream` for an allocation, by the stream's identity (Events::identity).
@@ -343,7 +354,10 @@ private:
             return *found;
         }
         if (!lanes_.empty()) start_tracking();
-        lanes_.push_back(std::make_unique<lane>(stream, key, ref<upstream_type>(upstream_), options_));
+        lanes_.reserve(lanes_.size() + 1);
+        auto made = std::make_unique<lane>(stream, key, ref<upstream_type>(upstream_), options_);
+        lane_index_.emplace(key, made.get());  // first: if it throws, nothing else changed
+        lanes_.push_back(std::move(made));
         return *(last_ = lanes_.back().get());
     }
 
@@ -555,6 +569,7 @@ private:
     pool_options options_;
     Events events_;
     std::vector<std::unique_ptr<lane>> lanes_;  // stable addresses: live blocks point at lanes
+    std::unordered_map<lane_key, lane*, lane_key_hash> lane_index_;  // every lane, by key
     lane* last_ = nullptr;                      // the lane of the last call: most calls hit it
     // Live blocks and their lanes, once tracked_ (see start_tracking); live_count_ always.
     detail::pointer_map<live_block> live_;
