@@ -23,7 +23,8 @@
 // it happens only on those three occasions, never on the hot path.
 // Complexity: allocate and deallocate O(log n) in the blocks, plus a scan of the mapped-granule
 // bits of the block (one word per 64 granules); at most options.candidates free blocks are
-// compared. Mapping and unmapping cost driver calls (about 35 µs per 2 MiB granule on an H200).
+// compared. Mapping and unmapping cost driver calls: about 40 µs to map and 30 µs to unmap a 2 MiB
+// granule on an H200 (docs/virtual_memory.md).
 // Thread safety: none; wrap in synchronized<>. Alignment: any power of two; blocks start on
 // options.rounding. Stream semantics: none; a freed block is reusable at once. Put stream_ordered<>
 // around it: each lane claims spans of its own over the shared virtual memory.
