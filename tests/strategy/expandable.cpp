@@ -123,6 +123,32 @@ TEST_CASE("before new granules are mapped, the cache is trimmed to the peak of l
     pool.check_invariants();
 }
 
+TEST_CASE("a large request goes where fewest granules need mapping, in any free block that fits") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .max_cached_bytes = 48 * MiB}};
+    // Ten 12 MiB blocks between live 2 MiB ones, then 40 MiB and a live guard.
+    std::vector<void*> holes, live;
+    for (int i = 0; i < 10; ++i) {
+        holes.push_back(pool.allocate(12 * MiB));
+        live.push_back(pool.allocate(2 * MiB));
+    }
+    void* large = pool.allocate(40 * MiB);
+    live.push_back(pool.allocate(2 * MiB));
+    // Freed oldest first, the holes' granules leave the cache (max_cached_bytes); the 40 MiB stay.
+    for (void* hole : holes) pool.deallocate(hole, 12 * MiB);
+    pool.deallocate(large, 40 * MiB);
+    REQUIRE(pool.cached_bytes() == 40 * MiB);
+    const std::size_t maps = pool.map_calls();
+    // Best fit would take a 12 MiB hole and map it; the mapped 40 MiB block holds the request.
+    void* placed = pool.allocate(10 * MiB);
+    CHECK(pool.map_calls() == maps);
+    CHECK(placed >= large);
+    CHECK(static_cast<char*>(placed) + 10 * MiB <= static_cast<char*>(large) + 40 * MiB);
+    pool.deallocate(placed, 10 * MiB);
+    for (void* block : live) pool.deallocate(block, 2 * MiB);
+    pool.check_invariants();
+}
+
 TEST_CASE("a growing workload maps ahead within the budget, so most growth needs no map call") {
     checked_memory memory{memory_options(std::size_t{8} << 30)};
     pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0.05}};

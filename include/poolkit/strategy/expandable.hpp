@@ -7,9 +7,12 @@
 // a span of its own size) and places blocks in them best fit, coalescing freed blocks across the
 // whole span: there are no chunk boundaries to strand memory at. Requests up to options.small_size
 // go to spans of their own, so that a few live small blocks pin few granules. A block's granules
-// are mapped when it is placed; a placement that needs no mapping is preferred among the
-// best-fitting free blocks. A free block keeps its wholly free granules mapped (the cache) until
-// the policy unmaps them:
+// are mapped when it is placed. A small request takes a placement that needs no mapping among the
+// best-fitting free blocks; a large one the placement that maps fewest granules in any free block
+// that fits, smallest block first: each granule it maps is one the budget below unmaps elsewhere
+// (a third fewer granules remapped per warm pass of the bundled BERT trace than best fit, 80%
+// fewer on GPT-2: docs/virtual_memory.md). A free block keeps its wholly free granules
+// mapped (the cache) until the policy unmaps them:
 //   - before new granules are mapped, cached granules are unmapped, oldest freed first, until the
 //     mapped bytes stay within the larger of the peak of live bytes so far (times 1 +
 //     options.peak_slack) and the live bytes after the request times (1 +
@@ -22,9 +25,11 @@
 // whole device), so a block freed on a stream is never unmapped before that stream's work is done;
 // it happens only on those three occasions, never on the hot path.
 // Complexity: allocate and deallocate O(log n) in the blocks, plus a scan of the mapped-granule
-// bits of the block (one word per 64 granules); at most options.candidates free blocks are
-// compared. Mapping and unmapping cost driver calls: about 40 µs to map and 30 µs to unmap a 2 MiB
-// granule on an H200 (docs/virtual_memory.md).
+// bits of the block (one word per 64 granules). A small request compares at most
+// options.candidates free blocks; a large one stops at the first block that fits with nothing to
+// map (usually the first), else scores every free large block that fits — only where it then maps.
+// Mapping and unmapping cost driver calls: about 28 µs to map a 2 MiB granule and 23 µs to unmap
+// it on an H200, almost all of it per physical allocation, whatever its size (docs/virtual_memory.md).
 // Thread safety: none; wrap in synchronized<>. Alignment: any power of two; blocks start on
 // options.rounding. Stream semantics: none; a freed block is reusable at once. Put stream_ordered<>
 // around it: each lane claims spans of its own over the shared virtual memory.
@@ -75,7 +80,8 @@ struct expandable_options {
     double peak_slack = 0;
     // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
     std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
-    // Free blocks (best fit first, at most 64) compared for a placement that needs no mapping.
+    // Free blocks for small requests (best fit first, at most 64) compared for a placement that
+    // needs no mapping; large requests compare every free block that fits.
     int candidates = 8;
 };
 
@@ -167,11 +173,23 @@ struct span {
         if (value) last = std::min(last, mapped_end);  // nothing is mapped past mapped_end
         std::size_t g = first;
         while (g < last) {
-            while (g < last && bit(g) != value) ++g;
+            g = next(g, last, value);
             const std::size_t run = g;
-            while (g < last && bit(g) == value) ++g;
+            g = next(g, last, !value);
             if (run < g) f(run, g);
         }
+    }
+
+    // The first granule in [g, last) whose bit is `value`, or last: a word at a time.
+    [[nodiscard]] std::size_t next(std::size_t g, std::size_t last, bool value) const noexcept {
+        while (g < last) {
+            std::uint64_t word = mapped[g / 64];
+            if (!value) word = ~word;
+            word >>= g % 64;
+            if (word != 0) return std::min(last, g + static_cast<std::size_t>(std::countr_zero(word)));
+            g = (g / 64 + 1) * 64;
+        }
+        return last;
     }
 };
 
@@ -493,16 +511,28 @@ private:
 
     bool is_small(std::size_t rounded) const noexcept { return rounded <= options_.small_size; }
 
-    // The placement among the best-fitting free blocks: the first (smallest) where every granule
-    // is mapped already; else the one that maps fewest granules. In a block, the end (low or high)
-    // that pins fewer granules no live block pinned yet: sharing a granule with a live neighbour
-    // is free. where == nullptr: nothing fits.
+    // Where a request goes; where == nullptr: nothing fits.
+    // Small: among the best-fitting free blocks (at most options.candidates), the first (smallest)
+    // with an end whose granules are all mapped, else a mapped stretch inside one of them, else the
+    // one that maps fewest granules. In a block, the end (low or high) that pins fewer granules no
+    // live block pinned yet: sharing a granule with a live neighbour is free.
+    // Large: a large block maps many granules, and once the budget is reached each one mapped is
+    // one unmapped elsewhere, so every free block that fits is searched, smallest first, for the
+    // placement that maps fewest (least_unmapped); the search stops at the first that maps none.
     placement find(std::size_t rounded, std::size_t alignment) {
-        auto& index = is_small(rounded) ? small_free_ : large_free_;
+        if (!is_small(rounded)) {
+            placement best;
+            for (auto it = large_free_.lower_bound(by_size::key{rounded, 0}, by_size{}); it != large_free_.end(); ++it) {
+                const placement here = least_unmapped(*it, rounded, alignment);
+                if (here.where != nullptr && (best.where == nullptr || here.unmapped < best.unmapped)) best = here;
+                if (best.where != nullptr && best.unmapped == 0) break;
+            }
+            return best;
+        }
         placement best;
         block* seen[max_candidates];
         int count = 0;
-        for (auto it = index.lower_bound(by_size::key{rounded, 0}, by_size{}); it != index.end() && count < options_.candidates; ++it) {
+        for (auto it = small_free_.lower_bound(by_size::key{rounded, 0}, by_size{}); it != small_free_.end() && count < options_.candidates; ++it) {
             block& b = *it;
             const std::uintptr_t low = align_up(b.address, alignment);
             if (low < b.address || low - b.address > b.bytes - rounded) continue;
@@ -517,26 +547,40 @@ private:
             if (here.unmapped == 0) return here;
             if (best.where == nullptr || here.unmapped < best.unmapped) best = here;
         }
-        // No end of a candidate is mapped: a mapped stretch inside one may still hold the block.
         for (int i = 0; i < count; ++i) {
-            if (const auto inside = mapped_window(*seen[i], rounded, alignment)) return score(*seen[i], *inside, rounded);
+            const placement inside = least_unmapped(*seen[i], rounded, alignment);
+            if (inside.where != nullptr && inside.unmapped == 0) return inside;
         }
         return best;
     }
 
-    // The lowest start in free block `b` where `rounded` bytes at `alignment` lie on mapped
-    // granules only, if any. O(granules of b / 64).
-    std::optional<std::uintptr_t> mapped_window(const block& b, std::size_t rounded, std::size_t alignment) const noexcept {
+    // The start in free block `b` for `rounded` bytes at `alignment` that leaves fewest granules
+    // to map (then pins fewest): one of b's ends, or a window that starts or ends with a mapped
+    // stretch of b. where == nullptr: it does not fit. O(granules of b / 64 + mapped stretches).
+    placement least_unmapped(block& b, std::size_t rounded, std::size_t alignment) const noexcept {
+        placement best;
+        const auto consider = [&](std::uintptr_t start) {
+            if (start < b.address || start > b.end() || b.end() - start < rounded) return;
+            const placement here = score(b, start, rounded);
+            if (best.where == nullptr || here.unmapped < best.unmapped || (here.unmapped == best.unmapped && here.pins < best.pins)) {
+                best = here;
+            }
+        };
         const span& s = *b.owner;
+        const std::uintptr_t low = align_up(b.address, alignment);
+        if (low < b.address || low - b.address > b.bytes - rounded) return best;
+        consider(low);
+        if (best.unmapped == 0 && best.pins == 0) return best;
+        consider(align_down(b.end() - rounded, alignment));
+        if (best.unmapped == 0) return best;
         const auto [first, last] = touched(b);
-        std::optional<std::uintptr_t> found;
         s.for_each_run(first, last, true, [&](std::size_t a, std::size_t z) {
-            if (found) return;
-            const std::uintptr_t start = align_up(std::max(b.address, granule_address(s, a)), alignment);
+            if (best.unmapped == 0 && best.pins == 0) return;
+            consider(align_up(std::max(b.address, granule_address(s, a)), alignment));
             const std::uintptr_t end = std::min(b.end(), granule_address(s, z));
-            if (start < end && end - start >= rounded) found = start;
+            if (end - b.address >= rounded) consider(align_down(end - rounded, alignment));
         });
-        return found;
+        return best;
     }
 
     placement score(block& b, std::uintptr_t start, std::size_t rounded) const noexcept {
