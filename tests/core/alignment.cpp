@@ -38,6 +38,9 @@ TEST_CASE("checked rounding reports overflow instead of wrapping") {
 
     CHECK(checked_add(max - 1, 1) == max);
     CHECK_FALSE(checked_add(max, 1).has_value());
+    CHECK(checked_mul(max / 16, 16) == max / 16 * 16);
+    CHECK(checked_mul(max, 0) == 0);
+    CHECK_FALSE(checked_mul(max / 16 + 1, 16).has_value());
 
     static_assert(align_up(1, 4096) == 4096);
     static_assert(align_down(4097, 4096) == 4096);

@@ -104,6 +104,32 @@ TEST_CASE("expandable preset: a block freed on one stream is reused or unmapped 
     pool.release();
 }
 
+TEST_CASE("expandable preset: sixty-four streams each get a lane and its spans from the default reservation") {
+    // Each lane claims its own spans (about a seventh of the device's memory): the default
+    // reservation must hold many lanes, not the dozen or so that twice the device's memory held.
+    expandable_device_allocator pool;
+    constexpr int stream_count = 64;
+    streams lanes(stream_count);
+    counter bad;
+    constexpr std::size_t count = std::size_t{4} << 20;  // 16 MiB, a large block
+    std::vector<std::uint32_t*> blocks;
+    for (int i = 0; i < stream_count; ++i) {
+        auto* data = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, stream_ref{lanes.handles[i]}));
+        slow_fill<<<grid, block, 0, lanes.handles[i]>>>(data, count, i + 1, 0);
+        blocks.push_back(data);
+    }
+    for (int i = 0; i < stream_count; ++i) {
+        count_other<<<grid, block, 0, lanes.handles[i]>>>(blocks[i], count, i + 1, 0, bad.device);
+        pool.deallocate_async(blocks[i], count * 4, 256, stream_ref{lanes.handles[i]});
+    }
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    CHECK(bad.read() == 0);
+    CHECK(pool.lanes() == stream_count);
+    MESSAGE("reserved " << (pool.upstream_resource().capacity() >> 30) << " GiB of address space for " << stream_count
+                        << " lanes");
+    pool.release();
+}
+
 TEST_CASE("expandable preset: physical exhaustion unmaps the cache, retries, then throws out_of_memory with figures") {
     const std::size_t limit = 256 * MiB;
     cuda_vmm_options memory;

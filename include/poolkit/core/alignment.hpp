@@ -54,6 +54,12 @@ inline void validate_alignment(std::size_t alignment) {
     return a + b;
 }
 
+// a * b, or nothing on overflow.
+[[nodiscard]] constexpr std::optional<std::size_t> checked_mul(std::size_t a, std::size_t b) noexcept {
+    if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b) return std::nullopt;
+    return a * b;
+}
+
 // Rounding for values known not to overflow (addresses inside a range already handed out).
 [[nodiscard]] constexpr std::uintptr_t align_up(std::uintptr_t value, std::size_t alignment) noexcept {
     return (value + (alignment - 1)) & ~static_cast<std::uintptr_t>(alignment - 1);

@@ -51,9 +51,11 @@ namespace poolkit {
 struct cuda_vmm_options {
     // The device whose memory is mapped; negative means the current device.
     int device = -1;
-    // Bytes of device address space reserved, rounded up to the granularity. 0 means twice the
-    // device's memory: address space is nearly free (the GPU's is 2^47 bytes and more), and the
-    // headroom lets holes between blocks never stop the physical memory from being used.
+    // Bytes of device address space reserved, rounded up to the granularity. 0 means 16 times the
+    // device's memory (2.2 TiB on an H200): address space costs nothing until mapped (reserving
+    // 64 TiB takes microseconds on an H200; 100 TiB fails), holes between blocks then never stop
+    // the physical memory from being used, and each stream lane of the expandable preset claims
+    // spans of its own (about a seventh of the device's memory each) — room for some hundred lanes.
     std::size_t reserve_bytes = 0;
     // Bytes per granule: 0 means the device's recommended granularity (2 MiB on an H200); else a
     // power of two that is a multiple of the device's minimum (larger pages).
@@ -128,7 +130,7 @@ public:
                                                       : std::min(align_down(options.physical_limit, granularity_), device_limit);
 
         const auto wanted = options.reserve_bytes != 0 ? std::optional(options.reserve_bytes)
-                                                       : checked_add(device_bytes_, device_bytes_);
+                                                       : checked_mul(device_bytes_, std::size_t{16});
         const auto reserve = wanted ? checked_align_up(*wanted, granularity_) : std::nullopt;
         if (!reserve) throw std::invalid_argument("poolkit: cuda_vmm_resource reserve_bytes is too large");
         CUdeviceptr base{};
