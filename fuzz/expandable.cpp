@@ -1,7 +1,8 @@
 // Fuzzes expandable over simulated virtual memory with small granules, spans and a tight physical
-// limit, so that claiming spans, mapping, mapping ahead, trimming the cache, coalescing across a
-// span, alignment padding and physical exhaustion all happen often. After the steps every block
-// is freed, release() unmaps everything, and the virtual memory must hold no mapped granule.
+// limit, so that claiming spans, mapping, mapping ahead, trimming the cache, raising the peak
+// slack, coalescing across a span, alignment padding and physical exhaustion all happen often.
+// After the steps every block is freed, release() unmaps everything, and the virtual memory must
+// hold no mapped granule.
 // Fuzzers build with NDEBUG; their checks must stay on.
 #define POOLKIT_ENABLE_ASSERTS 1
 
@@ -24,6 +25,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                      .small_span_bytes = std::size_t{2} << 20,
                      .rounding = std::size_t{256} << (size % 3),
                      .cache_fraction = (size % 4) * 0.05,
+                     .peak_slack = (size % 3) * 0.05,
+                     .max_peak_slack = (size % 7) * 0.05,  // below peak_slack at times: raised to it
+                     .allocations_per_remap = size % 50,   // 0 at times: treated as 1
                      .max_cached_bytes = size % 5 == 0 ? granule * 4 : ~std::size_t{0}}};
         poolkit::fuzz::run(pool, data, size, 512);
         if (pool.live_bytes() != 0 || pool.reserved_bytes() != 0) std::abort();

@@ -113,24 +113,34 @@ run_figures measure_over(const trace& t, const run_settings& settings, Upstream&
 inline constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // The expandable preset's shape over the virtual memory that `make_memory()` returns (as a
-// unique_ptr): reserved is what is mapped, upstream calls are map calls.
+// unique_ptr): reserved is what is mapped, upstream calls are map calls. Two of them: the preset's
+// defaults, and mapped memory following live memory whatever the remaps cost (no peak slack).
 template <class Events, class MakeMemory>
-composition expandable_composition(MakeMemory make_memory) {
-    return {"expandable",
-            "stream-ordered lanes of expandable (poolkit/presets.hpp): best fit over virtual address space, granules "
-            "mapped while used (reserved: peak mapped; upstream calls: map calls)",
-            [make_memory](const trace& t, const run_settings& s) {
-                auto memory = make_memory();
-                using memory_type = typename decltype(memory)::element_type;
-                run_figures figures;
-                {
-                    stream_ordered<expandable<ref<memory_type>>, Events> pool{ref<memory_type>(*memory)};
-                    figures = measure_replay(t, s, pool, [&memory] { return memory->mapped_bytes(); });
-                }
-                figures.peak_reserved_bytes = memory->peak_mapped_bytes();
-                figures.upstream_allocs = memory->map_calls();
-                return figures;
-            }};
+std::vector<composition> expandable_compositions(MakeMemory make_memory) {
+    const auto make = [make_memory](std::string name, std::string description, expandable_options options) {
+        return composition{std::move(name), std::move(description), [make_memory, options](const trace& t, const run_settings& s) {
+                               auto memory = make_memory();
+                               using memory_type = typename decltype(memory)::element_type;
+                               run_figures figures;
+                               {
+                                   stream_ordered<expandable<ref<memory_type>>, Events> pool{std::in_place, ref<memory_type>(*memory), options};
+                                   figures = measure_replay(t, s, pool, [&memory] { return memory->mapped_bytes(); });
+                               }
+                               figures.peak_reserved_bytes = memory->peak_mapped_bytes();
+                               figures.upstream_allocs = memory->map_calls();
+                               return figures;
+                           }};
+    };
+    expandable_options follow;
+    follow.max_peak_slack = 0;
+    return {make("expandable",
+                 "stream-ordered lanes of expandable (poolkit/presets.hpp): best fit over virtual address space, granules "
+                 "mapped while used, up to 20% more kept mapped where shapes vary so much that following live memory "
+                 "remaps often (reserved: peak mapped; upstream calls: map calls)",
+                 expandable_options{}),
+            make("expandable/follow",
+                 "the expandable preset with max_peak_slack = 0: mapped memory follows live memory whatever the remaps cost",
+                 follow)};
 }
 
 // Every composition over the upstream that `make_upstream()` returns (as a unique_ptr), in the
@@ -191,10 +201,12 @@ inline std::vector<composition> simulated_compositions() {
         return std::make_unique<simulated_resource>(simulated_options{.capacity = std::size_t{512} << 30});
     });
     // The H200's granule and memory, over simulated address space.
-    list.push_back(expandable_composition<completed_events>([] {
-        return std::make_unique<simulated_vmm_resource>(
-            simulated_vmm_options{.capacity = std::size_t{1} << 40, .granularity = 2 * MiB, .physical_limit = std::size_t{141} << 30});
-    }));
+    for (auto& c : expandable_compositions<completed_events>([] {
+             return std::make_unique<simulated_vmm_resource>(
+                 simulated_vmm_options{.capacity = std::size_t{1} << 40, .granularity = 2 * MiB, .physical_limit = std::size_t{141} << 30});
+         })) {
+        list.push_back(std::move(c));
+    }
     return list;
 }
 

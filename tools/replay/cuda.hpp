@@ -57,7 +57,9 @@ private:
 
 inline std::vector<composition> cuda_compositions() {
     std::vector<composition> list = compositions_over<cuda_events>([] { return std::make_unique<cuda_device_resource>(); });
-    list.push_back(expandable_composition<cuda_events>([] { return std::make_unique<cuda_vmm_resource>(cuda_vmm_options{}); }));
+    for (auto& c : expandable_compositions<cuda_events>([] { return std::make_unique<cuda_vmm_resource>(cuda_vmm_options{}); })) {
+        list.push_back(std::move(c));
+    }
     list.push_back({"cuda_async", "cudaMallocAsync from a new pool that keeps what it reserved (reserved: the pool's high-water mark)",
                     [](const trace& t, const run_settings& s) {
                         cuda_async_resource pool;

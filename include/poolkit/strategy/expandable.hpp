@@ -14,11 +14,16 @@
 // fewer on GPT-2: docs/virtual_memory.md). A free block keeps its wholly free granules
 // mapped (the cache) until the policy unmaps them:
 //   - before new granules are mapped, cached granules are unmapped, oldest freed first, until the
-//     mapped bytes stay within the larger of the peak of live bytes so far (times 1 +
-//     options.peak_slack) and the live bytes after the request times (1 +
-//     options.cache_fraction) — so mapped memory follows live
-//     memory; what that bound leaves is mapped ahead, beside the new block, so that a growing
-//     workload needs few map calls;
+//     mapped bytes stay within the larger of the peak of live bytes so far (times 1 + the peak
+//     slack) and the live bytes after the request times (1 + options.cache_fraction) — so mapped
+//     memory follows live memory; what the bound leaves without the slack is mapped ahead, beside
+//     the new block, so that a growing workload needs few map calls. The slack starts at
+//     options.peak_slack (0) and rises towards options.max_peak_slack (0.2) only while those
+//     unmaps come often (more than one granule per options.allocations_per_remap allocations,
+//     over windows of a quarter of the peak): where shapes vary so much that following live
+//     memory would remap on most calls, the pool keeps that much more mapped instead (bundled
+//     traces: GPT-2 stays at 1.020 and stops remapping, BERT settles at 1.20 with a tenth of the
+//     remaps; docs/virtual_memory.md);
 //   - at a free, while the cache exceeds options.max_cached_bytes;
 //   - all of them on release().
 // Unmapping waits first for all work that may use the memory (the upstream's synchronize(): the
@@ -76,8 +81,15 @@ struct expandable_options {
     // How far mapped memory may exceed live memory while it grows past its peak (mapped ahead).
     double cache_fraction = 0.02;
     // How far mapped memory may stay above the peak of live memory before the cache is unmapped
-    // for new mappings: more slack, fewer unmaps and remaps when shapes vary, a larger footprint.
+    // for new mappings, at first: more slack, fewer remaps when shapes vary, a larger footprint.
     double peak_slack = 0;
+    // The most the pool raises peak_slack to while following live memory costs many remaps: each
+    // time it has unmapped a quarter of its peak live bytes' worth of granules for new mappings in
+    // fewer than allocations_per_remap allocations per granule, the slack grows a quarter of the
+    // way from peak_slack to this. Never below peak_slack; equal to it (0 and 0, say), mapped
+    // memory follows live memory whatever it costs.
+    double max_peak_slack = 0.2;
+    std::size_t allocations_per_remap = 100;
     // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
     std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
     // Free blocks for small requests (best fit first, at most 64) compared for a placement that
@@ -227,6 +239,9 @@ public:
         if (options_.cache_fraction < 0 || options_.peak_slack < 0) {
             throw std::invalid_argument("poolkit: expandable cache_fraction or peak_slack below 0");
         }
+        options_.max_peak_slack = std::max(options_.max_peak_slack, options_.peak_slack);
+        options_.allocations_per_remap = std::max<std::size_t>(options_.allocations_per_remap, 1);
+        slack_ = options_.peak_slack;
         options_.candidates = std::clamp(options_.candidates, 1, max_candidates);
         if (options_.span_bytes == 0) options_.span_bytes = std::max(limit_of(memory()) / 8, std::size_t{1} << 30);
         options_.span_bytes = round_to_granule(options_.span_bytes);
@@ -269,6 +284,7 @@ public:
             throw out_of_memory("expandable", figures(bytes, alignment));
         }
         const placement found = find(*rounded, alignment);
+        ++allocations_;
         if (found.where != nullptr && found.unmapped == 0) return carve(*found.where, found.start, *rounded, bytes);
         return map_and_carve(found, bytes, *rounded, alignment);
     }
@@ -445,6 +461,8 @@ public:
     [[nodiscard]] std::size_t map_calls() const noexcept { return map_calls_; }
     [[nodiscard]] std::size_t unmap_calls() const noexcept { return unmap_calls_; }
     [[nodiscard]] const expandable_options& options() const noexcept { return options_; }
+    // The slack in force: options().peak_slack, raised towards max_peak_slack by remaps.
+    [[nodiscard]] double peak_slack() const noexcept { return slack_; }
 
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
@@ -613,17 +631,26 @@ private:
         }
         const std::size_t needed = found.unmapped * granularity_;
         const std::size_t live_after = live_bytes_ + rounded;
-        // Mapped memory may reach the peak of live memory so far, or the live bytes after this
-        // request and a fraction more: the fraction is what a growing workload maps ahead.
-        const double budget = std::max(static_cast<double>(peak_live_bytes_) * (1.0 + options_.peak_slack),
+        // Mapped memory may reach the peak of live memory so far (and the slack), or the live bytes
+        // after this request and a fraction more: the fraction is what a growing workload maps ahead.
+        const double budget = std::max(static_cast<double>(peak_live_bytes_) * (1.0 + slack_),
                                        static_cast<double>(live_after) * (1.0 + options_.cache_fraction));
-        const double mapped_after = static_cast<double>(reserved_bytes() + needed);
-        if (mapped_after > budget && cached_granules_ > 0) {
-            trim(static_cast<std::size_t>(mapped_after - budget) + 1, keep_under(found, rounded));
+        // Nor may it pass what the upstream can still map (it may serve other pools too).
+        double excess = static_cast<double>(reserved_bytes() + needed) - budget;
+        if (const std::size_t left = physical_left(); needed > left) {
+            excess = std::max(excess, static_cast<double>(needed - left));
         }
-        // What the budget leaves is mapped ahead, into the free space beside the block, so that the
-        // next requests of a growing workload need no map call of their own.
-        const double headroom = budget - static_cast<double>(reserved_bytes() + needed);
+        if (excess > 0 && cached_granules_ > 0) {
+            const std::size_t before = mapped_granules_;
+            trim(static_cast<std::size_t>(excess) + 1, keep_under(found, rounded));
+            note_remapped(before - mapped_granules_);
+        }
+        // What the budget leaves, without the peak slack (which only spares remaps), is mapped
+        // ahead, into the free space beside the block, so that the next requests of a growing
+        // workload need no map call of their own.
+        const double ahead_budget = std::max(static_cast<double>(peak_live_bytes_), static_cast<double>(live_after) * (1.0 + options_.cache_fraction));
+        const double headroom = std::min(ahead_budget - static_cast<double>(reserved_bytes() + needed),
+                                         static_cast<double>(physical_left()) - static_cast<double>(needed));
         const std::size_t ahead = headroom > 0 ? align_down(static_cast<std::size_t>(headroom), granularity_) : 0;
         const block& where = *found.where;
         std::uintptr_t first = found.start, last = found.start + rounded;
@@ -647,6 +674,29 @@ private:
             }
         }
         return carve(*found.where, found.start, rounded, bytes);
+    }
+
+    // Bytes the upstream can still map before its physical limit, whoever maps them.
+    std::size_t physical_left() const {
+        const std::size_t limit = limit_of(memory());
+        const std::size_t mapped = memory().mapped_bytes();
+        return limit > mapped ? limit - mapped : 0;
+    }
+
+    // `granules` were just unmapped to make room for new mappings under the budget. Over windows
+    // of a quarter of the peak's granules so unmapped, a window reached in fewer than
+    // allocations_per_remap allocations per granule raises the slack: the workload's shapes vary
+    // so much that following live memory costs more in driver calls and device waits than the
+    // memory it saves.
+    void note_remapped(std::size_t granules) noexcept {
+        remapped_granules_ += granules;
+        const std::size_t window = std::max<std::size_t>(16, peak_live_bytes_ / granularity_ / 4);
+        if (remapped_granules_ < window) return;
+        if (allocations_ / options_.allocations_per_remap < remapped_granules_) {
+            slack_ = std::min(options_.max_peak_slack, slack_ + (options_.max_peak_slack - options_.peak_slack) / 4);
+        }
+        remapped_granules_ = 0;
+        allocations_ = 0;
     }
 
     // Maps the unmapped granules under [start, start + bytes) of `s`: one map call per run.
@@ -817,6 +867,9 @@ private:
     std::size_t cached_granules_ = 0;
     std::size_t map_calls_ = 0;
     std::size_t unmap_calls_ = 0;
+    double slack_ = 0;                   // the peak slack in force
+    std::size_t remapped_granules_ = 0;  // unmapped for new mappings in this window
+    std::size_t allocations_ = 0;        // allocate calls in this window
 };
 
 }  // namespace poolkit
