@@ -114,7 +114,8 @@ inline constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // The expandable preset's shape over the virtual memory that `make_memory()` returns (as a
 // unique_ptr): reserved is what is mapped, upstream calls are map calls. Two of them: the preset's
-// defaults, and mapped memory following live memory whatever the remaps cost (no peak slack).
+// defaults (mapped memory follows live memory), and with a peak slack that rises where that
+// remaps often.
 template <class Events, class MakeMemory>
 std::vector<composition> expandable_compositions(MakeMemory make_memory) {
     const auto make = [make_memory](std::string name, std::string description, expandable_options options) {
@@ -131,16 +132,16 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                                return figures;
                            }};
     };
-    expandable_options follow;
-    follow.max_peak_slack = 0;
+    expandable_options adaptive;
+    adaptive.max_peak_slack = 0.2;
     return {make("expandable",
                  "stream-ordered lanes of expandable (poolkit/presets.hpp): best fit over virtual address space, granules "
-                 "mapped while used, up to 20% more kept mapped where shapes vary so much that following live memory "
-                 "remaps often (reserved: peak mapped; upstream calls: map calls)",
+                 "mapped while used, mapped memory following live memory (reserved: peak mapped; upstream calls: map calls)",
                  expandable_options{}),
-            make("expandable/follow",
-                 "the expandable preset with max_peak_slack = 0: mapped memory follows live memory whatever the remaps cost",
-                 follow)};
+            make("expandable/adaptive",
+                 "the expandable preset with max_peak_slack = 0.2: up to 20% more kept mapped where shapes vary so much that "
+                 "following live memory remaps often",
+                 adaptive)};
 }
 
 // Every composition over the upstream that `make_upstream()` returns (as a unique_ptr), in the

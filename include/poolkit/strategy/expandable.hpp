@@ -17,13 +17,13 @@
 //     mapped bytes stay within the larger of the peak of live bytes so far (times 1 + the peak
 //     slack) and the live bytes after the request times (1 + options.cache_fraction) — so mapped
 //     memory follows live memory; what the bound leaves without the slack is mapped ahead, beside
-//     the new block, so that a growing workload needs few map calls. The slack starts at
-//     options.peak_slack (0) and rises towards options.max_peak_slack (0.2) only while those
-//     unmaps come often (more than one granule per options.allocations_per_remap allocations,
-//     over windows of a quarter of the peak): where shapes vary so much that following live
-//     memory would remap on most calls, the pool keeps that much more mapped instead (bundled
-//     traces: GPT-2 stays at 1.020 and stops remapping, BERT settles at 1.20 with a tenth of the
-//     remaps; docs/virtual_memory.md);
+//     the new block, so that a growing workload needs few map calls. The slack is
+//     options.peak_slack (0); given a larger options.max_peak_slack, it rises towards it while
+//     those unmaps come often (more than one granule per options.allocations_per_remap
+//     allocations, over windows of a quarter of the peak): where shapes vary so much that
+//     following live memory would remap on most calls, the pool keeps that much more mapped
+//     instead (bundled traces, max_peak_slack 0.2: GPT-2 stays at 1.020 and stops remapping,
+//     BERT settles at 1.20 with a sixteenth of the remaps; docs/virtual_memory.md);
 //   - at a free, while the cache exceeds options.max_cached_bytes;
 //   - all of them on release().
 // Unmapping waits first for all work that may use the memory (the upstream's synchronize(): the
@@ -86,9 +86,10 @@ struct expandable_options {
     // The most the pool raises peak_slack to while following live memory costs many remaps: each
     // time it has unmapped a quarter of its peak live bytes' worth of granules for new mappings in
     // fewer than allocations_per_remap allocations per granule, the slack grows a quarter of the
-    // way from peak_slack to this. Never below peak_slack; equal to it (0 and 0, say), mapped
-    // memory follows live memory whatever it costs.
-    double max_peak_slack = 0.2;
+    // way from peak_slack to this. Never below peak_slack; equal to it (the default), mapped
+    // memory follows live memory whatever it costs. 0.2 suits workloads whose shapes vary widely
+    // and whose speed matters more than the last fifth of memory (docs/virtual_memory.md).
+    double max_peak_slack = 0;
     std::size_t allocations_per_remap = 100;
     // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
     std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
@@ -461,7 +462,7 @@ public:
     [[nodiscard]] std::size_t map_calls() const noexcept { return map_calls_; }
     [[nodiscard]] std::size_t unmap_calls() const noexcept { return unmap_calls_; }
     [[nodiscard]] const expandable_options& options() const noexcept { return options_; }
-    // The slack in force: options().peak_slack, raised towards max_peak_slack by remaps.
+    // The slack in force: options().peak_slack, raised towards options().max_peak_slack by remaps.
     [[nodiscard]] double peak_slack() const noexcept { return slack_; }
 
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
