@@ -12,11 +12,14 @@
 // space whose granules are mapped only while used, so the device memory it holds follows the live
 // bytes; record_use; release() as empty_cache unmaps every cached granule.
 //   expandable_device_allocator     over cuda_vmm_resource (CUDA's virtual memory management)
-// The synchronized_ forms lock one mutex around every call, for sharing between threads.
+// The synchronized_ forms lock one mutex around every call, for sharing between threads; the
+// per_thread_ forms put a cache per thread in front of that (adaptor/per_thread.hpp), for many
+// threads that each keep their streams.
 // Construct with options: `poolkit::caching_device_allocator pool{{}, {.power2_divisions = 4}};`,
 // `poolkit::expandable_device_allocator pool{std::in_place, poolkit::cuda_vmm_options{}, {.cache_fraction = 0.05}};`.
 #pragma once
 
+#include <poolkit/adaptor/per_thread.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/core/config.hpp>
@@ -45,12 +48,15 @@ using synchronized_caching_device_allocator = synchronized<caching_device_alloca
 using synchronized_caching_pinned_host_allocator = synchronized<caching_pinned_host_allocator>;
 using expandable_device_allocator = expandable_allocator<cuda_vmm_resource, cuda_events>;
 using synchronized_expandable_device_allocator = synchronized<expandable_device_allocator>;
+using per_thread_caching_device_allocator = per_thread<synchronized_caching_device_allocator, cuda_events>;
 
 static_assert(stream_resource_with<caching_device_allocator, device_accessible>);
 static_assert(stream_resource_with<caching_pinned_host_allocator, device_accessible, host_accessible>);
 static_assert(cuda::mr::async_resource_with<synchronized_caching_device_allocator, cuda::mr::device_accessible>);
 static_assert(stream_resource_with<expandable_device_allocator, device_accessible> && has_record_use<expandable_device_allocator>);
 static_assert(cuda::mr::async_resource_with<synchronized_expandable_device_allocator, cuda::mr::device_accessible>);
+static_assert(cuda::mr::async_resource_with<per_thread_caching_device_allocator, cuda::mr::device_accessible> &&
+              has_record_use<per_thread_caching_device_allocator>);
 #endif
 
 }  // namespace poolkit

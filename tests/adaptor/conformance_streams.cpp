@@ -2,6 +2,7 @@
 #include "../support/conformance.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/per_thread.hpp>
 #include <poolkit/adaptor/retry_on_oom.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
@@ -81,7 +82,28 @@ struct retry_fixture : host_touch {
     void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
 };
 
+// Small caches, so that the suite's traffic overflows them and gives blocks back.
+struct per_thread_fixture : host_touch {
+    static constexpr const char* name = "per_thread<synchronized<stream_ordered<best_fit<ref<instrumented>>, host_events>>, host_events>";
+    static constexpr bool stateless = false;
+    using shared = synchronized<stream_ordered<best_fit<upstream_ref>, host_events>>;
+    instrumented<> upstream_;
+    host_events events_;
+    per_thread<shared, host_events> resource_{std::in_place, {.max_cached_bytes = 256 << 10, .max_blocks_per_class = 4}, events_,
+                                             upstream_ref{upstream_}, best_fit_options{}, events_};
+    instrumented<>* upstream() { return &upstream_; }
+    auto& resource() { return resource_; }
+    void exhaust_setup() { upstream_.limit(std::size_t{8} << 20); }
+    ~per_thread_fixture() {
+        resource_.check_invariants();
+        resource_.release();
+        CHECK(resource_.cached_bytes() == 0);
+        CHECK(resource_.live_bytes() == 0);
+        CHECK(upstream_.live_bytes() == 0);
+    }
+};
+
 }  // namespace
 
 TEST_CASE_TEMPLATE_INVOKE(conformance, caching_pool_fixture, stream_ordered_fixture, caching_allocator_fixture,
-                          caching_allocator_simulated_fixture, synchronized_fixture, retry_fixture);
+                          caching_allocator_simulated_fixture, synchronized_fixture, retry_fixture, per_thread_fixture);

@@ -1,0 +1,615 @@
+// per_thread<Upstream, Events>: a cache of free blocks in front of a shared pool for each host
+// thread, so that threads which allocate and free often stop meeting at the shared pool's lock.
+//
+// Upstream is a thread-safe resource (synchronized_caching_device_allocator, say; any
+// synchronized<> stack). Requests up to options.max_size at alignments up to default_alignment
+// are rounded up to a size class (four per doubling from 256 B: at most 25% more than asked)
+// and served from the calling thread's cache; a miss takes a block of the class from Upstream.
+// A free goes to the freeing thread's cache (blocks move freely between threads), and a cache
+// past options.max_cached_bytes gives its blocks back until it holds half of that. Other
+// requests pass straight to Upstream.
+// Stream semantics: a thread keeps one set of bins per stream it uses (at most
+// options.streams_per_thread; plain allocate/deallocate have a set of their own), keyed by the
+// stream's identity (Events::identity: cudaStreamGetId for created streams), so a block freed on
+// a stream is reused only on that stream, behind the work the free followed: no event. A block
+// given back to Upstream from the current stream's set goes with deallocate_async on that stream,
+// which the call names and so is alive. Blocks of a set whose stream may be gone (a set evicted
+// for a new stream, the sets of an exiting thread, release(), exhaustion) go back only after
+// Events::synchronize_all() (the whole device), with plain deallocate. So per_thread suits
+// threads that keep their streams (a stream per worker, cudaStreamPerThread); a thread that makes
+// a stream per request waits for the device each time a set is evicted.
+// A block given to record_use (used on other streams too) is not cached at its free: it goes to
+// Upstream, which orders its reuse after those streams.
+// Thread safety: every entry point may be called from any thread. The hot path (a hit, or a free
+// that does not overflow) takes no lock and writes only the calling thread's cache; it reads two
+// shared words that change only at release() and record_use(). A thread's first call makes its
+// cache (under a mutex); its exit gives the cache back. release() gives back the calling thread's cache and
+// makes every other thread give back its own at its next call. Destroying the per_thread while
+// another thread still calls it is undefined, as for any object.
+// Statistics are exact: live_bytes() and cached_bytes() sum per-thread counters that only their
+// thread writes. Upstream sees blocks in thread caches as live.
+// Complexity: a hit or a free is O(1) plus Events::identity (65 ns for a created stream on an
+// H200, nothing for the special handles); a miss is Upstream's allocate.
+// Alignment: up to default_alignment from the caches; larger as Upstream gives it.
+// Exhaustion: when Upstream throws out_of_memory on a miss, the calling thread gives back its
+// cache, every other thread is told to give back its own, and the request is tried once more.
+#pragma once
+
+#include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/assert.hpp>
+#include <poolkit/core/concepts.hpp>
+#include <poolkit/core/forwarding.hpp>
+#include <poolkit/core/properties.hpp>
+#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/core/stream_ref.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <utility>
+#include <vector>
+
+namespace poolkit {
+
+struct per_thread_options {
+    // Requests above this many bytes (rounded up to a size class) pass straight to the upstream.
+    std::size_t max_size = std::size_t{4} << 20;
+    // Bytes of free blocks one thread's cache may hold (over all its streams) before it gives
+    // half of them back.
+    std::size_t max_cached_bytes = std::size_t{32} << 20;
+    // Free blocks one size class of one stream may hold.
+    std::size_t max_blocks_per_class = 64;
+    // Streams a thread keeps bins for; one more evicts the least recently used (after waiting for
+    // the device).
+    std::size_t streams_per_thread = 4;
+};
+
+namespace detail::per_thread_parts {
+
+// Size classes: 256 B, then four per doubling (320, 384, 448, 512, 640, ...).
+inline constexpr std::size_t smallest_class = 256;
+
+[[nodiscard]] constexpr std::size_t class_of(std::size_t bytes) noexcept {
+    if (bytes <= smallest_class) return 0;
+    const std::size_t top = static_cast<std::size_t>(std::bit_width(bytes - 1));  // 2^(top-1) < bytes <= 2^top
+    const std::size_t quarter = ((bytes - 1) >> (top - 3)) & 3;
+    return 1 + (top - 9) * 4 + quarter;
+}
+[[nodiscard]] constexpr std::size_t class_size(std::size_t index) noexcept {
+    if (index == 0) return smallest_class;
+    const std::size_t top = (index - 1) / 4 + 9, quarter = (index - 1) % 4;
+    return (std::size_t{1} << (top - 1)) + (quarter + 1) * (std::size_t{1} << (top - 3));
+}
+static_assert(class_of(256) == 0 && class_of(257) == 1 && class_size(1) == 320 && class_of(320) == 1);
+static_assert(class_of(512) == 4 && class_size(4) == 512 && class_of(513) == 5 && class_size(5) == 640);
+static_assert(class_size(class_of(std::size_t{4} << 20)) == std::size_t{4} << 20);
+
+// A thread's cache as its thread sees it: what the thread-local registry gives back at exit.
+struct cache_base {
+    explicit cache_base(std::uint64_t owner_) noexcept : owner(owner_) {}
+    cache_base(const cache_base&) = delete;
+    cache_base& operator=(const cache_base&) = delete;
+    virtual ~cache_base() = default;
+    virtual void thread_exit() noexcept = 0;
+    [[nodiscard]] virtual bool orphaned() const noexcept = 0;
+    const std::uint64_t owner;  // the id of the per_thread it belongs to
+};
+
+// The caches of one thread, one per per_thread object it used; each gives back its blocks when
+// the thread exits.
+struct registry {
+    std::vector<std::unique_ptr<cache_base>> caches;
+    const cache_base* last = nullptr;  // the last call's, for the hot path
+    registry() = default;
+    registry(const registry&) = delete;
+    registry& operator=(const registry&) = delete;
+    ~registry() {
+        last = nullptr;
+        for (auto& cache : caches) cache->thread_exit();
+    }
+};
+
+inline registry& this_thread() noexcept {
+    thread_local registry caches;
+    return caches;
+}
+
+// Ids tell per_thread objects apart even where one is made at a dead one's address.
+inline std::uint64_t next_id() noexcept {
+    static std::atomic<std::uint64_t> counter{0};
+    return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// A counter that only its thread writes and any thread may read.
+class owned_counter {
+public:
+    void add(std::int64_t delta) noexcept { value_.store(value_.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed); }
+    [[nodiscard]] std::int64_t get() const noexcept { return value_.load(std::memory_order_relaxed); }
+
+private:
+    std::atomic<std::int64_t> value_{0};
+};
+
+}  // namespace detail::per_thread_parts
+
+template <resource Upstream, events_policy Events = default_events>
+class per_thread : public forwarding<per_thread<Upstream, Events>, Upstream> {
+    friend forwarding<per_thread, Upstream>;
+
+public:
+    using upstream_type = Upstream;
+    using options_type = per_thread_options;
+    template <class N>
+    using rebind = per_thread<rebind_t<Upstream, N>, Events>;
+    using lane_upstream_type = lane_upstream_t<Upstream>;
+    using lane_options_type = lane_options_t<Upstream>;
+
+    per_thread()
+        requires std::default_initializable<Upstream>
+    {
+        validate();
+    }
+    explicit per_thread(Upstream upstream, per_thread_options options = {}, Events events = {})
+        : upstream_(std::move(upstream)), options_(options), events_(std::move(events)) {
+        validate();
+    }
+    // Builds the upstream in place from its own constructor arguments (a synchronized<> cannot
+    // move), with default options or the ones given first.
+    template <class... Arguments>
+        requires constructible_in_place<Upstream, Arguments...>
+    explicit per_thread(std::in_place_t, Arguments&&... arguments)
+        : upstream_(build_from<Upstream>(std::forward<Arguments>(arguments)...)) {
+        validate();
+    }
+    template <class... Arguments>
+        requires constructible_in_place<Upstream, Arguments...>
+    per_thread(std::in_place_t, per_thread_options options, Events events, Arguments&&... arguments)
+        : upstream_(build_from<Upstream>(std::forward<Arguments>(arguments)...)), options_(options), events_(std::move(events)) {
+        validate();
+    }
+
+    per_thread(const per_thread&) = delete;
+    per_thread& operator=(const per_thread&) = delete;
+
+    // Every thread's cache goes back to the upstream (after waiting for the device, since their
+    // streams may be gone); threads that still hold a cache of this object drop it at exit.
+    ~per_thread() {
+        std::lock_guard lock(core_->mutex);
+        bool waited = false;
+        for (thread_cache* cache : core_->caches) {
+            give_back_all(*cache, waited);
+            cache->orphan();
+        }
+        core_->caches.clear();
+        core_->owner = nullptr;
+    }
+
+    // The calling thread's cache goes back to the upstream, the other threads' at their next
+    // call; then the upstream releases what it can.
+    void release()
+        requires has_release<Upstream>
+    {
+        release_caches();
+        upstream_.release();
+    }
+    // As release(), for an upstream with nothing to release.
+    void release_caches() {
+        core_->epoch.fetch_add(1, std::memory_order_relaxed);
+        if (thread_cache* cache = find_cache()) {
+            bool waited = false;
+            give_back_all(*cache, waited);
+            cache->epoch = core_->epoch.load(std::memory_order_relaxed);
+        }
+    }
+
+    // `pointer` (live) is used on `stream` too (PyTorch's record_stream): the upstream orders its
+    // reuse after that work, so its free passes straight to the upstream instead of a cache.
+    void record_use(void* pointer, stream_ref stream)
+        requires has_record_use<Upstream>
+    {
+        {
+            std::lock_guard lock(core_->mutex);
+            auto& used = core_->used_elsewhere;
+            if (std::find(used.begin(), used.end(), pointer) == used.end()) used.push_back(pointer);
+            core_->used_count.store(used.size(), std::memory_order_relaxed);
+        }
+        upstream_.record_use(pointer, stream);
+    }
+
+    // Bytes handed out through this front and not yet freed (size classes, as handed out).
+    [[nodiscard]] std::size_t live_bytes() const { return static_cast<std::size_t>(sum(&thread_cache::live)); }
+    // Bytes of free blocks in every thread's cache.
+    [[nodiscard]] std::size_t cached_bytes() const { return static_cast<std::size_t>(sum(&thread_cache::cached)); }
+    // Requests served from a thread's cache, and requests it had to take from the upstream.
+    [[nodiscard]] std::size_t hits() const { return static_cast<std::size_t>(sum(&thread_cache::hit_count)); }
+    [[nodiscard]] std::size_t misses() const { return static_cast<std::size_t>(sum(&thread_cache::miss_count)); }
+    // Threads that hold a cache of this object now.
+    [[nodiscard]] std::size_t thread_caches() const {
+        std::lock_guard lock(core_->mutex);
+        return core_->caches.size();
+    }
+
+    // The calling thread's cache: each free block in a bin of its size class, the byte count
+    // right; then the upstream's invariants.
+    void check_invariants() const {
+        if (const thread_cache* cache = find_cache()) cache->check();
+        if constexpr (has_check_invariants<Upstream>) upstream_.check_invariants();
+    }
+
+    [[nodiscard]] const per_thread_options& options() const noexcept { return options_; }
+    [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
+    [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
+
+    friend bool operator==(const per_thread& a, const per_thread& b) noexcept { return &a == &b; }
+
+private:
+    static constexpr std::size_t no_class = std::numeric_limits<std::size_t>::max();
+    static constexpr std::uint64_t plain_identity = std::numeric_limits<std::uint64_t>::max();
+
+    // One stream's free blocks, by size class.
+    struct stream_set {
+        stream_ref stream{};
+        std::uint64_t identity = plain_identity;
+        std::uint64_t last_use = 0;
+        std::size_t bytes = 0;
+        std::vector<std::unique_ptr<void*[]>> bins;  // each max_blocks_per_class long
+        std::vector<std::size_t> counts;
+    };
+
+    struct core;
+
+    class thread_cache final : public detail::per_thread_parts::cache_base {
+    public:
+        thread_cache(std::uint64_t owner_id, std::shared_ptr<core> shared) : cache_base(owner_id), core_(std::move(shared)) {}
+
+        void thread_exit() noexcept override {
+            std::lock_guard lock(core_->mutex);
+            if (core_->owner == nullptr) return;  // the per_thread is gone; so are its blocks
+            bool waited = false;
+            core_->owner->give_back_all(*this, waited);
+            core_->retired_live += live.get();
+            core_->retired_hits += hit_count.get();
+            core_->retired_misses += miss_count.get();
+            auto& list = core_->caches;
+            list.erase(std::remove(list.begin(), list.end(), this), list.end());
+        }
+        [[nodiscard]] bool orphaned() const noexcept override { return dead.load(std::memory_order_acquire); }
+        void orphan() noexcept { dead.store(true, std::memory_order_release); }
+
+        void check() const {
+            std::size_t total = 0;
+            for (const auto& set : sets) {
+                std::size_t in_set = 0;
+                for (std::size_t c = 0; c < set->counts.size(); ++c) in_set += set->counts[c] * detail::per_thread_parts::class_size(c);
+                POOLKIT_VERIFY(in_set == set->bytes, "a stream's cached byte count drifted");
+                total += in_set;
+            }
+            POOLKIT_VERIFY(static_cast<std::int64_t>(total) == cached.get(), "a thread's cached byte count drifted");
+        }
+
+        std::shared_ptr<core> core_;
+        std::vector<std::unique_ptr<stream_set>> sets;
+        stream_set* current = nullptr;  // the last call's set
+        std::uint64_t clock = 0;
+        std::uint64_t epoch = 0;  // the release epoch this cache has caught up with
+        detail::per_thread_parts::owned_counter live, cached, hit_count, miss_count;
+        std::atomic<bool> dead{false};
+    };
+
+    // What a per_thread shares with its threads' caches, which may outlive it.
+    struct core {
+        std::mutex mutex;
+        per_thread* owner = nullptr;
+        std::vector<thread_cache*> caches;  // guarded by mutex
+        std::int64_t retired_live = 0, retired_hits = 0, retired_misses = 0;  // of exited threads
+        std::vector<void*> used_elsewhere;  // live blocks given to record_use; guarded by mutex
+        std::atomic<std::size_t> used_count{0};
+        std::atomic<std::uint64_t> epoch{0};
+    };
+
+    void validate() {
+        core_->owner = this;
+        if (options_.max_size < detail::per_thread_parts::smallest_class) options_.max_size = 0;
+        classes_ = options_.max_size == 0 ? 0 : detail::per_thread_parts::class_of(options_.max_size) + 1;
+        options_.max_size = classes_ == 0 ? 0 : detail::per_thread_parts::class_size(classes_ - 1);
+        options_.max_blocks_per_class = std::max<std::size_t>(options_.max_blocks_per_class, 1);
+        options_.streams_per_thread = std::max<std::size_t>(options_.streams_per_thread, 1);
+    }
+
+    // The size class of a request, or no_class where it passes straight to the upstream.
+    [[nodiscard]] std::size_t class_for(std::size_t bytes, std::size_t alignment) const noexcept {
+        if (bytes == 0 || bytes > options_.max_size || alignment > default_alignment) return no_class;
+        return detail::per_thread_parts::class_of(bytes);
+    }
+
+    [[nodiscard]] thread_cache* find_cache() const noexcept {
+        auto& mine = detail::per_thread_parts::this_thread();
+        if (mine.last != nullptr && mine.last->owner == id_) return static_cast<thread_cache*>(const_cast<detail::per_thread_parts::cache_base*>(mine.last));
+        for (auto& cache : mine.caches) {
+            if (cache->owner == id_) {
+                mine.last = cache.get();
+                return static_cast<thread_cache*>(cache.get());
+            }
+        }
+        return nullptr;
+    }
+
+    // The calling thread's cache, made on its first call (and caches of dead objects dropped).
+    thread_cache& cache() {
+        if (thread_cache* found = find_cache()) return *found;
+        auto& mine = detail::per_thread_parts::this_thread();
+        std::erase_if(mine.caches, [](const auto& c) { return c->orphaned(); });
+        mine.caches.reserve(mine.caches.size() + 1);
+        auto made = std::make_unique<thread_cache>(id_, core_);
+        {
+            std::lock_guard lock(core_->mutex);
+            core_->caches.push_back(made.get());
+        }
+        made->epoch = core_->epoch.load(std::memory_order_relaxed);
+        mine.caches.push_back(std::move(made));
+        mine.last = mine.caches.back().get();
+        return static_cast<thread_cache&>(*mine.caches.back());
+    }
+
+    // The set of `stream` (of the plain calls where !on_stream), by identity; made where missing,
+    // evicting the least recently used set past streams_per_thread. nullptr: none could be made.
+    stream_set* set_for(thread_cache& c, bool on_stream, stream_ref stream) {
+        const std::uint64_t identity = on_stream ? static_cast<std::uint64_t>(events_.identity(stream)) : plain_identity;
+        if (c.current != nullptr && c.current->identity == identity) return touch(c, *c.current, stream);
+        for (auto& set : c.sets) {
+            if (set->identity == identity) return touch(c, *(c.current = set.get()), stream);
+        }
+        if (c.sets.size() >= options_.streams_per_thread) {
+            auto oldest = std::min_element(c.sets.begin(), c.sets.end(), [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+            bool waited = false;
+            give_back_set(c, **oldest, waited);
+            if (c.current == oldest->get()) c.current = nullptr;
+            c.sets.erase(oldest);
+        }
+        auto made = std::make_unique<stream_set>();
+        made->stream = stream;
+        made->identity = identity;
+        made->bins.resize(classes_);
+        made->counts.assign(classes_, 0);
+        for (auto& bin : made->bins) bin = std::make_unique<void*[]>(options_.max_blocks_per_class);
+        c.sets.reserve(c.sets.size() + 1);
+        c.sets.push_back(std::move(made));
+        return touch(c, *(c.current = c.sets.back().get()), stream);
+    }
+    static stream_set* touch(thread_cache& c, stream_set& set, stream_ref stream) noexcept {
+        set.last_use = ++c.clock;
+        set.stream = stream;  // the handle this call named (alive now)
+        return &set;
+    }
+
+    // A free's set: the one whose handle the call names (cheap), else by identity. nullptr: none.
+    stream_set* free_set(thread_cache& c, bool on_stream, stream_ref stream) noexcept {
+        if (c.current != nullptr && (on_stream ? (c.current->identity != plain_identity && c.current->stream == stream)
+                                               : c.current->identity == plain_identity)) {
+            return c.current;
+        }
+        for (auto& set : c.sets) {
+            if (on_stream ? (set->identity != plain_identity && set->stream == stream) : set->identity == plain_identity) return set.get();
+        }
+        try {
+            return set_for(c, on_stream, stream);
+        } catch (...) {
+            return nullptr;
+        }
+    }
+
+    // Catches up with release(): a release since this cache's last call gives its blocks back.
+    void catch_up(thread_cache& c) {
+        const std::uint64_t now = core_->epoch.load(std::memory_order_relaxed);
+        if (c.epoch == now) return;
+        bool waited = false;
+        give_back_all(c, waited);
+        c.epoch = now;
+    }
+
+    template <class Call>
+    void* around_allocate(const allocation_request& request, Call&& call) {
+        validate_alignment(request.alignment);
+        const std::size_t index = class_for(request.bytes, request.alignment);
+        thread_cache& c = cache();
+        if (index == no_class) {
+            void* pointer = std::forward<Call>(call)();
+            if (pointer != nullptr) c.live.add(static_cast<std::int64_t>(request.bytes));
+            return pointer;
+        }
+        catch_up(c);
+        const bool on_stream = request.kind == allocation_kind::allocate_async;
+        stream_set& set = *set_for(c, on_stream, request.stream);
+        const std::size_t size = detail::per_thread_parts::class_size(index);
+        if (set.counts[index] > 0) {
+            void* pointer = set.bins[index][--set.counts[index]];
+            set.bytes -= size;
+            c.cached.add(-static_cast<std::int64_t>(size));
+            c.live.add(static_cast<std::int64_t>(size));
+            c.hit_count.add(1);
+            return pointer;
+        }
+        c.miss_count.add(1);
+        void* pointer = take_from_upstream(c, request, size);
+        if (pointer != nullptr) c.live.add(static_cast<std::int64_t>(size));
+        return pointer;
+    }
+
+    // A block of the class from the upstream, as the request asked (nullptr from the try_ forms);
+    // on exhaustion every cache gives back and the upstream is asked once more.
+    void* take_from_upstream(thread_cache& c, const allocation_request& request, std::size_t size) {
+        const auto ask = [&]() -> void* {
+            switch (request.kind) {
+            case allocation_kind::allocate_async:
+                if constexpr (stream_resource<Upstream>) return upstream_.allocate_async(size, default_alignment, request.stream);
+                else return nullptr;
+            case allocation_kind::try_allocate:
+                if constexpr (has_try_allocate<Upstream>) return upstream_.try_allocate(size, default_alignment);
+                else return nullptr;
+            case allocation_kind::try_allocate_cached:
+                if constexpr (has_try_allocate_cached<Upstream>) return upstream_.try_allocate_cached(size, default_alignment);
+                else return nullptr;
+            case allocation_kind::allocate: break;
+            }
+            return upstream_.allocate(size, default_alignment);
+        };
+        try {
+            if (void* pointer = ask()) return pointer;
+            if (request.kind == allocation_kind::try_allocate_cached) return nullptr;  // it never grows
+        } catch (const std::bad_alloc&) {
+            if (request.may_fail_quietly()) return nullptr;
+        }
+        core_->epoch.fetch_add(1, std::memory_order_relaxed);
+        bool waited = false;
+        give_back_all(c, waited);
+        c.epoch = core_->epoch.load(std::memory_order_relaxed);
+        void* pointer = ask();
+        return pointer;
+    }
+
+    template <class Call>
+    void around_deallocate(const deallocation_request& request, Call&& call) noexcept {
+        const std::size_t index = class_for(request.bytes, request.alignment);
+        if (index == no_class) {
+            std::forward<Call>(call)();
+            if (thread_cache* c = cache_or_null()) c->live.add(-static_cast<std::int64_t>(request.bytes));
+            return;
+        }
+        const std::size_t size = detail::per_thread_parts::class_size(index);
+        thread_cache* c = cache_or_null();
+        stream_set* set = c != nullptr && !forget_use(request.pointer) ? free_set(*c, request.on_stream, request.stream) : nullptr;
+        if (set == nullptr) {  // used on other streams, or no memory for a cache: straight back
+            hand_back(request, request.pointer, size);
+            if (c != nullptr) c->live.add(-static_cast<std::int64_t>(size));
+            return;
+        }
+        c->live.add(-static_cast<std::int64_t>(size));
+        if (set->counts[index] == options_.max_blocks_per_class) {
+            hand_back(request, request.pointer, size);
+            return;
+        }
+        set->bins[index][set->counts[index]++] = request.pointer;
+        set->bytes += size;
+        c->cached.add(static_cast<std::int64_t>(size));
+        if (static_cast<std::size_t>(c->cached.get()) > options_.max_cached_bytes) shrink(*c, *set, request);
+    }
+
+    // Whether `pointer` was given to record_use (and now is not any more).
+    bool forget_use(void* pointer) noexcept {
+        if (core_->used_count.load(std::memory_order_relaxed) == 0) return false;
+        std::lock_guard lock(core_->mutex);
+        auto& used = core_->used_elsewhere;
+        const auto found = std::find(used.begin(), used.end(), pointer);
+        if (found == used.end()) return false;
+        *found = used.back();
+        used.pop_back();
+        core_->used_count.store(used.size(), std::memory_order_relaxed);
+        return true;
+    }
+
+    thread_cache* cache_or_null() noexcept {
+        try {
+            return &cache();
+        } catch (...) {
+            return nullptr;
+        }
+    }
+
+    // A block straight back to the upstream, on the stream the free named.
+    void hand_back(const deallocation_request& request, void* pointer, std::size_t size) noexcept {
+        if (request.on_stream) {
+            if constexpr (stream_resource<Upstream>) upstream_.deallocate_async(pointer, size, default_alignment, request.stream);
+        } else {
+            upstream_.deallocate(pointer, size, default_alignment);
+        }
+    }
+
+    // The cache holds too much: the freeing stream's set gives back from its largest classes (on
+    // that stream, alive in this call) until the cache holds half its bound; then the other sets.
+    void shrink(thread_cache& c, stream_set& set, const deallocation_request& request) noexcept {
+        const auto target = static_cast<std::int64_t>(options_.max_cached_bytes / 2);
+        const bool same_stream = request.on_stream ? events_.identity(request.stream) == set.identity : set.identity == plain_identity;
+        for (std::size_t index = classes_; index-- > 0 && c.cached.get() > target;) {
+            const std::size_t size = detail::per_thread_parts::class_size(index);
+            while (set.counts[index] > 0 && c.cached.get() > target) {
+                void* pointer = set.bins[index][--set.counts[index]];
+                set.bytes -= size;
+                c.cached.add(-static_cast<std::int64_t>(size));
+                if (same_stream) {
+                    hand_back(request, pointer, size);
+                } else {  // the set is a dead stream's that this stream's handle found
+                    bool waited = false;
+                    wait_for_device(waited);
+                    upstream_.deallocate(pointer, size, default_alignment);
+                }
+            }
+        }
+        bool waited = false;
+        for (auto& other : c.sets) {
+            if (c.cached.get() <= target) break;
+            if (other.get() != &set) give_back_set(c, *other, waited);
+        }
+    }
+
+    // Every block of `set` back to the upstream with plain deallocate, after waiting for the
+    // device (once per `waited`): its stream may be gone.
+    void give_back_set(thread_cache& c, stream_set& set, bool& waited) noexcept {
+        if (set.bytes == 0) return;
+        if (set.identity != plain_identity) wait_for_device(waited);
+        for (std::size_t index = 0; index < classes_; ++index) {
+            const std::size_t size = detail::per_thread_parts::class_size(index);
+            for (std::size_t i = 0; i < set.counts[index]; ++i) upstream_.deallocate(set.bins[index][i], size, default_alignment);
+            set.counts[index] = 0;
+        }
+        c.cached.add(-static_cast<std::int64_t>(set.bytes));
+        set.bytes = 0;
+    }
+    void give_back_all(thread_cache& c, bool& waited) noexcept {
+        for (auto& set : c.sets) give_back_set(c, *set, waited);
+    }
+    void wait_for_device(bool& waited) noexcept {
+        if (waited) return;
+        try {
+            events_.synchronize_all();
+        } catch (...) {
+            POOLKIT_ASSERT(false, "per_thread could not wait for the device before giving blocks back");
+        }
+        waited = true;
+    }
+
+    // Sums a counter over every thread's cache and the threads that exited.
+    std::int64_t sum(detail::per_thread_parts::owned_counter thread_cache::*counter) const {
+        std::lock_guard lock(core_->mutex);
+        std::int64_t total = 0;
+        if (counter == &thread_cache::live) total = core_->retired_live;
+        if (counter == &thread_cache::hit_count) total = core_->retired_hits;
+        if (counter == &thread_cache::miss_count) total = core_->retired_misses;
+        for (const thread_cache* c : core_->caches) total += (c->*counter).get();
+        return total;
+    }
+
+    Upstream upstream_;
+    per_thread_options options_;
+    Events events_;
+    std::size_t classes_ = 0;
+    const std::uint64_t id_ = detail::per_thread_parts::next_id();
+    std::shared_ptr<core> core_ = std::make_shared<core>();
+};
+
+// An lvalue is referred to, an rvalue owned (docs/concepts.md).
+template <resource R>
+per_thread(R&) -> per_thread<ref<R>>;
+template <resource R>
+    requires(!std::is_lvalue_reference_v<R>)
+per_thread(R&&) -> per_thread<R>;
+
+}  // namespace poolkit
