@@ -1,6 +1,7 @@
 // Many host threads through one allocator, on the GPU.
 //   pairs:  each thread on its own non-blocking stream makes allocate/free pairs of 256 B to 2 MiB
-//           (log-uniform) through one shared allocator: throughput as threads are added.
+//           (log-uniform) through one shared allocator: throughput as threads are added;
+//           pairs_per_thread_stream: the same with every thread on cudaStreamPerThread.
 //   server: an inference server's shape: each thread on its own stream serves requests; a request
 //           allocates four buffers (64 KiB to 8 MiB), runs a short kernel on them and frees them.
 //   build/bench/poolkit-bench-threads [--benchmark_filter=...]
@@ -36,11 +37,16 @@ std::size_t log_uniform(std::mt19937_64& random, double smallest, double largest
     return static_cast<std::size_t>(std::exp2(exponent));
 }
 
-template <class Resource>
+// per_thread_default: every thread on cudaStreamPerThread (its own stream under one handle).
+template <class Resource, bool per_thread_default = false>
 void pairs(benchmark::State& state) {
     Resource& resource = shared<Resource>();
     cudaStream_t stream{};
-    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (per_thread_default) {
+        stream = cudaStreamPerThread;
+    } else {
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    }
     const poolkit::stream_ref on{stream};
     std::mt19937_64 random(static_cast<std::uint64_t>(state.thread_index()) + 1);
     std::size_t sizes[64];
@@ -55,7 +61,7 @@ void pairs(benchmark::State& state) {
     }
     state.SetItemsProcessed(state.iterations());
     cudaStreamSynchronize(stream);
-    cudaStreamDestroy(stream);
+    if (!per_thread_default) cudaStreamDestroy(stream);
     if (cudaGetLastError() != cudaSuccess) state.SkipWithError("a CUDA call failed");
 }
 
@@ -88,6 +94,9 @@ void server(benchmark::State& state) {
 BENCHMARK(pairs<poolkit::cuda_async_resource>)->Name("pairs/cudaMallocAsync")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<poolkit::synchronized_caching_device_allocator>)->Name("pairs/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<poolkit::per_thread_caching_device_allocator>)->Name("pairs/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(pairs<poolkit::cuda_async_resource, true>)->Name("pairs_per_thread_stream/cudaMallocAsync")->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(pairs<poolkit::synchronized_caching_device_allocator, true>)->Name("pairs_per_thread_stream/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(pairs<poolkit::per_thread_caching_device_allocator, true>)->Name("pairs_per_thread_stream/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(server<poolkit::cuda_async_resource>)->Name("server/cudaMallocAsync")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(server<poolkit::synchronized_caching_device_allocator>)->Name("server/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(server<poolkit::per_thread_caching_device_allocator>)->Name("server/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();

@@ -13,6 +13,10 @@
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/upstream/detail/cuda_runtime.hpp>
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
+
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -76,18 +80,24 @@ public:
         }
     }
 
-    // The stream's unique id over the program's life (cudaStreamGetId, about 65 ns on an H200), so
-    // that a new stream that gets a destroyed stream's handle is told apart. The special handles
-    // (0, cudaStreamLegacy, cudaStreamPerThread) are never destroyed: their bits, with the top bit
-    // set, at no cost (stream_ordered keeps per-thread ones apart by thread); so is any handle the
-    // runtime cannot say (a stream being captured into a graph).
+    // The stream's unique id over the program's life, so that a new stream that gets a destroyed
+    // stream's handle is told apart: the driver's cuStreamGetId, through the runtime's entry point
+    // table (cudaStreamGetId where the driver lacks it). On the H200 host the shared cudart's
+    // cudaStreamGetId (65 ns) stopped scaling past two threads; the driver's call scales. The
+    // special handles (0, cudaStreamLegacy, cudaStreamPerThread) are never destroyed: their bits,
+    // with the top bit set, at no cost (stream_ordered keeps per-thread ones apart by thread); so
+    // is any handle the driver cannot say (a stream being captured into a graph).
     [[nodiscard]] static std::uint64_t identity(stream_ref stream) noexcept {
         constexpr std::uint64_t special = std::uint64_t{1} << 63;
         if (stream.get() == nullptr || stream.get() == cudaStreamLegacy || stream.get() == cudaStreamPerThread) {
             return stream_id(stream) | special;
         }
         unsigned long long id = 0;
-        if (cudaStreamGetId(stream.get(), &id) == cudaSuccess) return id;
+        if (const auto get_id = driver_stream_get_id()) {
+            if (get_id(stream.get(), &id) == CUDA_SUCCESS) return id;
+        } else if (cudaStreamGetId(stream.get(), &id) == cudaSuccess) {
+            return id;
+        }
         static_cast<void>(cudaGetLastError());
         return stream_id(stream) | special;
     }
@@ -104,6 +114,26 @@ public:
     [[nodiscard]] std::size_t pooled() const noexcept { return free_.size(); }
 
 private:
+    // cuStreamGetId from the runtime's entry point table, once per process; nullptr where the
+    // driver has none.
+    static PFN_cuStreamGetId_v12000 driver_stream_get_id() noexcept {
+        static const PFN_cuStreamGetId_v12000 function = [] {
+            void* found = nullptr;
+            cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+            const cudaError_t status = cudaGetDriverEntryPointByVersion("cuStreamGetId", &found, 12000, cudaEnableDefault, &result);
+#else
+            const cudaError_t status = cudaGetDriverEntryPoint("cuStreamGetId", &found, cudaEnableDefault, &result);
+#endif
+            if (status != cudaSuccess || result != cudaDriverEntryPointSuccess) {
+                static_cast<void>(cudaGetLastError());
+                return PFN_cuStreamGetId_v12000{nullptr};
+            }
+            return reinterpret_cast<PFN_cuStreamGetId_v12000>(found);
+        }();
+        return function;
+    }
+
     std::vector<cudaEvent_t> free_;
 };
 
