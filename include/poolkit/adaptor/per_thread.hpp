@@ -594,7 +594,8 @@ private:
         if (counter == &thread_cache::hit_count) total = core_->retired_hits;
         if (counter == &thread_cache::miss_count) total = core_->retired_misses;
         for (const thread_cache* c : core_->caches) total += (c->*counter).get();
-        return total;
+        // A block freed on one thread while another's count of it is read: never below zero.
+        return std::max<std::int64_t>(total, 0);
     }
 
     Upstream upstream_;
