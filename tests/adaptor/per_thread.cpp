@@ -33,6 +33,8 @@ namespace {
 using upstream_ref = ref<instrumented<>>;
 using shared_pool = synchronized<best_fit<upstream_ref>>;
 using front = per_thread<shared_pool, completed_events>;
+// A front over stream-ordered lanes on simulated streams, for the tests of stream semantics.
+using ordered_front = per_thread<synchronized<stream_ordered<best_fit<upstream_ref>, host_events>>, host_events>;
 
 // completed_events whose identity of a stream changes when the test says the stream was destroyed
 // and another made with the same handle; it counts waits for the whole device.
@@ -174,8 +176,7 @@ TEST_CASE("per_thread: a block freed on one stream is reused from the cache on t
     instrumented<> upstream;
     host_events events;
     const stream_ref a = events.make_stream(), b = events.make_stream();
-    using shared = synchronized<stream_ordered<best_fit<upstream_ref>, host_events>>;
-    per_thread<shared, host_events> pool{std::in_place, {}, events, upstream_ref{upstream}, best_fit_options{}, events};
+    ordered_front pool{std::in_place, {}, events, upstream_ref{upstream}, best_fit_options{}, events};
     void* on_a = pool.allocate_async(1000, 256, a);
     events.submit(a);  // work that uses it, not yet done
     pool.deallocate_async(on_a, 1000, 256, a);
@@ -197,8 +198,7 @@ TEST_CASE("per_thread: a block used on other streams (record_use) goes back to t
     instrumented<> upstream;
     host_events events;
     const stream_ref a = events.make_stream(), b = events.make_stream();
-    using shared = synchronized<stream_ordered<best_fit<upstream_ref>, host_events>>;
-    per_thread<shared, host_events> pool{std::in_place, {}, events, upstream_ref{upstream}, best_fit_options{}, events};
+    ordered_front pool{std::in_place, {}, events, upstream_ref{upstream}, best_fit_options{}, events};
     void* block = pool.allocate_async(1000, 256, a);
     pool.record_use(block, b);
     events.submit(b);  // b's work uses it
@@ -218,8 +218,7 @@ TEST_CASE("per_thread: a thread on more streams than streams_per_thread gives th
     host_events events;
     std::vector<stream_ref> streams;
     for (int i = 0; i < 3; ++i) streams.push_back(events.make_stream());
-    using shared = synchronized<stream_ordered<best_fit<upstream_ref>, host_events>>;
-    per_thread<shared, host_events> pool{std::in_place, {.streams_per_thread = 2}, events, upstream_ref{upstream}, best_fit_options{}, events};
+    ordered_front pool{std::in_place, {.streams_per_thread = 2}, events, upstream_ref{upstream}, best_fit_options{}, events};
     for (stream_ref s : streams) {
         void* block = pool.allocate_async(4000, 256, s);
         events.submit(s);

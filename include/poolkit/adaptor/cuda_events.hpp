@@ -11,11 +11,11 @@
 #pragma once
 
 #include <poolkit/core/stream_ref.hpp>
+#include <poolkit/upstream/detail/cuda_driver.hpp>
 #include <poolkit/upstream/detail/cuda_runtime.hpp>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
-#include <cuda_runtime_api.h>
 
 #include <cstdint>
 #include <utility>
@@ -117,19 +117,10 @@ private:
     // cuStreamGetId from the runtime's entry point table, once per process; nullptr where the
     // driver has none.
     static PFN_cuStreamGetId_v12000 driver_stream_get_id() noexcept {
-        static const PFN_cuStreamGetId_v12000 function = [] {
-            void* found = nullptr;
-            cudaDriverEntryPointQueryResult result = cudaDriverEntryPointSymbolNotFound;
-#if CUDART_VERSION >= 12050
-            const cudaError_t status = cudaGetDriverEntryPointByVersion("cuStreamGetId", &found, 12000, cudaEnableDefault, &result);
-#else
-            const cudaError_t status = cudaGetDriverEntryPoint("cuStreamGetId", &found, cudaEnableDefault, &result);
-#endif
-            if (status != cudaSuccess || result != cudaDriverEntryPointSuccess) {
-                static_cast<void>(cudaGetLastError());
-                return PFN_cuStreamGetId_v12000{nullptr};
-            }
-            return reinterpret_cast<PFN_cuStreamGetId_v12000>(found);
+        static const auto function = [] {
+            const auto found = detail::cuda_driver::lookup("cuStreamGetId", 12000);
+            if (found.function == nullptr) static_cast<void>(cudaGetLastError());
+            return reinterpret_cast<PFN_cuStreamGetId_v12000>(found.function);
         }();
         return function;
     }

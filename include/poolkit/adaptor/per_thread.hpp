@@ -156,11 +156,11 @@ public:
     per_thread()
         requires std::default_initializable<Upstream>
     {
-        validate();
+        setup();
     }
     explicit per_thread(Upstream upstream, per_thread_options options = {}, Events events = {})
         : upstream_(std::move(upstream)), options_(options), events_(std::move(events)) {
-        validate();
+        setup();
     }
     // Builds the upstream in place from its own constructor arguments (a synchronized<> cannot
     // move), with default options or the ones given first.
@@ -168,13 +168,13 @@ public:
         requires constructible_in_place<Upstream, Arguments...>
     explicit per_thread(std::in_place_t, Arguments&&... arguments)
         : upstream_(build_from<Upstream>(std::forward<Arguments>(arguments)...)) {
-        validate();
+        setup();
     }
     template <class... Arguments>
         requires constructible_in_place<Upstream, Arguments...>
     per_thread(std::in_place_t, per_thread_options options, Events events, Arguments&&... arguments)
         : upstream_(build_from<Upstream>(std::forward<Arguments>(arguments)...)), options_(options), events_(std::move(events)) {
-        validate();
+        setup();
     }
 
     per_thread(const per_thread&) = delete;
@@ -226,12 +226,12 @@ public:
     }
 
     // Bytes handed out through this front and not yet freed (size classes, as handed out).
-    [[nodiscard]] std::size_t live_bytes() const { return static_cast<std::size_t>(sum(&thread_cache::live)); }
+    [[nodiscard]] std::size_t live_bytes() const { return static_cast<std::size_t>(sum(&thread_cache::live, &core::retired_live)); }
     // Bytes of free blocks in every thread's cache.
     [[nodiscard]] std::size_t cached_bytes() const { return static_cast<std::size_t>(sum(&thread_cache::cached)); }
     // Requests served from a thread's cache, and requests it had to take from the upstream.
-    [[nodiscard]] std::size_t hits() const { return static_cast<std::size_t>(sum(&thread_cache::hit_count)); }
-    [[nodiscard]] std::size_t misses() const { return static_cast<std::size_t>(sum(&thread_cache::miss_count)); }
+    [[nodiscard]] std::size_t hits() const { return static_cast<std::size_t>(sum(&thread_cache::hit_count, &core::retired_hits)); }
+    [[nodiscard]] std::size_t misses() const { return static_cast<std::size_t>(sum(&thread_cache::miss_count, &core::retired_misses)); }
     // Threads that hold a cache of this object now.
     [[nodiscard]] std::size_t thread_caches() const {
         std::lock_guard lock(core_->mutex);
@@ -261,8 +261,10 @@ private:
         std::uint64_t identity = plain_identity;
         std::uint64_t last_use = 0;
         std::size_t bytes = 0;
-        std::vector<std::unique_ptr<void*[]>> bins;  // each max_blocks_per_class long
+        std::size_t per_class = 0;   // max_blocks_per_class
+        std::vector<void*> blocks;   // per_class slots for each size class, in class order
         std::vector<std::size_t> counts;
+        void*& slot(std::size_t index, std::size_t i) noexcept { return blocks[index * per_class + i]; }
     };
 
     struct core;
@@ -316,7 +318,8 @@ private:
         std::atomic<std::uint64_t> epoch{0};
     };
 
-    void validate() {
+    // What every constructor does last: the core's owner, and the options made consistent.
+    void setup() {
         core_->owner = this;
         if (options_.max_size < detail::per_thread_parts::smallest_class) options_.max_size = 0;
         classes_ = options_.max_size == 0 ? 0 : detail::per_thread_parts::class_of(options_.max_size) + 1;
@@ -378,9 +381,9 @@ private:
         auto made = std::make_unique<stream_set>();
         made->stream = stream;
         made->identity = identity;
-        made->bins.resize(classes_);
+        made->per_class = options_.max_blocks_per_class;
+        made->blocks.resize(classes_ * made->per_class);
         made->counts.assign(classes_, 0);
-        for (auto& bin : made->bins) bin = std::make_unique<void*[]>(options_.max_blocks_per_class);
         c.sets.reserve(c.sets.size() + 1);
         c.sets.push_back(std::move(made));
         return touch(c, *(c.current = c.sets.back().get()), stream);
@@ -431,7 +434,7 @@ private:
         stream_set& set = *set_for(c, on_stream, request.stream);
         const std::size_t size = detail::per_thread_parts::class_size(index);
         if (set.counts[index] > 0) {
-            void* pointer = set.bins[index][--set.counts[index]];
+            void* pointer = set.slot(index, --set.counts[index]);
             set.bytes -= size;
             c.cached.add(-static_cast<std::int64_t>(size));
             c.live.add(static_cast<std::int64_t>(size));
@@ -497,7 +500,7 @@ private:
             hand_back(request, request.pointer, size);
             return;
         }
-        set->bins[index][set->counts[index]++] = request.pointer;
+        set->slot(index, set->counts[index]++) = request.pointer;
         set->bytes += size;
         c->cached.add(static_cast<std::int64_t>(size));
         if (static_cast<std::size_t>(c->cached.get()) > options_.max_cached_bytes) shrink(*c, *set, request);
@@ -541,7 +544,7 @@ private:
         for (std::size_t index = classes_; index-- > 0 && c.cached.get() > target;) {
             const std::size_t size = detail::per_thread_parts::class_size(index);
             while (set.counts[index] > 0 && c.cached.get() > target) {
-                void* pointer = set.bins[index][--set.counts[index]];
+                void* pointer = set.slot(index, --set.counts[index]);
                 set.bytes -= size;
                 c.cached.add(-static_cast<std::int64_t>(size));
                 if (same_stream) {
@@ -567,7 +570,7 @@ private:
         if (set.identity != plain_identity) wait_for_device(waited);
         for (std::size_t index = 0; index < classes_; ++index) {
             const std::size_t size = detail::per_thread_parts::class_size(index);
-            for (std::size_t i = 0; i < set.counts[index]; ++i) upstream_.deallocate(set.bins[index][i], size, default_alignment);
+            for (std::size_t i = 0; i < set.counts[index]; ++i) upstream_.deallocate(set.slot(index, i), size, default_alignment);
             set.counts[index] = 0;
         }
         c.cached.add(-static_cast<std::int64_t>(set.bytes));
@@ -586,13 +589,10 @@ private:
         waited = true;
     }
 
-    // Sums a counter over every thread's cache and the threads that exited.
-    std::int64_t sum(detail::per_thread_parts::owned_counter thread_cache::*counter) const {
+    // Sums a counter over every thread's cache, plus what exited threads left in `retired`.
+    std::int64_t sum(detail::per_thread_parts::owned_counter thread_cache::*counter, std::int64_t core::*retired = nullptr) const {
         std::lock_guard lock(core_->mutex);
-        std::int64_t total = 0;
-        if (counter == &thread_cache::live) total = core_->retired_live;
-        if (counter == &thread_cache::hit_count) total = core_->retired_hits;
-        if (counter == &thread_cache::miss_count) total = core_->retired_misses;
+        std::int64_t total = retired != nullptr ? (*core_).*retired : 0;
         for (const thread_cache* c : core_->caches) total += (c->*counter).get();
         // A block freed on one thread while another's count of it is read: never below zero.
         return std::max<std::int64_t>(total, 0);

@@ -1,5 +1,6 @@
 // The CUDA driver entry points that virtual memory needs, taken through the runtime
-// (cudaGetDriverEntryPointByVersion), so that programs link cudart alone and never libcuda.
+// (cudaGetDriverEntryPointByVersion), so that programs link cudart alone and never libcuda;
+// lookup() gives any other entry point, or nullptr, without throwing (cuda_events uses it).
 // <cuda.h> and <cudaTypedefs.h> are included for the types only.
 //
 // Each entry point is asked for at the CUDA version in its PFN_ typedef's name, so the pointer's
@@ -81,15 +82,31 @@ private:
         return driver;
     }
 
-    template <class Function>
-    static void entry(Function& slot, const char* symbol, [[maybe_unused]] unsigned int version) {
+public:
+    // The runtime's answer for one entry point: the function (nullptr if none) and how the asking went.
+    struct lookup_result {
         void* function = nullptr;
+        cudaError_t status = cudaSuccess;
         cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    };
+    static lookup_result lookup(const char* symbol, [[maybe_unused]] unsigned int version) noexcept {
+        lookup_result result;
 #if CUDART_VERSION >= 12050
-        const cudaError_t status = cudaGetDriverEntryPointByVersion(symbol, &function, version, cudaEnableDefault, &found);
+        result.status = cudaGetDriverEntryPointByVersion(symbol, &result.function, version, cudaEnableDefault, &result.found);
+#else
+        result.status = cudaGetDriverEntryPoint(symbol, &result.function, cudaEnableDefault, &result.found);
+#endif
+        if (result.status != cudaSuccess || result.found != cudaDriverEntryPointSuccess) result.function = nullptr;
+        return result;
+    }
+
+private:
+    template <class Function>
+    static void entry(Function& slot, const char* symbol, unsigned int version) {
+        const auto [function, status, found] = lookup(symbol, version);
+#if CUDART_VERSION >= 12050
         const char* call = "cudaGetDriverEntryPointByVersion";
 #else
-        const cudaError_t status = cudaGetDriverEntryPoint(symbol, &function, cudaEnableDefault, &found);
         const char* call = "cudaGetDriverEntryPoint";
 #endif
         if (status != cudaSuccess) {
