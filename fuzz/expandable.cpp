@@ -28,6 +28,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                      .peak_slack = (size % 3) * 0.05,
                      .max_peak_slack = (size % 7) * 0.05,  // below peak_slack at times: raised to it
                      .allocations_per_remap = size % 50,   // 0 at times: treated as 1
+                     .mapping_bytes = size % 3 == 0 ? 0 : granule << (size % 4),
                      .max_cached_bytes = size % 5 == 0 ? granule * 4 : ~std::size_t{0}}};
         poolkit::fuzz::run(pool, data, size, 512);
         if (pool.live_bytes() != 0 || pool.reserved_bytes() != 0) std::abort();

@@ -32,7 +32,10 @@ expandable_options pool_options(std::size_t span, double cache_fraction, std::si
 
 TEST_CASE("expandable preset: every byte of live blocks holds while others are unmapped and remapped around them") {
     // A small cache fraction and a cache bound, so that granules are unmapped and mapped often.
-    expandable_device_allocator pool{std::in_place, cuda_vmm_options{}, pool_options(std::size_t{4} << 30, 0, 16 * MiB)};
+    expandable_options options = pool_options(std::size_t{4} << 30, 0, 16 * MiB);
+    SUBCASE("a physical allocation per granule") {}
+    SUBCASE("physical allocations of 8 MiB, unmapped only whole") { options.mapping_bytes = 8 * MiB; }
+    expandable_device_allocator pool{std::in_place, cuda_vmm_options{}, options};
     streams lanes(1);
     cudaStream_t stream = lanes.handles[0];
     counter bad;

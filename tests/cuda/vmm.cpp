@@ -77,6 +77,40 @@ TEST_CASE("cuda_vmm_resource: the reservation, the device's granularity and the 
     CHECK_THROWS_AS(cuda_vmm_resource({.device = 1000}), std::invalid_argument);
 }
 
+TEST_CASE("cuda_vmm_resource: a run mapped whole is one physical allocation, unmapped whole") {
+    cuda_vmm_resource vm{{.reserve_bytes = 1024 * MiB}};
+    const std::size_t granule = vm.granularity();
+    std::byte* run = vm.base() + 2 * granule;
+    const std::size_t before = device_free_bytes();
+    vm.map_whole(run, 8 * granule);
+    vm.map(run + 8 * granule, 2 * granule);
+    vm.map_whole(run + 10 * granule, 4 * granule);
+    CHECK(vm.map_calls() == 3);
+    CHECK(before - device_free_bytes() >= 14 * granule);
+    REQUIRE(cudaMemset(run, 0x66, 14 * granule) == cudaSuccess);  // one range to the device
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(device_holds(run, 14 * granule, 0x66));
+
+    vm.unmap(run, 8 * granule);
+    CHECK_FALSE(vm.is_mapped(run));
+    CHECK(device_holds(run + 8 * granule, 6 * granule, 0x66));
+    vm.unmap(run + 9 * granule, 5 * granule);  // a granule mapped alone and the whole mapping beside it
+    CHECK(vm.mapped_bytes() == granule);
+    CHECK(device_holds(run + 8 * granule, granule, 0x66));
+    vm.unmap(run + 8 * granule, granule);
+    CHECK(vm.mapped_bytes() == 0);
+    CHECK(device_free_bytes() >= before - 64 * MiB);  // given back to the device
+
+    void* block = vm.allocate(7 * granule - 1);  // the resource face maps a block whole
+    CHECK(vm.map_calls() == 4);
+    REQUIRE(cudaMemset(block, 0x77, 7 * granule - 1) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(device_holds(block, 7 * granule - 1, 0x77));
+    vm.deallocate(block, 7 * granule - 1);
+    CHECK(vm.mapped_bytes() == 0);
+    vm.check_invariants();
+}
+
 TEST_CASE("cuda_vmm_resource: granules mapped in one call unmap one by one, and live data survives") {
     cuda_vmm_resource vm{{.reserve_bytes = 1024 * MiB}};
     const std::size_t granule = vm.granularity();

@@ -45,11 +45,18 @@ public:
         simulated_vmm_resource::map(at, bytes);
         fresh_.emplace_back(static_cast<std::byte*>(at), bytes);
     }
+    void map_whole(void* at, std::size_t bytes) {
+        simulated_vmm_resource::map_whole(at, bytes);
+        fresh_.emplace_back(static_cast<std::byte*>(at), bytes);
+    }
     void unmap(void* at, std::size_t bytes) noexcept {
         const auto* first = static_cast<std::byte*>(at);
-        const bool undone = std::any_of(fresh_.begin(), fresh_.end(), [&](const auto& range) {
-            return first >= range.first && first + bytes <= range.first + range.second;
-        });
+        bool undone = true;  // every granule of it mapped since begin()
+        for (const std::byte* g = first; g < first + bytes && undone; g += granularity()) {
+            undone = std::any_of(fresh_.begin(), fresh_.end(), [&](const auto& range) {
+                return g >= range.first && g < range.first + range.second;
+            });
+        }
         if (!synchronized_ && !undone) ++unsynchronized_unmaps;
         unmapped_ += bytes;
         simulated_vmm_resource::unmap(at, bytes);
@@ -298,6 +305,36 @@ TEST_CASE("physical exhaustion unmaps the cache, retries, then throws out_of_mem
     pool.deallocate(d, 32 * MiB);
 }
 
+TEST_CASE("mapping_bytes: a large block maps in few physical allocations, each unmapped once all of it is free") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .mapping_bytes = 8 * MiB}};
+    void* large = pool.allocate(20 * MiB);  // granules 0-9 of its span: allocations of 4, 4 and 2
+    CHECK(memory.map_calls() == 3);
+    CHECK(pool.map_calls() == 3);
+    CHECK(pool.reserved_bytes() == 20 * MiB);
+    pool.deallocate(large, 20 * MiB);
+    CHECK(pool.cached_bytes() == 20 * MiB);
+
+    void* pinning = pool.allocate(3 * MiB);  // mapped already; it touches the first allocation
+    CHECK(pinning == large);
+    CHECK(memory.map_calls() == 3);
+    CHECK(pool.cached_bytes() == 12 * MiB);  // the first allocation is pinned whole, free part and all
+    pool.check_invariants();
+    memory.begin();
+    pool.release();
+    CHECK(memory.mapped_bytes() == 8 * MiB);
+    CHECK(memory.unsynchronized_unmaps == 0);
+    pool.deallocate(pinning, 3 * MiB);
+    CHECK(pool.cached_bytes() == 8 * MiB);
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+    pool.check_invariants();
+
+    CHECK_THROWS_AS(pool_type(memory, {.mapping_bytes = 3 * MiB}), std::invalid_argument);
+    CHECK_THROWS_AS(pool_type(memory, {.mapping_bytes = 6 * MiB}), std::invalid_argument);
+    CHECK_NOTHROW(pool_type(memory, {.mapping_bytes = MiB}));  // below a granule: one granule
+}
+
 TEST_CASE("max_cached_bytes bounds the cache at every free") {
     checked_memory memory{memory_options()};
     pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .max_cached_bytes = 8 * MiB}};
@@ -336,7 +373,10 @@ TEST_CASE("bad input: a bad alignment throws, a foreign or double free is caught
 TEST_CASE("random traffic keeps every live block mapped and mapped memory within the policy") {
     checked_memory memory{memory_options(std::size_t{4} << 30)};
     const double fraction = 0.02;
-    pool_type pool{memory, {.span_bytes = std::size_t{512} << 20, .cache_fraction = fraction}};
+    std::size_t mapping = 0;
+    SUBCASE("a physical allocation per granule") {}
+    SUBCASE("physical allocations of 8 MiB in large spans") { mapping = 8 * MiB; }
+    pool_type pool{memory, {.span_bytes = std::size_t{512} << 20, .cache_fraction = fraction, .mapping_bytes = mapping}};
     std::mt19937_64 random(42);
     struct live_block {
         std::size_t bytes, alignment;

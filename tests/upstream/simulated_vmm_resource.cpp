@@ -56,6 +56,33 @@ TEST_CASE("simulated_vmm_resource: the reservation, its granularity and its defa
     CHECK_THROWS_AS(simulated_vmm_resource({.capacity = ~std::size_t{0} - MiB}), std::invalid_argument);
 }
 
+TEST_CASE("simulated_vmm_resource: a run mapped whole unmaps whole, alone or with its neighbours") {
+    simulated_vmm_resource vm{{.capacity = 64 * MiB}};
+    std::byte* run = vm.base() + 2 * granule;
+    vm.map_whole(run, 3 * granule);
+    vm.map(run + 3 * granule, 2 * granule);      // two allocations of a granule each
+    vm.map_whole(run + 5 * granule, 2 * granule);
+    CHECK(vm.map_calls() == 3);
+    CHECK(vm.mapped_bytes() == 7 * granule);
+    vm.check_invariants();
+
+    vm.unmap(run + 3 * granule, granule);  // a granule mapped alone still unmaps alone
+    vm.unmap(run, 3 * granule);            // a whole mapping, exactly
+    vm.unmap(run + 4 * granule, 3 * granule);  // a granule and the whole mapping beside it, in one call
+    CHECK(vm.unmap_calls() == 3);
+    CHECK(vm.mapped_bytes() == 0);
+    vm.check_invariants();
+
+    vm.map_whole(run, granule);  // one granule made whole is an ordinary granule
+    vm.unmap(run, granule);
+    vm.map_whole(run, 4 * granule);  // the granules of an unmapped whole mapping map again any way
+    vm.unmap(run, 4 * granule);
+    vm.map(run, 4 * granule);
+    vm.unmap(run + granule, granule);
+    CHECK(vm.mapped_bytes() == 3 * granule);
+    vm.check_invariants();
+}
+
 TEST_CASE("simulated_vmm_resource: one map call per run, and any granule of a run unmaps alone") {
     simulated_vmm_resource vm{{.capacity = 64 * MiB}};
     std::byte* run = vm.base() + 4 * granule;
@@ -194,6 +221,15 @@ TEST_CASE("simulated_vmm_resource: map and unmap reject ranges they may not touc
         });
         CHECK(outcome.aborted());
         CHECK(outcome.said("live block from allocate"));
+    }
+    SUBCASE("unmap of part of a mapping made whole") {
+        const auto outcome = test::run_in_child([] {
+            simulated_vmm_resource child{{.capacity = 16 * MiB}};
+            child.map_whole(child.base(), 3 * granule);
+            child.unmap(child.base() + granule, 2 * granule);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("part of a mapping made whole"));
     }
     SUBCASE("deallocate of a pointer it did not hand out") {
         const auto outcome = test::run_in_child([] {

@@ -13,6 +13,7 @@ namespace poolkit {
 // | v.base(), v.capacity() | std::byte*, size_t | never | the reserved range |
 // | v.granularity() | size_t | never | a power of two; every map and unmap is in whole granules |
 // | v.map(at, bytes) | void | out_of_memory, std::invalid_argument, cuda_error | back [at, at+bytes) |
+// | v.map_whole(at, bytes) | void | as map | back [at, at+bytes) with one physical allocation, unmapped only whole |
 // | v.unmap(at, bytes) | void | never | give [at, at+bytes) back; no work may still use it |
 // | v.is_mapped(p) | bool | | the granule holding p is backed |
 // | v.mapped_bytes(), v.peak_mapped_bytes() | size_t | | backed now, most backed at once |
@@ -25,6 +26,7 @@ concept virtual_memory = requires(V& v, const V& cv, void* at, const void* point
     { cv.capacity() } noexcept -> std::same_as<std::size_t>;
     { cv.granularity() } noexcept -> std::same_as<std::size_t>;
     { v.map(at, bytes) } -> std::same_as<void>;
+    { v.map_whole(at, bytes) } -> std::same_as<void>;
     { v.unmap(at, bytes) } noexcept -> std::same_as<void>;
     { cv.is_mapped(pointer) } -> std::same_as<bool>;
     { cv.mapped_bytes() } -> std::same_as<std::size_t>;

@@ -17,7 +17,7 @@
 //     mapped bytes stay within the larger of the peak of live bytes so far (times 1 + the peak
 //     slack) and the live bytes after the request times (1 + options.cache_fraction) — so mapped
 //     memory follows live memory; what the bound leaves without the slack is mapped ahead, beside
-//     the new block, so that a growing workload needs few map calls. The slack is
+//     a new block of a large span, so that a growing workload needs few map calls. The slack is
 //     options.peak_slack (0); given a larger options.max_peak_slack, it rises towards it while
 //     those unmaps come often (more than one granule per options.allocations_per_remap
 //     allocations, over windows of a quarter of the peak): where shapes vary so much that
@@ -26,6 +26,10 @@
 //     BERT settles at 1.20 with a sixteenth of the remaps; docs/virtual_memory.md);
 //   - at a free, while the cache exceeds options.max_cached_bytes;
 //   - all of them on release().
+// Each granule is a physical allocation of its own, so any wholly free granule can be unmapped;
+// with options.mapping_bytes larger, a large span maps in allocations of that size (a sixteenth of
+// the driver's cost at 32 MiB), and only allocations wholly inside a free block are cached and
+// unmapped: a live block pins every allocation it touches.
 // Unmapping waits first for all work that may use the memory (the upstream's synchronize(): the
 // whole device), so a block freed on a stream is never unmapped before that stream's work is done;
 // it happens only on those three occasions, never on the hot path.
@@ -33,8 +37,8 @@
 // bits of the block (one word per 64 granules). A small request compares at most
 // options.candidates free blocks; a large one stops at the first block that fits with nothing to
 // map (usually the first), else scores every free large block that fits — only where it then maps.
-// Mapping and unmapping cost driver calls: about 28 µs to map a 2 MiB granule and 23 µs to unmap
-// it on an H200, almost all of it per physical allocation, whatever its size (docs/virtual_memory.md).
+// Mapping and unmapping cost driver calls: about 28 µs to map a physical allocation and 23 µs to
+// unmap it on an H200, almost whatever its size (docs/virtual_memory.md).
 // Thread safety: none; wrap in synchronized<>. Alignment: any power of two; blocks start on
 // options.rounding. Stream semantics: none; a freed block is reusable at once. Put stream_ordered<>
 // around it: each lane claims spans of its own over the shared virtual memory.
@@ -91,6 +95,13 @@ struct expandable_options {
     // and whose speed matters more than the last fifth of memory (docs/virtual_memory.md).
     double max_peak_slack = 0;
     std::size_t allocations_per_remap = 100;
+    // Bytes of each physical allocation of a large span: 0 or a power of two, at least one granule;
+    // allocations are aligned to it within the span. The driver
+    // charges about 50 µs per allocation mapped and unmapped, whatever its size, so larger ones
+    // cut the cost of remapping many times over (32 MiB: 16 times on an H200), but an allocation
+    // is unmapped only when all of it is free: a live block pins every allocation it touches.
+    // Larger pays where peak_slack leaves room for that (docs/virtual_memory.md).
+    std::size_t mapping_bytes = 0;
     // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
     std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
     // Free blocks for small requests (best fit first, at most 64) compared for a placement that
@@ -142,16 +153,53 @@ using cached_list = intrusive::list<block, cached_tag>;
 using free_blocks = intrusive::multiset<block, by_size_tag, by_size>;
 using live_blocks = intrusive::set<block, by_size_tag, by_address>;
 
-// A span of claimed address space: its blocks tile it; one bit per granule says it is mapped.
+// A span of claimed address space: its blocks tile it; one bit per granule says it is mapped,
+// another that a physical allocation starts there. An allocation runs from its start to the next
+// start or unmapped granule, and can only be unmapped whole (virtual_memory's map_whole).
 struct span {
     span(std::uintptr_t address_, std::size_t bytes_, std::size_t granularity, bool small_)
-        : address(address_), bytes(bytes_), small(small_), mapped((bytes_ / granularity + 63) / 64, 0) {}
+        : address(address_), bytes(bytes_), small(small_), mapped((bytes_ / granularity + 63) / 64, 0),
+          starts(mapped.size(), 0) {}
     std::uintptr_t address;
     std::size_t bytes;
     bool small;
     block_list blocks;
     std::vector<std::uint64_t> mapped;
+    std::vector<std::uint64_t> starts;  // a subset of mapped
     std::size_t mapped_end = 0;  // no granule at or past this one was ever mapped
+
+    [[nodiscard]] std::size_t granules() const noexcept { return mapped.size() * 64; }
+    [[nodiscard]] bool starts_at(std::size_t granule) const noexcept { return (starts[granule / 64] >> (granule % 64)) & 1u; }
+
+    // Records [first, last) as mapped, one allocation per granule (each = false) or one in all.
+    void set_mapped(std::size_t first, std::size_t last, bool each) noexcept {
+        set(mapped, first, last, true);
+        if (each) {
+            set(starts, first, last, true);
+        } else {
+            set(starts, first, first + 1, true);
+        }
+        mapped_end = std::max(mapped_end, last);
+    }
+    void set_unmapped(std::size_t first, std::size_t last) noexcept {
+        set(mapped, first, last, false);
+        set(starts, first, last, false);
+    }
+
+    // The granules [from, to) of [first, last) that hold only allocations wholly inside [first,
+    // last): those an unmap of [first, last) may give back. Allocations reaching past either end
+    // are left out.
+    [[nodiscard]] std::pair<std::size_t, std::size_t> whole_within(std::size_t first, std::size_t last) const noexcept {
+        std::size_t from = first;
+        if (from < last && bit(from) && !starts_at(from)) {
+            from = first_of(from + 1, last, [this](std::size_t w) { return starts[w] | ~mapped[w]; });
+        }
+        std::size_t to = last;
+        if (to > from && to < granules() && bit(to) && !starts_at(to)) {
+            to = last_start(from, to);
+        }
+        return {from, std::max(from, to)};
+    }
 
     [[nodiscard]] bool bit(std::size_t granule) const noexcept { return (mapped[granule / 64] >> (granule % 64)) & 1u; }
 
@@ -169,13 +217,12 @@ struct span {
         return value ? ones : (last - first) - ones;
     }
 
-    void set(std::size_t first, std::size_t last, bool value) noexcept {
-        if (value) mapped_end = std::max(mapped_end, last);
+    static void set(std::vector<std::uint64_t>& bits, std::size_t first, std::size_t last, bool value) noexcept {
         for (std::size_t g = first; g < last;) {
             const std::size_t word = g / 64, offset = g % 64;
             const std::size_t take = std::min<std::size_t>(64 - offset, last - g);
             const std::uint64_t mask = (take < 64 ? ((std::uint64_t{1} << take) - 1) : ~std::uint64_t{0}) << offset;
-            mapped[word] = value ? (mapped[word] | mask) : (mapped[word] & ~mask);
+            bits[word] = value ? (bits[word] | mask) : (bits[word] & ~mask);
             g += take;
         }
     }
@@ -193,16 +240,32 @@ struct span {
         }
     }
 
-    // The first granule in [g, last) whose bit is `value`, or last: a word at a time.
+    // The first granule in [g, last) whose mapped bit is `value`, or last.
     [[nodiscard]] std::size_t next(std::size_t g, std::size_t last, bool value) const noexcept {
+        return value ? first_of(g, last, [this](std::size_t w) { return mapped[w]; })
+                     : first_of(g, last, [this](std::size_t w) { return ~mapped[w]; });
+    }
+
+    // The first granule in [g, last) whose bit in word(index) is set, or last: a word at a time.
+    template <class Word>
+    [[nodiscard]] static std::size_t first_of(std::size_t g, std::size_t last, Word word) noexcept {
         while (g < last) {
-            std::uint64_t word = mapped[g / 64];
-            if (!value) word = ~word;
-            word >>= g % 64;
-            if (word != 0) return std::min(last, g + static_cast<std::size_t>(std::countr_zero(word)));
+            const std::uint64_t bits = word(g / 64) >> (g % 64);
+            if (bits != 0) return std::min(last, g + static_cast<std::size_t>(std::countr_zero(bits)));
             g = (g / 64 + 1) * 64;
         }
         return last;
+    }
+
+    // The last granule in [first, last) where an allocation starts, or first when none does.
+    [[nodiscard]] std::size_t last_start(std::size_t first, std::size_t last) const noexcept {
+        while (last > first) {
+            const std::size_t top = last - 1;
+            std::uint64_t bits = starts[top / 64] & (~std::uint64_t{0} >> (63 - top % 64));
+            if (bits != 0) return std::max(first, (top / 64) * 64 + 63 - static_cast<std::size_t>(std::countl_zero(bits)));
+            last = (top / 64) * 64;
+        }
+        return first;
     }
 };
 
@@ -243,6 +306,10 @@ public:
         options_.max_peak_slack = std::max(options_.max_peak_slack, options_.peak_slack);
         options_.allocations_per_remap = std::max<std::size_t>(options_.allocations_per_remap, 1);
         slack_ = options_.peak_slack;
+        if (options_.mapping_bytes != 0 && !is_power_of_two(options_.mapping_bytes)) {
+            throw std::invalid_argument("poolkit: expandable mapping_bytes is not a power of two");
+        }
+        mapping_granules_ = std::max<std::size_t>(1, options_.mapping_bytes / granularity_);
         options_.candidates = std::clamp(options_.candidates, 1, max_candidates);
         if (options_.span_bytes == 0) options_.span_bytes = std::max(limit_of(memory()) / 8, std::size_t{1} << 30);
         options_.span_bytes = round_to_granule(options_.span_bytes);
@@ -413,7 +480,7 @@ public:
                 if (b.free) {
                     const auto& index = s->small ? small_free_ : large_free_;
                     POOLKIT_VERIFY(index.find(b) != index.end(), "a free block missing from its size index");
-                    const auto [first, last] = interior(b);
+                    const auto [first, last] = releasable(b);
                     POOLKIT_VERIFY(b.cached == s->count(first, last, true), "a free block's cached count drifted");
                     cached += b.cached;
                     ++free_count;
@@ -430,6 +497,11 @@ public:
                 expected += b.bytes;
             }
             POOLKIT_VERIFY(expected == s->address + s->bytes, "blocks do not cover their span");
+            for (std::size_t w = 0; w < s->mapped.size(); ++w) {
+                const std::uint64_t previous = (s->mapped[w] << 1) | (w > 0 ? s->mapped[w - 1] >> 63 : 0);
+                POOLKIT_VERIFY((s->starts[w] & ~s->mapped[w]) == 0, "an allocation starts on an unmapped granule");
+                POOLKIT_VERIFY((s->mapped[w] & ~previous & ~s->starts[w]) == 0, "a mapped run does not start an allocation");
+            }
             mapped += s->count(0, s->bytes / granularity_, true);
         }
         for (const block& b : cached_) {
@@ -521,6 +593,11 @@ private:
         const std::size_t first = (b.address - b.owner->address + granularity_ - 1) / granularity_;
         const std::size_t last = (b.end() - b.owner->address) / granularity_;
         return {first, std::max(first, last)};
+    }
+    // The granules of free block `b` that hold only allocations wholly inside it: its cache.
+    std::pair<std::size_t, std::size_t> releasable(const block& b) const noexcept {
+        const auto [first, last] = interior(b);
+        return b.owner->whole_within(first, last);
     }
     std::size_t unmapped_under(const span& s, std::uintptr_t start, std::size_t bytes) const noexcept {
         const std::size_t first = (start - s.address) / granularity_;
@@ -652,7 +729,9 @@ private:
         const double ahead_budget = std::max(static_cast<double>(peak_live_bytes_), static_cast<double>(live_after) * (1.0 + options_.cache_fraction));
         const double headroom = std::min(ahead_budget - static_cast<double>(reserved_bytes() + needed),
                                          static_cast<double>(physical_left()) - static_cast<double>(needed));
-        const std::size_t ahead = headroom > 0 ? align_down(static_cast<std::size_t>(headroom), granularity_) : 0;
+        // Not in small spans: a granule each there, mapping ahead saves no driver call, and on the
+        // bundled BERT trace it moved a third of the granules remapped between small and large spans.
+        const std::size_t ahead = headroom > 0 && !found.where->owner->small ? align_down(static_cast<std::size_t>(headroom), granularity_) : 0;
         const block& where = *found.where;
         std::uintptr_t first = found.start, last = found.start + rounded;
         if (ahead > 0 && last < where.end()) {
@@ -660,18 +739,29 @@ private:
         } else if (ahead > 0 && first > where.address) {
             first = std::max<std::uintptr_t>(where.address, align_down(first, granularity_) - std::min<std::uintptr_t>(ahead, align_down(first, granularity_)));
         }
+        // With a granule per physical allocation the block and what is mapped ahead take one map
+        // call; with larger allocations the ahead is mapped apart, so that no allocation holds
+        // both (the block would pin it), and failing to map it changes nothing: it is a bet.
+        const bool apart = mapping_granules_ > 1;
+        const std::uintptr_t own_first = apart ? found.start : first, own_last = apart ? found.start + rounded : last;
         try {
-            map_range(*where.owner, first, last - first);
+            map_range(*where.owner, own_first, own_last - own_first);
         } catch (const std::bad_alloc&) {
             const std::size_t before = cached_granules_;
             trim(std::numeric_limits<std::size_t>::max(), keep_under(found, rounded));
-            if (cached_granules_ == before && first == found.start && last == found.start + rounded) {
+            if (cached_granules_ == before && own_first == found.start && own_last == found.start + rounded) {
                 throw out_of_memory("expandable", figures(bytes, alignment));
             }
             try {
                 map_range(*found.where->owner, found.start, rounded);
             } catch (const std::bad_alloc&) {
                 throw out_of_memory("expandable", figures(bytes, alignment));
+            }
+        }
+        if (apart && (first != own_first || last != own_last)) {
+            try {
+                map_range(*where.owner, first, last - first);  // only the granules ahead are left unmapped
+            } catch (const std::bad_alloc&) {
             }
         }
         return carve(*found.where, found.start, rounded, bytes);
@@ -700,7 +790,10 @@ private:
         allocations_ = 0;
     }
 
-    // Maps the unmapped granules under [start, start + bytes) of `s`: one map call per run.
+    // Maps the unmapped granules under [start, start + bytes) of `s`: one map call per run. In a
+    // large span each run is one physical allocation (the driver charges per allocation, so a
+    // large block maps for the price of a granule; it is unmapped once all of it is free); in a
+    // small span each granule is one, so that a live small block pins only its own granules.
     // Strong guarantee: on failure what this call mapped is unmapped again.
     void map_range(span& s, std::uintptr_t start, std::size_t bytes) {
         const std::size_t first = (start - s.address) / granularity_;
@@ -711,22 +804,48 @@ private:
         try {
             for (; done < runs.size(); ++done) {
                 const auto [a, b] = runs[done];
-                memory().map(reinterpret_cast<void*>(granule_address(s, a)), (b - a) * granularity_);
-                s.set(a, b, true);
+                void* at = reinterpret_cast<void*>(granule_address(s, a));
+                if (s.small || mapping_granules_ == 1) {
+                    memory().map(at, (b - a) * granularity_);
+                    s.set_mapped(a, b, true);
+                    ++map_calls_;
+                } else {
+                    map_pieces(s, a, b);
+                }
                 mapped_granules_ += b - a;
-                ++map_calls_;
             }
         } catch (...) {
             for (std::size_t i = 0; i < done; ++i) {  // fresh: nothing can use them yet
                 const auto [a, b] = runs[i];
                 memory().unmap(reinterpret_cast<void*>(granule_address(s, a)), (b - a) * granularity_);
-                s.set(a, b, false);
+                s.set_unmapped(a, b);
                 mapped_granules_ -= b - a;
                 ++unmap_calls_;
             }
             throw;
         }
         peak_mapped_granules_ = std::max(peak_mapped_granules_, mapped_granules_);
+    }
+
+    // Maps granules [a, b) of large span `s` as allocations of at most mapping_granules_, aligned
+    // to that within the span. Strong guarantee.
+    void map_pieces(span& s, std::size_t a, std::size_t b) {
+        std::size_t g = a;
+        try {
+            while (g < b) {
+                const std::size_t end = std::min(b, (g / mapping_granules_ + 1) * mapping_granules_);
+                memory().map_whole(reinterpret_cast<void*>(granule_address(s, g)), (end - g) * granularity_);
+                s.set_mapped(g, end, false);
+                ++map_calls_;
+                g = end;
+            }
+        } catch (...) {
+            if (g > a) {
+                memory().unmap(reinterpret_cast<void*>(granule_address(s, a)), (g - a) * granularity_);
+                s.set_unmapped(a, g);
+            }
+            throw;
+        }
     }
 
     // Unmaps cached granules, oldest freed first, until at least `bytes` are unmapped or none is
@@ -740,6 +859,11 @@ private:
             ++it;
             const auto [first, last] = interior(b);
             span& s = *b.owner;
+            // Whole allocations only: one reaching into a live block or the kept range stays.
+            const auto drop_within = [&](std::size_t from, std::size_t to, const auto& drop) {
+                const auto [a, z] = s.whole_within(from, to);
+                s.for_each_run(a, z, true, drop);
+            };
             std::size_t dropped = 0;
             const auto drop = [&](std::size_t a, std::size_t z) {
                 if (!waited) {
@@ -747,15 +871,15 @@ private:
                     waited = true;
                 }
                 memory().unmap(reinterpret_cast<void*>(granule_address(s, a)), (z - a) * granularity_);
-                s.set(a, z, false);
+                s.set_unmapped(a, z);
                 dropped += z - a;
                 ++unmap_calls_;
             };
             if (&b == keep.in) {
-                s.for_each_run(first, std::max(first, std::min(last, keep.first)), true, drop);
-                s.for_each_run(std::min(last, std::max(first, keep.last)), last, true, drop);
+                drop_within(first, std::max(first, std::min(last, keep.first)), drop);
+                drop_within(std::min(last, std::max(first, keep.last)), last, drop);
             } else {
-                s.for_each_run(first, last, true, drop);
+                drop_within(first, last, drop);
             }
             unmapped += dropped * granularity_;
             mapped_granules_ -= dropped;
@@ -792,7 +916,7 @@ private:
 
     // Files a free block in its size index and, with its cached granules counted, in the cache.
     void file_free(block& b) noexcept {
-        const auto [first, last] = interior(b);
+        const auto [first, last] = releasable(b);
         b.cached = b.owner->count(first, last, true);
         (b.owner->small ? small_free_ : large_free_).insert(b);
         if (b.cached > 0) {
@@ -852,6 +976,7 @@ private:
     Upstream upstream_;
     expandable_options options_;
     std::size_t granularity_ = 0;
+    std::size_t mapping_granules_ = 1;  // granules per physical allocation of a large span
     // Declared before the indexes, so that the indexes go first on destruction.
     detail::node_pool<block> blocks_;
     std::vector<std::unique_ptr<span>> spans_;

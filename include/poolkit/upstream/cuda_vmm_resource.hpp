@@ -7,13 +7,16 @@
 // so the mapping alone keeps the memory), then grants access to the whole run in one
 // cuMemSetAccess — read-write for its device and options.peers. One granule per physical
 // allocation is what lets unmap free any single granule: cuMemUnmap must cover whole mappings.
+// map_whole(at, bytes) creates one physical allocation for the whole run instead: one cuMemCreate,
+// cuMemMap and cuMemSetAccess however long the run, unmapped only whole.
 // It is also a resource that can stand in for cudaMalloc: allocate takes the smallest hole of the
-// range that fits (then the lowest address), rounds the size up to whole granules and maps them;
-// deallocate unmaps them. Driver entry points come through the runtime (detail/cuda_driver.hpp):
+// range that fits (then the lowest address), rounds the size up to whole granules and maps them
+// whole; deallocate unmaps them. Driver entry points come through the runtime (detail/cuda_driver.hpp):
 // link cudart only.
 //
-// Complexity: two driver calls per granule to map and one to unmap, one cuMemSetAccess per map
-// call; bookkeeping O(log n) in the unmapped holes. Thread-safe (one mutex, held across the driver
+// Complexity: map: two driver calls per granule and one cuMemSetAccess; map_whole and allocate:
+// four driver calls; unmap: one cuMemUnmap per physical allocation; bookkeeping O(log n) in the
+// unmapped holes and whole mappings. Thread-safe (one mutex, held across the driver
 // calls). Alignment: blocks start on a granule (2 MiB on an H200); any larger power of two is met
 // by placement in the range. Stream semantics: memory is usable on any stream as soon as map or
 // allocate returns. unmap requires that no work still uses the range. deallocate waits for the
@@ -154,7 +157,7 @@ public:
         const current_device scope(device_);
         if (granules_.mapped_bytes() != 0) {
             detail::check_cuda_in_deallocate(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-            granules_.for_each_mapped_run([this](std::uintptr_t at, std::size_t bytes) { unmap_granules(at, bytes); });
+            granules_.for_each_mapped_run([this](std::uintptr_t at, std::size_t bytes) { unmap_mappings(at, bytes); });
         }
         detail::cuda_driver::check_in_deallocate(
             driver_->mem_address_free(static_cast<CUdeviceptr>(granules_.base()), granules_.capacity()), "cuMemAddressFree");
@@ -171,13 +174,10 @@ public:
     // and makes it readable and writable by the device and its peers. Throws std::invalid_argument
     // for a range that breaks those rules, out_of_memory or cuda_error as the header says; nothing
     // stays mapped then.
-    void map(void* at, std::size_t bytes) {
-        if (bytes == 0) return;
-        const auto address = reinterpret_cast<std::uintptr_t>(at);
-        std::lock_guard lock(mutex_);
-        granules_.check_map(address, bytes, name);
-        map_locked(address, bytes, granularity_);
-    }
+    void map(void* at, std::size_t bytes) { map_checked(at, bytes, mapping::per_granule); }
+
+    // As map, with one physical allocation for the whole run: unmap must then cover it whole.
+    void map_whole(void* at, std::size_t bytes) { map_checked(at, bytes, mapping::whole); }
 
     // Gives [at, at + bytes) back to the device: whole granules, all mapped, none in a live block
     // from allocate (POOLKIT_ASSERT; with assertions off such a call does nothing); no work may
@@ -190,7 +190,7 @@ public:
         POOLKIT_ASSERT(violation == nullptr, violation);  // says which rule the call broke
         if (violation != nullptr) return;
         const current_device scope(device_);
-        unmap_granules(address, bytes);
+        unmap_mappings(address, bytes);
         granules_.mark_unmapped(address, bytes);
     }
 
@@ -246,7 +246,7 @@ public:
         }
         granules_.record_block(*at, *rounded);
         try {
-            map_locked(*at, *rounded, alignment, bytes);
+            map_locked(*at, *rounded, mapping::whole, alignment, bytes);
         } catch (...) {
             granules_.forget_block(*at);
             throw;
@@ -338,43 +338,69 @@ private:
         return asked;
     }
 
-    // Maps [at, at + bytes) (check_map passed) and records it; on failure nothing stays mapped.
-    // `asked` is the caller's size, for the figures of out_of_memory.
-    void map_locked(std::uintptr_t at, std::size_t bytes, std::size_t alignment, std::size_t asked = 0) {
+    enum class mapping { per_granule, whole };
+
+    void map_checked(void* at, std::size_t bytes, mapping kind) {
+        if (bytes == 0) return;
+        const auto address = reinterpret_cast<std::uintptr_t>(at);
+        std::lock_guard lock(mutex_);
+        granules_.check_map(address, bytes, name);
+        map_locked(address, bytes, kind, granularity_);
+    }
+
+    // Maps [at, at + bytes) (check_map passed), a physical allocation per granule or one for the
+    // whole, and records it; on failure nothing stays mapped. `asked` is the caller's size, for
+    // the figures of out_of_memory.
+    void map_locked(std::uintptr_t at, std::size_t bytes, mapping kind, std::size_t alignment, std::size_t asked = 0) {
         if (asked == 0) asked = bytes;
         if (bytes > physical_limit_ - granules_.mapped_bytes()) throw out_of_memory(name, figures(asked, alignment, false));
         const current_device scope(device_);
         scope.check();
+        const std::size_t piece = kind == mapping::whole ? bytes : granularity_;
         std::size_t done = 0;
         const auto fail = [&](CUresult status, const char* call, std::size_t mapped) {
-            unmap_granules(at, mapped);
+            unmap_pieces(at, mapped, piece);
             if (status == CUDA_ERROR_OUT_OF_MEMORY) throw out_of_memory(name, figures(asked, alignment, true));
             driver_->throw_error(status, call);
         };
-        for (; done < bytes; done += granularity_) {
+        for (; done < bytes; done += piece) {
             CUmemGenericAllocationHandle handle{};
-            const CUresult created = driver_->mem_create(&handle, granularity_, &properties_, 0);
+            const CUresult created = driver_->mem_create(&handle, piece, &properties_, 0);
             if (created != CUDA_SUCCESS) fail(created, "cuMemCreate", done);
-            const CUresult mapped = driver_->mem_map(static_cast<CUdeviceptr>(at + done), granularity_, 0, handle, 0);
+            const CUresult mapped = driver_->mem_map(static_cast<CUdeviceptr>(at + done), piece, 0, handle, 0);
             const CUresult released = driver_->mem_release(handle);  // the mapping, if any, keeps the memory
             if (mapped != CUDA_SUCCESS) fail(mapped, "cuMemMap", done);
-            if (released != CUDA_SUCCESS) fail(released, "cuMemRelease", done + granularity_);
+            if (released != CUDA_SUCCESS) fail(released, "cuMemRelease", done + piece);
         }
         const CUresult accessible = driver_->mem_set_access(static_cast<CUdeviceptr>(at), bytes, access_.data(), access_.size());
         if (accessible != CUDA_SUCCESS) fail(accessible, "cuMemSetAccess", bytes);
         try {
-            granules_.mark_mapped(at, bytes);
+            if (kind == mapping::whole) {
+                granules_.mark_mapped_whole(at, bytes);
+            } else {
+                granules_.mark_mapped(at, bytes);
+            }
         } catch (...) {
-            unmap_granules(at, bytes);
+            unmap_pieces(at, bytes, piece);
             throw;
         }
     }
 
-    // Unmaps granule by granule (each is its own mapping); the physical memory goes back to the device.
-    void unmap_granules(std::uintptr_t at, std::size_t bytes) const noexcept {
-        for (std::size_t done = 0; done < bytes; done += granularity_) {
-            detail::cuda_driver::check_in_deallocate(
-                driver_->mem_unmap(static_cast<CUdeviceptr>(at + done), granularity_), "cuMemUnmap");
+    // Unmaps the physical allocations of [at, at + bytes), `piece` bytes each; the physical
+    // memory goes back to the device.
+    void unmap_pieces(std::uintptr_t at, std::size_t bytes, std::size_t piece) const noexcept {
+        for (std::size_t done = 0; done < bytes; done += piece) {
+            detail::cuda_driver::check_in_deallocate(driver_->mem_unmap(static_cast<CUdeviceptr>(at + done), piece), "cuMemUnmap");
+        }
+    }
+
+    // Unmaps the recorded mappings of [at, at + bytes), which covers each whole: one call per
+    // physical allocation, as granules_ says where each starts and ends.
+    void unmap_mappings(std::uintptr_t at, std::size_t bytes) const noexcept {
+        for (std::size_t done = 0; done < bytes;) {
+            const std::size_t piece = granules_.whole_at(at + done).value_or(granularity_);
+            unmap_pieces(at + done, piece, piece);
+            done += piece;
         }
     }
 
@@ -386,7 +412,7 @@ private:
         if (!block) return;
         POOLKIT_ASSERT(checked_round_up(bytes, granularity_) == *block, "deallocate with a size other than the one allocated");
         granules_.forget_block(address);
-        unmap_granules(address, *block);
+        unmap_mappings(address, *block);
         granules_.mark_unmapped(address, *block);
     }
 

@@ -4,8 +4,8 @@
 //
 // It models virtual_memory (virtual_memory.hpp says what map and unmap mean) with the same
 // semantics as cuda_vmm_resource, and is also a resource: allocate takes the smallest hole of the
-// range that fits (then the lowest address), rounds the size up to whole granules, maps them and
-// returns them; deallocate unmaps them. The range is mmap'ed PROT_NONE and MAP_NORESERVE: it costs
+// range that fits (then the lowest address), rounds the size up to whole granules, maps them whole
+// and returns them; deallocate unmaps them. The range is mmap'ed PROT_NONE and MAP_NORESERVE: it costs
 // no memory, and touching it faults. Complexity: O(log n) in the number of unmapped holes (an
 // alignment above the granularity may look at every hole big enough). Thread-safe (one mutex).
 // Alignment: any power of two; blocks start on a granule. Stream semantics: allocate_async and
@@ -73,16 +73,10 @@ public:
     // Backs [at, at + bytes) (whole granules, inside the range, none mapped; 0 bytes does nothing).
     // Throws std::invalid_argument for a range that breaks those rules, out_of_memory past the
     // physical limit; nothing changes then.
-    void map(void* at, std::size_t bytes) {
-        if (bytes == 0) return;
-        const auto address = reinterpret_cast<std::uintptr_t>(at);
-        std::lock_guard lock(mutex_);
-        granules_.check_map(address, bytes, name);
-        if (bytes > options_.physical_limit - granules_.mapped_bytes()) {
-            throw out_of_memory(name, physical_figures(bytes, granules_.granularity()));
-        }
-        granules_.mark_mapped(address, bytes);
-    }
+    void map(void* at, std::size_t bytes) { map_as(at, bytes, &detail::granule_map::mark_mapped); }
+
+    // As map, as one physical allocation: unmap must then cover [at, at + bytes) whole.
+    void map_whole(void* at, std::size_t bytes) { map_as(at, bytes, &detail::granule_map::mark_mapped_whole); }
 
     // Gives [at, at + bytes) back: whole granules, all mapped, none in a live block from allocate
     // (POOLKIT_ASSERT; with assertions off such a call does nothing). 0 bytes does nothing.
@@ -226,6 +220,17 @@ private:
         std::uintptr_t start_ = 0;
     };
 
+    void map_as(void* at, std::size_t bytes, void (detail::granule_map::*mark)(std::uintptr_t, std::size_t)) {
+        if (bytes == 0) return;
+        const auto address = reinterpret_cast<std::uintptr_t>(at);
+        std::lock_guard lock(mutex_);
+        granules_.check_map(address, bytes, name);
+        if (bytes > options_.physical_limit - granules_.mapped_bytes()) {
+            throw out_of_memory(name, physical_figures(bytes, granules_.granularity()));
+        }
+        (granules_.*mark)(address, bytes);
+    }
+
     void* allocate_locked(std::size_t bytes, std::size_t alignment) {
         const auto rounded = checked_round_up(bytes, granules_.granularity());
         if (!rounded) throw out_of_memory(name, physical_figures(bytes, alignment));
@@ -241,7 +246,7 @@ private:
         }
         granules_.record_block(*at, *rounded);
         try {
-            granules_.mark_mapped(*at, *rounded);  // strong guarantee
+            granules_.mark_mapped_whole(*at, *rounded);  // strong guarantee; a block is unmapped whole
         } catch (...) {
             granules_.forget_block(*at);
             throw;

@@ -5,10 +5,14 @@
 // The range [base(), base() + capacity()) is reserved once and never moves. map(at, bytes) backs
 // the granules of [at, at + bytes) with physical memory; unmap(at, bytes) gives it back. `at` and
 // `bytes` are multiples of granularity(). One map call maps one run of contiguous granules however
-// long; any granule it mapped may later be unmapped alone, or with any other mapped granules that
-// are contiguous with it, in one unmap call. Counting: map_calls() and unmap_calls() count calls
-// that changed something (one per call, not per granule); mapped_bytes() is the bytes backed now,
-// peak_mapped_bytes() the most ever backed at once.
+// long, one physical allocation per granule; any granule it mapped may later be unmapped alone, or
+// with any other mapped granules that are contiguous with it, in one unmap call. map_whole(at,
+// bytes) backs the run with one physical allocation instead: the driver charges per allocation
+// (about 50 µs to create, map, grant, unmap and release one on an H200, whatever its size), so a
+// long run costs as little as one granule, but it can only be unmapped whole — an unmap call
+// covers each such mapping entirely or not at all. Counting: map_calls() and unmap_calls() count
+// calls that changed something (one per call, not per granule); mapped_bytes() is the bytes backed
+// now, peak_mapped_bytes() the most ever backed at once.
 //
 // Complexity of the bookkeeping: O(log n) in the number of unmapped holes. Thread safety: each model
 // states its own. Alignment: base() and every mapping start on a granule. Stream semantics: none;
@@ -16,8 +20,8 @@
 // bytes mapped (reserved_bytes) and the physical limit (limit_bytes), having changed nothing.
 // Precondition violations: map throws std::invalid_argument (misaligned, outside the range, or some
 // granule already mapped); unmap (noexcept) checks with POOLKIT_ASSERT (misaligned, outside the
-// range, some granule not mapped, or the range overlaps a block handed out by allocate) and, when
-// assertions are off, does nothing.
+// range, some granule not mapped, part of a mapping made by map_whole, or the range overlaps a
+// block handed out by allocate) and, when assertions are off, does nothing.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
@@ -44,8 +48,9 @@ namespace detail {
 // the blocks that a model's resource face (allocate/deallocate) handed out. Unsynchronized.
 //
 // Unmapped space is kept as maximal holes, indexed by address and by (size, address); mapped
-// granules are the complement. A block from allocate is exactly mapped: its alignment padding
-// stays an unmapped hole, so allocate and map never hand out the same granule twice.
+// granules are the complement; mappings of more than one granule made whole are kept by address.
+// A block from allocate is exactly mapped: its alignment padding stays an unmapped hole, so
+// allocate and map never hand out the same granule twice.
 class granule_map {
 public:
     granule_map(std::uintptr_t base, std::size_t capacity, std::size_t granularity)
@@ -90,7 +95,16 @@ public:
             const auto previous = std::prev(block);
             if (previous->first + previous->second > at) return "unmap of granules that a live block from allocate uses";
         }
+        if (cuts_whole(at) || cuts_whole(at + bytes)) return "unmap of part of a mapping made whole (map_whole)";
         return nullptr;
+    }
+
+    // The bytes of the mapping made whole that starts at `at`, or nothing (a granule of its own,
+    // unmapped, or inside another mapping).
+    [[nodiscard]] std::optional<std::size_t> whole_at(std::uintptr_t at) const noexcept {
+        const auto found = whole_.find(at);
+        if (found == whole_.end()) return std::nullopt;
+        return found->second;
     }
 
     // The lowest-addressed start, in the smallest hole that fits, of `bytes` (whole granules)
@@ -155,6 +169,18 @@ public:
         ++map_calls_;
     }
 
+    // As mark_mapped, for a mapping made whole: one physical allocation, unmapped only whole.
+    void mark_mapped_whole(std::uintptr_t at, std::size_t bytes) {
+        if (bytes <= granularity_) return mark_mapped(at, bytes);
+        const auto inserted = whole_.emplace(at, bytes).first;
+        try {
+            mark_mapped(at, bytes);
+        } catch (...) {
+            whole_.erase(inserted);
+            throw;
+        }
+    }
+
     // Records [at, at + bytes) as unmapped (unmap_violation was nullptr) and counts one unmap call.
     // Allocates only when the new hole touches no other (host exhaustion then ends the program, as
     // in any deallocate).
@@ -183,6 +209,7 @@ public:
         } else {
             insert_hole(at, bytes);
         }
+        whole_.erase(whole_.lower_bound(at), whole_.lower_bound(at + bytes));
         mapped_bytes_ -= bytes;
         ++unmap_calls_;
     }
@@ -259,6 +286,12 @@ public:
             block_end = start + bytes;
             block_total += bytes;
         }
+        std::uintptr_t whole_end = 0;
+        for (const auto& [start, bytes] : whole_) {
+            POOLKIT_VERIFY(start >= whole_end && bytes > granularity_, "mappings made whole overlap or are one granule");
+            POOLKIT_VERIFY(unmap_violation_ignoring_blocks(start, bytes) == nullptr, "a mapping made whole is not mapped");
+            whole_end = start + bytes;
+        }
         POOLKIT_VERIFY(block_total == block_bytes_, "block byte count drifted");
         POOLKIT_VERIFY(block_bytes_ <= mapped_bytes_, "blocks hold more than is mapped");
     }
@@ -294,6 +327,14 @@ private:
         if (after != holes_by_address_.end() && after->first < at + bytes) return "unmapped";
         if (after != holes_by_address_.begin() && std::prev(after)->first + std::prev(after)->second > at) return "unmapped";
         return nullptr;
+    }
+
+    // Whether a mapping made whole starts before `boundary` and ends after it.
+    [[nodiscard]] bool cuts_whole(std::uintptr_t boundary) const noexcept {
+        const auto after = whole_.lower_bound(boundary);
+        if (after == whole_.begin()) return false;
+        const auto mapping = std::prev(after);
+        return mapping->first + mapping->second > boundary;
     }
 
     // The hole that holds `address`, or end().
@@ -334,6 +375,7 @@ private:
     std::map<std::uintptr_t, std::size_t> holes_by_address_;              // start -> bytes, unmapped
     std::set<std::pair<std::size_t, std::uintptr_t>> holes_by_size_;      // (bytes, start): best fit
     std::map<std::uintptr_t, std::size_t> blocks_;                        // allocate's blocks: start -> bytes
+    std::map<std::uintptr_t, std::size_t> whole_;                         // mappings made whole: start -> bytes
     std::size_t block_bytes_ = 0;
     std::size_t mapped_bytes_ = 0;       // capacity_ minus the holes
     std::size_t peak_mapped_bytes_ = 0;  // most mapped_bytes_ ever was
