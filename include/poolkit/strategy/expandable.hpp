@@ -17,7 +17,7 @@
 //     mapped bytes stay within the larger of the peak of live bytes so far (times 1 + the peak
 //     slack) and the live bytes after the request times (1 + options.cache_fraction) — so mapped
 //     memory follows live memory; what the bound leaves without the slack is mapped ahead, beside
-//     a new block of a large span, so that a growing workload needs few map calls. The slack is
+//     the new block, so that a growing workload needs few map calls. The slack is
 //     options.peak_slack (0); given a larger options.max_peak_slack, it rises towards it while
 //     those unmaps come often (more than one granule per options.allocations_per_remap
 //     allocations, over windows of a quarter of the peak): where shapes vary so much that
@@ -729,9 +729,7 @@ private:
         const double ahead_budget = std::max(static_cast<double>(peak_live_bytes_), static_cast<double>(live_after) * (1.0 + options_.cache_fraction));
         const double headroom = std::min(ahead_budget - static_cast<double>(reserved_bytes() + needed),
                                          static_cast<double>(physical_left()) - static_cast<double>(needed));
-        // Not in small spans: a granule each there, mapping ahead saves no driver call, and on the
-        // bundled BERT trace it moved a third of the granules remapped between small and large spans.
-        const std::size_t ahead = headroom > 0 && !found.where->owner->small ? align_down(static_cast<std::size_t>(headroom), granularity_) : 0;
+        const std::size_t ahead = headroom > 0 ? align_down(static_cast<std::size_t>(headroom), granularity_) : 0;
         const block& where = *found.where;
         std::uintptr_t first = found.start, last = found.start + rounded;
         if (ahead > 0 && last < where.end()) {
