@@ -1,10 +1,11 @@
-// Fuzzes simulated_vmm_resource with fuzzer-chosen map, unmap, allocate and deallocate steps over
+// Fuzzes simulated_vmm_resource with fuzzer-chosen map, map_whole, unmap, allocate and deallocate steps over
 // both of its faces, checked granule by granule against a model; check_invariants() after each step.
 //
 // Each step reads four bytes: an operation, a first granule, a length in granules, and a size or
 // alignment byte. map must succeed exactly when the run is unmapped and fits under the physical
 // limit (else std::invalid_argument or out_of_memory, changing nothing); unmap is only asked
-// where it is allowed; every block from allocate must be aligned and lie on unmapped granules.
+// where it is allowed (cutting no mapping made whole); every block from allocate must be aligned
+// and lie on unmapped granules.
 #include <poolkit/upstream/simulated_vmm_resource.hpp>
 
 #include <algorithm>
@@ -37,6 +38,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     poolkit::simulated_vmm_resource vm{
         {.capacity = granules * granule, .granularity = granule, .physical_limit = granules * granule * 3 / 4}};
     std::vector<state> model(granules, state::unmapped);
+    std::vector<std::uint32_t> whole(granules, 0);  // which map_whole mapping holds a granule; 0: none
+    std::uint32_t wholes = 0;
+    // An unmap of [first, first + count) cuts no mapping made whole.
+    const auto cuts_none = [&](std::size_t first, std::size_t count) {
+        const std::size_t last = first + count;
+        const bool head = first == 0 || whole[first] == 0 || whole[first - 1] != whole[first];
+        const bool tail = last == granules || whole[last - 1] == 0 || whole[last] != whole[last - 1];
+        return head && tail;
+    };
     std::map<std::uintptr_t, live_block> blocks;
     std::size_t maps = 0;
     std::size_t unmaps = 0;
@@ -61,15 +71,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::size_t count = 1 + data[i + 2] % 32;
         const std::uint8_t extra = data[i + 3];
         switch (op % 5) {
-        case 0: {  // map, possibly out of range or over mapped granules
+        case 0: {  // map or map_whole, possibly out of range or over mapped granules
             auto* at = vm.base() + first * granule;
             const std::size_t bytes = count * granule;
             const bool inside = first + count <= granules;
             const bool free = inside && all(first, count, state::unmapped);
+            const bool as_one = extra % 2 == 1;
             try {
-                vm.map(at, bytes);
+                if (as_one) {
+                    vm.map_whole(at, bytes);
+                } else {
+                    vm.map(at, bytes);
+                }
                 require(free && mapped() + bytes <= vm.physical_limit());
                 set(first, count, state::mapped);
+                if (as_one && count > 1) {
+                    ++wholes;
+                    std::fill(whole.begin() + static_cast<std::ptrdiff_t>(first),
+                              whole.begin() + static_cast<std::ptrdiff_t>(first + count), wholes);
+                }
                 ++maps;
             } catch (const std::invalid_argument&) {
                 require(!free);
@@ -87,9 +107,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             }
             break;
         case 2:  // unmap where allowed
-            if (first + count <= granules && all(first, count, state::mapped)) {
+            if (first + count <= granules && all(first, count, state::mapped) && cuts_none(first, count)) {
                 vm.unmap(vm.base() + first * granule, count * granule);
                 set(first, count, state::unmapped);
+                std::fill(whole.begin() + static_cast<std::ptrdiff_t>(first),
+                          whole.begin() + static_cast<std::ptrdiff_t>(first + count), 0);
                 ++unmaps;
             }
             break;
@@ -127,8 +149,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         vm.check_invariants();
     }
     for (const auto& [address, block] : blocks) vm.deallocate(reinterpret_cast<void*>(address), block.bytes, block.alignment);
-    for (std::size_t g = 0; g < granules; ++g) {
-        if (model[g] == state::mapped) vm.unmap(vm.base() + g * granule, granule);
+    for (std::size_t g = 0; g < granules;) {
+        std::size_t end = g + 1;  // a mapping: one granule, or the whole of one made whole
+        while (whole[g] != 0 && end < granules && whole[end] == whole[g]) ++end;
+        if (model[g] == state::mapped) vm.unmap(vm.base() + g * granule, (end - g) * granule);
+        g = end;
     }
     require(vm.mapped_bytes() == 0);
     vm.check_invariants();

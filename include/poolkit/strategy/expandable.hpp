@@ -95,12 +95,12 @@ struct expandable_options {
     // and whose speed matters more than the last fifth of memory (docs/virtual_memory.md).
     double max_peak_slack = 0;
     std::size_t allocations_per_remap = 100;
-    // Bytes of each physical allocation of a large span: 0 or a power of two, at least one granule;
-    // allocations are aligned to it within the span. The driver
-    // charges about 50 µs per allocation mapped and unmapped, whatever its size, so larger ones
-    // cut the cost of remapping many times over (32 MiB: 16 times on an H200), but an allocation
-    // is unmapped only when all of it is free: a live block pins every allocation it touches.
-    // Larger pays where peak_slack leaves room for that (docs/virtual_memory.md).
+    // Bytes of each physical allocation of a large span, aligned to it within the span: 0 or a
+    // power of two; at most a granule means a granule. The driver charges about 50 µs per
+    // allocation mapped and unmapped, whatever its size, so larger ones cut the cost of remapping
+    // many times over (32 MiB: 16 times on an H200), but an allocation is unmapped only when all
+    // of it is free: a live block pins every allocation it touches. Larger pays where the peak
+    // slack leaves room for that (docs/virtual_memory.md).
     std::size_t mapping_bytes = 0;
     // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
     std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
@@ -788,10 +788,9 @@ private:
         allocations_ = 0;
     }
 
-    // Maps the unmapped granules under [start, start + bytes) of `s`: one map call per run. In a
-    // large span each run is one physical allocation (the driver charges per allocation, so a
-    // large block maps for the price of a granule; it is unmapped once all of it is free); in a
-    // small span each granule is one, so that a live small block pins only its own granules.
+    // Maps the unmapped granules under [start, start + bytes) of `s`: one map call per run, a
+    // physical allocation per granule — or, in a large span with mapping_bytes above a granule,
+    // map_pieces. Small spans keep a granule each, so that a live small block pins only its own.
     // Strong guarantee: on failure what this call mapped is unmapped again.
     void map_range(span& s, std::uintptr_t start, std::size_t bytes) {
         const std::size_t first = (start - s.address) / granularity_;
