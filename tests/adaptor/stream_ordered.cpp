@@ -189,6 +189,23 @@ TEST_CASE("record_use delays reuse until the other stream's work is done") {
     f.pool.deallocate_async(after, 64 * KiB, 256, f.a);
 }
 
+TEST_CASE("forget_stream drops a stream from record_use: the block's free touches it no more") {
+    fixture f;
+    stream_ref user = f.events.make_stream();
+    void* block = f.pool.allocate_async(64 * KiB, 256, f.a);
+    f.pool.record_use(block, user);
+    f.events.submit(user);  // work on `user` reads the block
+    f.pool.forget_stream(user);
+    CHECK(f.events.completed(user) == 1);  // forgetting waited for it
+    f.events.destroy_stream(user);
+    f.pool.deallocate_async(block, 64 * KiB, 256, f.a);  // records nothing on `user` (it would throw)
+    CHECK(f.pool.deferred_blocks() == 0);
+    void* again = f.pool.allocate_async(64 * KiB, 256, f.a);
+    CHECK(again == block);
+    f.pool.deallocate_async(again, 64 * KiB, 256, f.a);
+    f.pool.check_invariants();
+}
+
 TEST_CASE("a block freed on another stream than its lane's waits for that stream") {
     fixture f;
     void* block = f.pool.allocate_async(64 * KiB, 256, f.a);

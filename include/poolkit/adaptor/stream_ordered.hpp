@@ -160,7 +160,10 @@ public:
     }
 
     // The block at `pointer` is also used by work on `stream` (PyTorch's record_stream): its reuse
-    // waits until the work issued there before its deallocation is done.
+    // waits until the work issued there before its deallocation is done. The deallocation records
+    // an event on `stream`, so `stream` must still exist then — or have been passed to
+    // forget_stream() before it was destroyed, which waits for its work and drops it from every
+    // block's uses.
     void record_use(void* pointer, stream_ref stream) {
         start_tracking();
         live_block* found = live_.find(pointer);
@@ -172,14 +175,30 @@ public:
         found->used_elsewhere = true;
     }
 
-    // Synchronizes `stream` and marks its lane idle: its free blocks stay for any other stream to
-    // take without a wait. Optional before destroying a stream (see above).
+    // Synchronizes `stream`, drops it from the uses of every live block (record_use) and marks its
+    // lane idle: its free blocks stay for any other stream to take without a wait. Optional before
+    // destroying a stream that has a lane (see above); required for one named in record_use whose
+    // blocks are still live.
     void forget_stream(stream_ref stream) {
+        const use gone{stream, thread_of(stream)};
+        const bool used = std::any_of(uses_.begin(), uses_.end(), [&](const auto& entry) {
+            return std::find(entry.second.begin(), entry.second.end(), gone) != entry.second.end();
+        });
         lane* forgotten = find_lane(key_of(stream));
-        if (forgotten == nullptr) return;
+        if (forgotten == nullptr && !used) return;
         const event_type event = events_.record(stream);
         events_.synchronize(event);
         events_.recycle(event);
+        for (auto entry = uses_.begin(); entry != uses_.end();) {
+            std::erase(entry->second, gone);
+            if (!entry->second.empty()) {
+                ++entry;
+                continue;
+            }
+            if (live_block* block = live_.find(entry->first)) block->used_elsewhere = false;
+            entry = uses_.erase(entry);
+        }
+        if (forgotten == nullptr) return;
         forgotten->idle = true;
         forget_frees(*forgotten);
         if (last_ == forgotten) last_ = nullptr;

@@ -1,0 +1,59 @@
+// Fuzzes a stack of adaptors over best_fit — statistics over tracking over limiting over
+// retry_on_oom — so that the limit refuses requests, the retry releases and tries again, and the
+// figures of every layer must agree with the pool's after each step and at the end.
+// Fuzzers build with NDEBUG; their checks must stay on.
+#define POOLKIT_ENABLE_ASSERTS 1
+
+#include "driver.hpp"
+
+#include <poolkit/adaptor/limiting.hpp>
+#include <poolkit/adaptor/retry_on_oom.hpp>
+#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/upstream/simulated_resource.hpp>
+
+#include <cstdlib>
+
+namespace {
+
+using pool_type = poolkit::best_fit<poolkit::ref<poolkit::simulated_resource>>;
+using stack_type = poolkit::statistics<poolkit::tracking<poolkit::limiting<poolkit::retry_on_oom<pool_type>>>>;
+
+// The resource the driver runs: the stack, with the layers' figures checked against one another.
+struct checked_stack {
+    stack_type& stack;
+    void* allocate(std::size_t bytes, std::size_t alignment) { return stack.allocate(bytes, alignment); }
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment) noexcept { stack.deallocate(pointer, bytes, alignment); }
+    void check_invariants() const {
+        auto& tracked = stack.upstream_resource();
+        auto& limited = tracked.upstream_resource();
+        const pool_type& pool = limited.upstream_resource().upstream_resource();
+        pool.check_invariants();
+        if (tracked.live_blocks() != pool.live_blocks()) std::abort();
+        if (limited.live_bytes() > limited.limit() || limited.live_bytes() != tracked.live_bytes()) std::abort();
+        const auto figures = stack.figures();
+        if (figures.allocations.current != static_cast<std::int64_t>(pool.live_blocks()) ||
+            figures.requested_bytes.current != static_cast<std::int64_t>(tracked.live_bytes())) {
+            std::abort();
+        }
+    }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    poolkit::simulated_resource memory{{.capacity = std::size_t{256} << 20}};
+    {
+        stack_type stack{std::in_place, poolkit::ref(memory), poolkit::best_fit_options{.initial_size = std::size_t{1} << 20}};
+        stack.upstream_resource().upstream_resource().set_limit(std::size_t{4} << (20 + size % 4));
+        checked_stack checked{stack};
+        poolkit::fuzz::run(checked, data, size, 256);
+        stack.upstream_resource().upstream_resource().upstream_resource().upstream_resource().release();
+        checked.check_invariants();
+        if (stack.figures().allocations.current != 0) std::abort();
+    }
+    if (memory.live_bytes() != 0) std::abort();
+    return 0;
+}
