@@ -1,11 +1,15 @@
-// Reading and writing RMM-format traces: the columns, every malformed input with its line, and
-// the round trip through write_trace_row.
+// Reading and writing RMM-format traces: the columns, line endings, every malformed input with its
+// line (NUL bytes, long lines, numbers past 64 bits, no events), and the round trip through
+// write_trace_row.
 #include <poolkit/observe/trace.hpp>
 
 #include <doctest/doctest.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <sstream>
 #include <string>
+#include <string_view>
 
 namespace {
 
@@ -111,4 +115,97 @@ TEST_CASE("trace: rows written by write_trace_row read back the same") {
     CHECK(t.events[0].pointer == 0xdead00);
     CHECK(t.events[1].action == trace_action::free);
     CHECK(t.streams == std::vector<std::uint64_t>{7});
+}
+
+namespace {
+
+// What reading `text` through trace_reader::read() in pieces of `piece` bytes gives: the number of
+// events, or the error's message.
+std::string read_in_pieces(std::string_view text, std::size_t piece) {
+    try {
+        trace_reader reader("t.csv");
+        for (std::size_t at = 0; at < text.size(); at += piece) reader.read(text.substr(at, piece));
+        return std::to_string(std::move(reader).finish().events.size()) + " events";
+    } catch (const trace_error& error) {
+        return error.what();
+    }
+}
+
+const std::string header = "Thread,Time,Action,Pointer,Size,Stream\n";
+const std::string row = "0,00:00:00.000001,allocate,0x1,256,0\n";
+
+}  // namespace
+
+TEST_CASE("trace: LF, CRLF and CR-only line endings read alike, in pieces of any size") {
+    const std::string lf = header + row + "0,00:00:00.000002,allocate,0x2,64,0\n\n0,00:00:00.000003,free,0x1,256,0\n";
+    std::string crlf, cr;
+    for (char c : lf) {
+        crlf += c == '\n' ? std::string("\r\n") : std::string(1, c);
+        cr += c == '\n' ? '\r' : c;
+    }
+    for (const std::string& text : {lf, crlf, cr}) {
+        CHECK(parse_trace(text).events.size() == 3);
+        for (std::size_t piece : {1, 2, 3, 7, 64}) CHECK(read_in_pieces(text, piece) == "3 events");
+    }
+    // The line numbers count a CRLF once, and a lone CR as a line break.
+    CHECK(error_of("Action,Pointer,Size\r\nallocate,0x1,8\r\nfree,0x2,8\r\n") == "t.csv:3: free of unknown pointer 0x2");
+    CHECK(error_of("Action,Pointer,Size\rallocate,0x1,8\rfree,0x2,8\r") == "t.csv:3: free of unknown pointer 0x2");
+    CHECK(error_of("Action,Pointer,Size\r\rallocate,0x1,8\rfree,0x2,8") == "t.csv:4: free of unknown pointer 0x2");
+}
+
+TEST_CASE("trace: a trace without events is an error") {
+    CHECK(error_of(header) == "t.csv:1: no events: the trace has a header but no allocate or free rows");
+    CHECK(error_of(header + "\n\n") == "t.csv:3: no events: the trace has a header but no allocate or free rows");
+    CHECK(error_of(header + "0,0,allocate failure,0x0,64,0\n").find("t.csv:2: no events") == 0);
+    CHECK(error_of("Thread,Time,Action,Pointer,Size,Stream").find("t.csv:1: no events") == 0);
+    CHECK(error_of("\r\n").find("t.csv:1: header lacks the Action column") == 0);
+}
+
+TEST_CASE("trace: a NUL byte is reported on its own line") {
+    using namespace std::string_literals;
+    CHECK(error_of("Thread,Ti\0me,Action,Pointer,Size,Stream\n"s + row) == "t.csv:1: binary data (a NUL byte) in a text trace");
+    const std::string third = header + row + "0,0,free,0x1,2\0"s + "56,0\n" + row;
+    CHECK(error_of(third) == "t.csv:3: binary data (a NUL byte) in a text trace");
+    for (std::size_t piece : {1, 5, 40, 4096}) CHECK(read_in_pieces(third, piece) == "t.csv:3: binary data (a NUL byte) in a text trace");
+    CHECK(read_in_pieces("\0"s, 1) == "t.csv:1: binary data (a NUL byte) in a text trace");
+}
+
+TEST_CASE("trace: a line longer than 1 MiB is reported on its own line, whole or in pieces") {
+    // 1,078,600 bytes: longer than 1 MiB, though every piece of 64 KiB is shorter.
+    const std::string long_row = "0,0,free,0x1,256,0" + std::string(1'078'600 - 18, ' ');
+    const std::string text = header + row + long_row + "\n" + row;
+    CHECK(error_of(text).find("t.csv:3: a line longer than 1 MiB") == 0);
+    for (std::size_t piece : {std::size_t{1} << 16, std::size_t{1} << 20, text.size()}) {
+        CHECK(read_in_pieces(text, piece).find("t.csv:3: a line longer than 1 MiB") == 0);
+    }
+    CHECK(read_in_pieces(header + std::string(3'000'000, 'x'), 1 << 16).find("t.csv:2: a line longer than 1 MiB") == 0);
+    // A line of exactly 1 MiB is read.
+    const std::string mebibyte = "0,0,free,0x1,256,0" + std::string((std::size_t{1} << 20) - 18, ' ');
+    CHECK(parse_trace(header + row + mebibyte + "\n").events.size() == 2);
+    CHECK(read_in_pieces(header + row + mebibyte, 1 << 16) == "2 events");
+}
+
+TEST_CASE("trace: numbers past 64 bits are errors on their line") {
+    CHECK(error_of(header + "0,0,allocate,0x10000000000000000,256,0\n") ==
+          "t.csv:2: bad pointer '0x10000000000000000' (does not fit in 64 bits)");
+    CHECK(error_of(header + "0,0,allocate,0x1,18446744073709551616,0\n") ==
+          "t.csv:2: bad size '18446744073709551616' (does not fit in 64 bits)");
+    CHECK(error_of(header + "0,0,allocate,0x1,72057594037927937,0\n") ==
+          "t.csv:2: bad size '72057594037927937' (more than 2^56 bytes)");
+    CHECK(error_of(header + "18446744073709551616,0,allocate,0x1,256,0\n") ==
+          "t.csv:2: bad thread '18446744073709551616' (does not fit in 64 bits)");
+    CHECK(error_of(header + "0,0,allocate,0x1,256,0x10000000000000000\n") ==
+          "t.csv:2: bad stream '0x10000000000000000' (does not fit in 64 bits)");
+    // Times: each field fits, but the microseconds do not (2^64 us is about 5,124,095,576 hours).
+    CHECK(error_of(header + row + "0,5124095577:00:00.000000,free,0x1,256,0\n") ==
+          "t.csv:3: bad time '5124095577:00:00.000000' (does not fit in 64 bits)");
+    CHECK(error_of(header + "0,18446744073709.551616,allocate,0x1,256,0\n") ==
+          "t.csv:2: bad time '18446744073709.551616' (does not fit in 64 bits)");
+    CHECK(error_of(header + "0,99999999999999999999,allocate,0x1,256,0\n").find("t.csv:2: bad time") == 0);
+    const trace t = parse_trace(header + "0,5124095575:00:00.000000,allocate,0x1,256,0\n");
+    CHECK(t.events[0].time_us == std::uint64_t{5124095575} * 3600 * 1'000'000);
+    // Live bytes: 256 allocations of 2^56 bytes reach 2^64.
+    std::string huge = header;
+    for (int i = 1; i <= 256; ++i) huge += "0,0,allocate," + std::to_string(i) + ",72057594037927936,0\n";
+    CHECK(error_of(huge) == "t.csv:257: the bytes live at once pass 2^64");
 }

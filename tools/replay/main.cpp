@@ -3,11 +3,14 @@
 //
 //   poolkit-replay                        every bundled trace through every composition (a table)
 //   poolkit-replay TRACE... [options]
-// Options:
+// Options (CLI11; a value follows as --name=VALUE or --name VALUE):
 //   --composition=A,B   only these (see --list)        --list      the compositions, one a line
 //   --upstream=simulated|cuda                            --json      one JSON object per line
 //   --svg=FILE          live and reserved bytes over each trace, for every composition
 //   --progress / --no-progress   a progress bar on stderr (default: when stderr is a terminal)
+// The command line and every trace are checked before anything is replayed, and nothing is written
+// then: an --svg FILE that is an input, looks like a trace (.csv, .gz) or lies in a missing folder
+// is refused; the chart is written to a temporary file beside FILE and renamed over it at the end.
 // Exit status: 0; 1 when a composition failed (out of memory) or the upstream is unusable;
 // 2 for malformed input ("file:line: message") or a bad command line.
 #include "compositions.hpp"
@@ -18,9 +21,14 @@
 #  include "cuda.hpp"
 #endif
 
+#include <CLI/CLI.hpp>
+
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -29,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #ifndef POOLKIT_REPLAY_TRACES
@@ -39,6 +48,7 @@ namespace {
 
 using namespace poolkit;
 using namespace poolkit::replay_tool;
+namespace fs = std::filesystem;
 
 struct command_line {
     std::vector<std::string> files;
@@ -50,57 +60,96 @@ struct command_line {
     bool list = false;
 };
 
-constexpr const char* usage =
-    "usage: poolkit-replay [TRACE.csv[.gz]...] [--composition=A,B] [--upstream=simulated|cuda]\n"
-    "                      [--json] [--svg=FILE] [--progress|--no-progress] [--list]\n"
-    "With no trace named, replays the bundled traces (" POOLKIT_REPLAY_TRACES "/*.csv.gz).\n";
-
+// A bad command line: exit status 2.
 struct usage_error {
     std::string message;
 };
 
+// The names of the compositions a plain run knows, for messages.
+std::string composition_names() {
+    std::string names;
+    for (const composition& c : simulated_compositions()) names += (names.empty() ? "" : ", ") + c.name;
+    return names;
+}
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+    if (text.size() < suffix.size()) return false;
+    const std::string_view tail = text.substr(text.size() - suffix.size());
+    return std::equal(tail.begin(), tail.end(), suffix.begin(), [](char a, char b) {
+        return (a >= 'A' && a <= 'Z' ? a - 'A' + 'a' : a) == b;
+    });
+}
+
 command_line parse_arguments(int argc, char** argv) {
-    command_line options;
+    // CLI11 reads "--name= next" as "--name next"; an empty "--name=" is refused here instead.
     for (int i = 1; i < argc; ++i) {
         const std::string_view argument = argv[i];
-        const auto value_of = [&](std::string_view name) -> std::optional<std::string> {
-            if (argument.substr(0, name.size()) != name) return std::nullopt;
-            if (argument.size() > name.size() && argument[name.size()] == '=') return std::string(argument.substr(name.size() + 1));
-            if (argument.size() == name.size()) {
-                if (i + 1 >= argc) throw usage_error{std::string(name) + " needs a value"};
-                return std::string(argv[++i]);
+        if (argument == "--") break;
+        if (argument == "--svg=" || argument == "--upstream=" || argument == "--composition=") {
+            const std::string name(argument.substr(0, argument.size() - 1));
+            if (name == "--composition") {
+                throw usage_error{"--composition= names no composition; name one or more of: " + composition_names() +
+                                  " (see --list)"};
             }
-            return std::nullopt;
-        };
-        if (argument == "--help" || argument == "-h") {
-            std::fputs(usage, stdout);
-            std::exit(0);
-        } else if (argument == "--json") {
-            options.json = true;
-        } else if (argument == "--list") {
-            options.list = true;
-        } else if (argument == "--progress") {
-            options.progress = true;
-        } else if (argument == "--no-progress") {
-            options.progress = false;
-        } else if (auto value = value_of("--composition")) {
-            for (std::size_t start = 0; start <= value->size();) {
-                const auto comma = value->find(',', start);
-                const std::string name = value->substr(start, comma - start);
-                if (!name.empty()) options.only.push_back(name);
-                if (comma == std::string::npos) break;
-                start = comma + 1;
-            }
-        } else if (auto value = value_of("--upstream")) {
-            if (*value != "simulated" && *value != "cuda") throw usage_error{"--upstream is simulated or cuda, not " + *value};
-            options.upstream = *value;
-        } else if (auto value = value_of("--svg")) {
-            options.svg = *value;
-        } else if (argument.size() > 1 && argument[0] == '-') {
-            throw usage_error{"unknown option " + std::string(argument)};
-        } else {
-            options.files.emplace_back(argument);
+            throw usage_error{name + "= needs a value"};
         }
+    }
+    command_line options;
+    std::vector<std::string> compositions;
+    std::string svg;
+    bool progress = false;
+    CLI::App app{"Replays allocation traces in RMM's CSV format (plain or gzip) through named compositions.",
+                 "poolkit-replay"};
+    app.add_option("TRACE", options.files, "trace files (.csv or .csv.gz); none: the bundled traces in " POOLKIT_REPLAY_TRACES);
+    app.add_option("--composition", compositions, "only these compositions, comma-separated (see --list)")
+        ->type_name("A,B")
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    app.add_option("--upstream", options.upstream, "where the bytes come from: simulated (default) or cuda")
+        ->type_name("simulated|cuda");
+    app.add_flag("--json", options.json, "one JSON object per line instead of the table");
+    app.add_option("--svg", svg, "also write live and reserved bytes over each trace, as SVG, to FILE")->type_name("FILE");
+    CLI::Option* progress_flag = app.add_flag("--progress,!--no-progress", progress,
+                                              "a progress bar on stderr (default: when stderr is a terminal)");
+    app.add_flag("--list", options.list, "the compositions, one a line, and exit");
+    app.footer("Exit status: 0; 1 when a composition failed (out of memory) or the upstream is unusable;\n"
+               "2 for malformed input (\"file:line: message\") or a bad command line.");
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& help) {
+        std::exit(app.exit(help));
+    } catch (const CLI::ParseError& error) {
+        std::string message = error.what();
+        if (message.rfind("--composition", 0) == 0) message += " (one or more of: " + composition_names() + ")";
+        throw usage_error{message};
+    }
+
+    if (options.upstream != "simulated" && options.upstream != "cuda") {
+        throw usage_error{"--upstream is simulated or cuda, not '" + options.upstream + "'"};
+    }
+    for (const std::string& value : compositions) {
+        if (!value.empty() && value[0] == '-') {  // "--composition --json": an option, not a name
+            throw usage_error{"--composition needs composition names, not the option " + value + "; name one or more of: " +
+                              composition_names() + " (see --list)"};
+        }
+        for (std::size_t start = 0;;) {
+            const auto comma = value.find(',', start);
+            const std::string name = value.substr(start, comma - start);
+            if (name.empty()) {
+                throw usage_error{"--composition=" + value + " has an empty name; name one or more of: " +
+                                  composition_names() + " (see --list)"};
+            }
+            options.only.push_back(name);
+            if (comma == std::string::npos) break;
+            start = comma + 1;
+        }
+    }
+    if (progress_flag->count() > 0) options.progress = progress;
+    if (app.count("--svg") > 0) {
+        if (svg.empty()) throw usage_error{"--svg needs a file name"};
+        // "--svg --no-progress": an option, not a file name.
+        if (svg[0] == '-') throw usage_error{"--svg needs a file name, not the option " + svg + " (write ./" + svg + " for such a file)"};
+        options.svg = svg;
     }
     return options;
 }
@@ -158,6 +207,70 @@ private:
     int shown_ = -1;
 };
 
+// Refuses an --svg path that would write over an input or a trace, or that cannot be written;
+// before anything is replayed, so that a mistake costs nothing.
+void check_svg_path(const std::string& svg, const std::vector<std::string>& inputs) {
+    if (ends_with(svg, ".csv") || ends_with(svg, ".gz")) {
+        throw usage_error{"--svg " + svg + ": that names a trace (.csv, .csv.gz), not a chart; " +
+                          "refusing to write over it (name an .svg file)"};
+    }
+    std::error_code error;
+    for (const std::string& input : inputs) {
+        std::error_code svg_error, input_error;
+        const fs::path svg_path = fs::weakly_canonical(svg, svg_error);
+        const fs::path input_path = fs::weakly_canonical(input, input_error);
+        if (fs::equivalent(svg, input, error) || (!svg_error && !input_error && svg_path == input_path)) {
+            throw usage_error{"--svg " + svg + " is the input trace " + input + "; refusing to write over it"};
+        }
+    }
+    if (fs::is_directory(svg, error)) throw usage_error{"--svg " + svg + " is a directory"};
+    const fs::path folder = fs::path(svg).parent_path().empty() ? fs::path(".") : fs::path(svg).parent_path();
+    if (!fs::is_directory(folder, error)) {
+        throw usage_error{"--svg " + svg + ": the folder " + folder.string() + " does not exist"};
+    }
+    if (access(folder.c_str(), W_OK) != 0) {
+        throw usage_error{"--svg " + svg + ": cannot write in " + folder.string() + " (" + std::strerror(errno) + ")"};
+    }
+}
+
+// Writes the chart to a temporary file beside `path` and renames it over `path` once complete,
+// so that a failed write leaves whatever was there; a path that is no regular file (a terminal,
+// /dev/stdout, a pipe) is written directly. Returns false, with a message on stderr, on failure.
+bool write_svg_file(const std::string& path, const std::vector<outcome>& outcomes) {
+    std::error_code error;
+    if (fs::exists(path, error) && !fs::is_regular_file(path, error)) {
+        std::ofstream out(path);
+        write_svg(out, outcomes);
+        out.flush();
+        if (out) return true;
+        std::fprintf(stderr, "poolkit-replay: cannot write %s\n", path.c_str());
+        return false;
+    }
+    std::string temporary = path + ".partial-XXXXXX";
+    const int descriptor = mkstemp(temporary.data());
+    if (descriptor < 0) {
+        std::fprintf(stderr, "poolkit-replay: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+        return false;
+    }
+    const mode_t mask = umask(0);
+    umask(mask);
+    const bool made = fchmod(descriptor, 0666 & ~mask) == 0 && close(descriptor) == 0;
+    bool written = false;
+    if (made) {
+        std::ofstream out(temporary, std::ios::trunc);
+        write_svg(out, outcomes);
+        out.close();
+        written = !out.fail();
+    }
+    if (!written || std::rename(temporary.c_str(), path.c_str()) != 0) {
+        const int cause = errno;
+        std::remove(temporary.c_str());
+        std::fprintf(stderr, "poolkit-replay: cannot write %s: %s\n", path.c_str(), std::strerror(cause));
+        return false;
+    }
+    return true;
+}
+
 int run(const command_line& options) {
     std::vector<composition> all = available_compositions(options.upstream);
     if (options.list) {
@@ -170,7 +283,11 @@ int run(const command_line& options) {
     } else {
         for (const std::string& name : options.only) {
             const auto found = std::find_if(all.begin(), all.end(), [&](const composition& c) { return c.name == name; });
-            if (found == all.end()) throw usage_error{"no composition named " + name + " (see --list)"};
+            if (found == all.end()) {
+                std::string names;
+                for (const composition& c : all) names += (names.empty() ? "" : ", ") + c.name;
+                throw usage_error{"no composition named " + name + "; there are: " + names + " (see --list)"};
+            }
             chosen.push_back(*found);
         }
     }
@@ -179,6 +296,7 @@ int run(const command_line& options) {
         files = bundled_traces();
         if (files.empty()) throw usage_error{"no trace named, and no bundled traces in " POOLKIT_REPLAY_TRACES};
     }
+    if (options.svg) check_svg_path(*options.svg, files);
     // Read every trace first: a malformed one stops the run before anything is measured.
     std::vector<trace> traces;
     for (const std::string& file : files) traces.push_back(read_trace_file(file));
@@ -217,14 +335,7 @@ int run(const command_line& options) {
     if (!options.json) {
         print_table(stdout, outcomes, read_peer_figures(std::string(POOLKIT_REPLAY_TRACES) + "/README.md"), options.upstream);
     }
-    if (options.svg) {
-        std::ofstream out(*options.svg);
-        write_svg(out, outcomes);
-        if (!out) {
-            std::fprintf(stderr, "poolkit-replay: cannot write %s\n", options.svg->c_str());
-            return 1;
-        }
-    }
+    if (options.svg && !write_svg_file(*options.svg, outcomes)) return 1;
     return failed ? 1 : 0;
 }
 
@@ -234,7 +345,7 @@ int main(int argc, char** argv) {
     try {
         return run(parse_arguments(argc, argv));
     } catch (const usage_error& error) {
-        std::fprintf(stderr, "poolkit-replay: %s\n%s", error.message.c_str(), usage);
+        std::fprintf(stderr, "poolkit-replay: %s\nRun with --help for more information.\n", error.message.c_str());
         return 2;
     } catch (const poolkit::trace_error& error) {
         std::fprintf(stderr, "poolkit-replay: %s\n", error.what());

@@ -203,6 +203,24 @@ inline void print_json(std::FILE* out, const outcome& o, std::string_view upstre
     std::fprintf(out, "}\n");
 }
 
+// `text` as XML character data or an attribute value: & < > " ' escaped; control characters, which
+// XML 1.0 does not allow, shown as '?'.
+inline std::string xml_text(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (char c : text) {
+        switch (c) {
+            case '&': out += "&amp;"; break;
+            case '<': out += "&lt;"; break;
+            case '>': out += "&gt;"; break;
+            case '"': out += "&quot;"; break;
+            case '\'': out += "&apos;"; break;
+            default: out += static_cast<unsigned char>(c) < 0x20 && c != '\t' ? '?' : c;
+        }
+    }
+    return out;
+}
+
 // One panel per trace: live bytes (black) and each composition's reserved bytes over the events.
 inline void write_svg(std::ostream& out, const std::vector<outcome>& outcomes) {
     static constexpr const char* colours[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
@@ -230,7 +248,7 @@ inline void write_svg(std::ostream& out, const std::vector<outcome>& outcomes) {
         const auto y = [&](std::size_t bytes) {
             return y0 + top + plot_h - static_cast<double>(bytes) * plot_h / static_cast<double>(max_bytes);
         };
-        out << "<text x=\"" << left << "\" y=\"" << y0 + 24 << "\" font-size=\"15\">" << traces[p]
+        out << "<text x=\"" << left << "\" y=\"" << y0 + 24 << "\" font-size=\"15\">" << xml_text(traces[p])
             << ": live and reserved bytes over the trace</text>\n";
         out << "<rect x=\"" << left << "\" y=\"" << y0 + top << "\" width=\"" << plot_w << "\" height=\"" << plot_h
             << "\" fill=\"none\" stroke=\"#ccc\"/>\n";
@@ -249,7 +267,7 @@ inline void write_svg(std::ostream& out, const std::vector<outcome>& outcomes) {
             const int ly = y0 + top + 14 * legend++;
             out << "<line x1=\"" << width - right + 12 << "\" y1=\"" << ly << "\" x2=\"" << width - right + 32 << "\" y2=\"" << ly
                 << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/><text x=\"" << width - right + 36 << "\" y=\"" << ly + 4
-                << "\">" << label << "</text>\n";
+                << "\">" << xml_text(label) << "</text>\n";
         };
         bool live_drawn = false;
         std::size_t colour = 0;

@@ -9,10 +9,14 @@
 // rows are read and skipped). Pointer is hex (with or without 0x), Size decimal bytes, Time
 // `HH:MM:SS.micro` or plain seconds, Stream an integer (decimal, or hex with 0x).
 //
-// trace_reader reads line by line and checks the rows as a sequence: a pointer is allocated only
-// while it is not live, freed only while it is, with the size it was allocated with. Every error
-// is a trace_error whose what() reads "file:line: message". Nothing here allocates per event but
-// the event vector; a trace of 35,000 events reads in a few milliseconds.
+// trace_reader takes the file's bytes in pieces of any size, splits them into lines (a line ends at
+// LF, CRLF or a lone CR, so Unix, Windows and old Mac files read alike) and checks the rows as a
+// sequence: a pointer is allocated only while it is not live, freed only while it is, with the
+// size it was allocated with. A trace needs a header and at least one event. Every error is a
+// trace_error whose what() reads "file:line: message", with the line the fault is on: a NUL byte,
+// a line longer than 1 MiB, a number that does not fit in 64 bits, live bytes past 2^64. Nothing
+// here allocates per event but the event vector; a trace of 35,000 events reads in a few
+// milliseconds.
 #pragma once
 
 #include <poolkit/core/trace_format.hpp>
@@ -76,28 +80,40 @@ inline std::string_view trim(std::string_view text) noexcept {
     return text;
 }
 
-inline bool parse_unsigned(std::string_view text, std::uint64_t& value, int base = 10) noexcept {
-    if (text.empty()) return false;
+// How reading a number went: `too_large` is well formed but past 2^64 - 1.
+enum class number_read : unsigned char { ok, malformed, too_large };
+
+inline number_read parse_unsigned(std::string_view text, std::uint64_t& value, int base = 10) noexcept {
+    if (text.empty()) return number_read::malformed;
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value, base);
-    return error == std::errc{} && end == text.data() + text.size();
+    if (end != text.data() + text.size()) return number_read::malformed;
+    if (error == std::errc::result_out_of_range) return number_read::too_large;
+    return error == std::errc{} ? number_read::ok : number_read::malformed;
 }
 
 // Hex with an optional 0x, as RMM prints pointers.
-inline bool parse_pointer(std::string_view text, std::uint64_t& value) noexcept {
+inline number_read parse_pointer(std::string_view text, std::uint64_t& value) noexcept {
     if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) text.remove_prefix(2);
     return parse_unsigned(text, value, 16);
 }
 
 // Decimal, or hex with 0x.
-inline bool parse_integer(std::string_view text, std::uint64_t& value) noexcept {
+inline number_read parse_integer(std::string_view text, std::uint64_t& value) noexcept {
     if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
         return parse_unsigned(text.substr(2), value, 16);
     }
     return parse_unsigned(text, value, 10);
 }
 
-// HH:MM:SS.micro (RMM), or plain seconds with an optional fraction.
-inline bool parse_time(std::string_view text, std::uint64_t& microseconds) noexcept {
+// value = value * factor + addend, or false (value unchanged) when that passes 2^64 - 1.
+inline bool multiply_add(std::uint64_t& value, std::uint64_t factor, std::uint64_t addend) noexcept {
+    if (value > (UINT64_MAX - addend) / factor) return false;
+    value = value * factor + addend;
+    return true;
+}
+
+// HH:MM:SS.micro (RMM), or plain seconds with an optional fraction (at most 9 digits).
+inline number_read parse_time(std::string_view text, std::uint64_t& microseconds) noexcept {
     std::uint64_t whole_seconds = 0;
     std::string_view clock = text;
     const auto dot = text.find('.');
@@ -105,27 +121,28 @@ inline bool parse_time(std::string_view text, std::uint64_t& microseconds) noexc
     if (dot != std::string_view::npos) {
         clock = text.substr(0, dot);
         fraction = text.substr(dot + 1);
-        if (fraction.empty() || fraction.size() > 9) return false;
+        if (fraction.empty() || fraction.size() > 9) return number_read::malformed;
     }
-    std::uint64_t part = 0;
+    bool too_large = false;
     for (int fields = 0;; ++fields) {
         const auto colon = clock.find(':');
-        if (fields == 2 && colon != std::string_view::npos) return false;
-        if (!parse_unsigned(clock.substr(0, colon), part) || part > (std::uint64_t{1} << 40)) return false;
-        whole_seconds = whole_seconds * 60 + part;
+        if (fields == 2 && colon != std::string_view::npos) return number_read::malformed;
+        std::uint64_t part = 0;
+        const number_read read = parse_unsigned(clock.substr(0, colon), part);
+        if (read == number_read::malformed) return read;
+        too_large = too_large || read == number_read::too_large || !multiply_add(whole_seconds, 60, part);
         if (colon == std::string_view::npos) break;
         clock.remove_prefix(colon + 1);
     }
     std::uint64_t micro = 0;
     if (!fraction.empty()) {
-        std::uint64_t digits = 0;
-        if (!parse_unsigned(fraction, digits)) return false;
-        micro = digits;
+        if (parse_unsigned(fraction, micro) != number_read::ok) return number_read::malformed;
         for (std::size_t i = fraction.size(); i < 6; ++i) micro *= 10;
         for (std::size_t i = 6; i < fraction.size(); ++i) micro /= 10;
     }
-    microseconds = whole_seconds * 1'000'000 + micro;
-    return true;
+    if (too_large || !multiply_add(whole_seconds, 1'000'000, micro)) return number_read::too_large;
+    microseconds = whole_seconds;
+    return number_read::ok;
 }
 
 inline std::string quoted(std::string_view text) {
@@ -138,15 +155,48 @@ inline std::string quoted(std::string_view text) {
 
 }  // namespace detail::trace_text
 
-// Reads a trace one line at a time: read_line() for each line in order (the first is the header),
-// then finish(). Throws trace_error on the first malformed line.
+// Reads a trace: read() for the file's bytes in order, in pieces of any size, or read_line() for
+// each line (the first is the header); then finish(). Throws trace_error on the first malformed
+// line. A reader takes either bytes or lines, not both.
 class trace_reader {
 public:
+    // The longest line read; a longer one is an error (a binary file, or a file without line breaks).
+    static constexpr std::size_t max_line_bytes = std::size_t{1} << 20;
+
     explicit trace_reader(std::string file_name) { trace_.name = std::move(file_name); }
+
+    // Takes the next `bytes` of the file. A line ends at LF, CRLF or a lone CR; a CRLF split
+    // between two calls is one line break. Complexity: linear in bytes.
+    void read(std::string_view bytes) {
+        if (bytes.empty()) return;
+        if (after_carriage_return_ && bytes.front() == '\n') bytes.remove_prefix(1);
+        after_carriage_return_ = false;
+        while (!bytes.empty()) {
+            std::size_t end = 0;
+            while (end < bytes.size() && bytes[end] != '\n' && bytes[end] != '\r') ++end;
+            const std::string_view piece = bytes.substr(0, end);
+            if (end == bytes.size()) {  // the line goes on in the next call
+                take_partial_line(piece);
+                return;
+            }
+            if (pending_.empty()) {
+                read_line(piece);
+            } else {
+                take_partial_line(piece);
+                read_line(pending_);
+                pending_.clear();
+            }
+            const bool crlf = bytes[end] == '\r' && end + 1 < bytes.size() && bytes[end + 1] == '\n';
+            if (bytes[end] == '\r' && end + 1 == bytes.size()) after_carriage_return_ = true;
+            bytes.remove_prefix(end + (crlf ? 2 : 1));
+        }
+    }
 
     // Requires: lines in file order, without their line break (a trailing '\r' is ignored).
     void read_line(std::string_view line) {
         ++line_;
+        if (line.size() > max_line_bytes) fail("a line longer than 1 MiB (" + std::to_string(line.size()) + " bytes)");
+        if (line.find('\0') != std::string_view::npos) fail("binary data (a NUL byte) in a text trace");
         line = detail::trace_text::trim(line);
         if (line_ == 1 && line.size() >= 3 && static_cast<unsigned char>(line[0]) == 0xEF &&
             static_cast<unsigned char>(line[1]) == 0xBB && static_cast<unsigned char>(line[2]) == 0xBF) {
@@ -160,9 +210,15 @@ public:
         read_row(line);
     }
 
-    // Ends the trace and returns it. Throws trace_error when there was no header.
+    // Ends the trace (reading a last line that has no line break) and returns it. Throws
+    // trace_error when there was no header or no event: a trace that replays nothing is an error.
     [[nodiscard]] trace finish() && {
+        if (!pending_.empty()) {
+            read_line(pending_);
+            pending_.clear();
+        }
         if (!header_seen_) fail("empty trace: no header line (expected Thread,Time,Action,Pointer,Size,Stream)");
+        if (trace_.events.empty()) fail("no events: the trace has a header but no allocate or free rows");
         trace_.slots = slot_count_;
         trace_.unfreed_allocations = live_.size();
         trace_.unfreed_bytes = live_bytes_;
@@ -175,6 +231,15 @@ public:
     [[noreturn]] void fail(const std::string& message) const { throw trace_error(trace_.name, line_, message); }
 
 private:
+    // A piece of a line whose end is still to come: checked as it arrives, so that a NUL byte or an
+    // over-long line is reported on its own line before the rest is read.
+    void take_partial_line(std::string_view piece) {
+        const auto fail_here = [&](const std::string& message) { throw trace_error(trace_.name, line_ + 1, message); };
+        if (pending_.size() + piece.size() > max_line_bytes) fail_here("a line longer than 1 MiB");
+        if (piece.find('\0') != std::string_view::npos) fail_here("binary data (a NUL byte) in a text trace");
+        pending_.append(piece);
+    }
+
     enum column : unsigned char { thread, time, action, pointer, size, stream, column_count };
     static constexpr const char* column_names[column_count] = {"Thread", "Time", "Action", "Pointer", "Size", "Stream"};
     static constexpr std::size_t absent = static_cast<std::size_t>(-1);
@@ -240,24 +305,31 @@ private:
         } else {
             fail("unknown action " + detail::trace_text::quoted(act) + " (expected allocate or free)");
         }
-        if (!detail::trace_text::parse_pointer(fields[pointer], event.pointer)) {
-            fail("bad pointer " + detail::trace_text::quoted(fields[pointer]) + " (expected hex such as 0x7f00)");
-        }
+        using detail::trace_text::number_read;
+        // "bad <what> '<text>'", and why: past 64 bits, or `expected` (may be empty).
+        const auto check = [&](number_read read, const char* what, std::string_view text, const char* expected) {
+            if (read == number_read::ok) return;
+            std::string message = std::string("bad ") + what + " " + detail::trace_text::quoted(text);
+            if (read == number_read::too_large) {
+                message += " (does not fit in 64 bits)";
+            } else if (*expected != '\0') {
+                message += std::string(" (") + expected + ")";
+            }
+            fail(message);
+        };
+        check(detail::trace_text::parse_pointer(fields[pointer], event.pointer), "pointer", fields[pointer],
+              "expected hex such as 0x7f00");
         std::uint64_t bytes = 0;
-        if (!detail::trace_text::parse_unsigned(fields[size], bytes) || bytes > (std::uint64_t{1} << 56)) {
-            fail("bad size " + detail::trace_text::quoted(fields[size]) + " (expected decimal bytes)");
-        }
+        check(detail::trace_text::parse_unsigned(fields[size], bytes), "size", fields[size], "expected decimal bytes");
+        if (bytes > (std::uint64_t{1} << 56)) fail("bad size " + detail::trace_text::quoted(fields[size]) + " (more than 2^56 bytes)");
         event.bytes = static_cast<std::size_t>(bytes);
-        if (index_[thread] != absent && !detail::trace_text::parse_integer(fields[thread], event.thread)) {
-            fail("bad thread " + detail::trace_text::quoted(fields[thread]));
-        }
-        if (index_[time] != absent && !detail::trace_text::parse_time(fields[time], event.time_us)) {
-            fail("bad time " + detail::trace_text::quoted(fields[time]) + " (expected HH:MM:SS.microseconds)");
+        if (index_[thread] != absent) check(detail::trace_text::parse_integer(fields[thread], event.thread), "thread", fields[thread], "");
+        if (index_[time] != absent) {
+            check(detail::trace_text::parse_time(fields[time], event.time_us), "time", fields[time],
+                  "expected HH:MM:SS.microseconds");
         }
         std::uint64_t stream_handle = 0;
-        if (index_[stream] != absent && !detail::trace_text::parse_integer(fields[stream], stream_handle)) {
-            fail("bad stream " + detail::trace_text::quoted(fields[stream]));
-        }
+        if (index_[stream] != absent) check(detail::trace_text::parse_integer(fields[stream], stream_handle), "stream", fields[stream], "");
         event.stream = stream_index(stream_handle);
         if (event.action == trace_action::allocate) {
             if (event.bytes == 0) fail("allocate of 0 bytes");
@@ -265,6 +337,7 @@ private:
             if (!inserted) fail("allocate of pointer " + std::string(fields[pointer]) + ", which is already live");
             where->second.slot = take_slot();
             event.slot = where->second.slot;
+            if (live_bytes_ > SIZE_MAX - event.bytes) fail("the bytes live at once pass 2^64");
             live_bytes_ += event.bytes;
             trace_.peak_live_bytes = std::max(trace_.peak_live_bytes, live_bytes_);
             ++trace_.allocations;
@@ -310,17 +383,14 @@ private:
     std::vector<std::uint32_t> free_slots_;
     std::size_t slot_count_ = 0;
     std::size_t live_bytes_ = 0;
+    std::string pending_;                 // read(): the start of a line whose break is still to come
+    bool after_carriage_return_ = false;  // read(): the last piece ended in CR; a LF next is its CRLF
 };
 
 // Reads a whole trace held in `text`, named `file_name` in errors.
 [[nodiscard]] inline trace parse_trace(std::string_view text, std::string file_name = "<trace>") {
     trace_reader reader(std::move(file_name));
-    while (!text.empty()) {
-        const auto newline = text.find('\n');
-        reader.read_line(text.substr(0, newline));
-        if (newline == std::string_view::npos) break;
-        text.remove_prefix(newline + 1);
-    }
+    reader.read(text);
     return std::move(reader).finish();
 }
 
