@@ -1,4 +1,5 @@
 // limiting<>: the cap, the error that names it, and the count under concurrent use.
+#include "../support/death.hpp"
 #include "../support/instrumented.hpp"
 
 #include <poolkit/adaptor/limiting.hpp>
@@ -82,3 +83,68 @@ TEST_CASE("limiting: the cap holds under concurrent use" * doctest::test_suite("
     CHECK(most.load() <= 64 * 1000);
     CHECK(capped.live_bytes() == 0);
 }
+
+#if POOLKIT_ENABLE_ASSERTS
+TEST_CASE("limiting: a bad deallocation is caught before it reaches the upstream") {
+    SUBCASE("freed twice while another block is live") {
+        const auto outcome = test::run_in_child([] {
+            limiting<new_delete_resource> capped{new_delete_resource{}, {.limit_bytes = 10000}};
+            void* a = capped.allocate(100);
+            void* b = capped.allocate(100);
+            capped.deallocate(a, 100);
+            capped.deallocate(a, 100);
+            capped.deallocate(b, 100);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("limiting: deallocate of a pointer not live through it"));
+    }
+    SUBCASE("never allocated here") {
+        const auto outcome = test::run_in_child([] {
+            limiting<new_delete_resource> capped;
+            int outside = 0;
+            capped.deallocate(&outside, sizeof outside);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("limiting: deallocate of a pointer not live through it"));
+    }
+    SUBCASE("another size") {
+        const auto outcome = test::run_in_child([] {
+            limiting<new_delete_resource> capped;
+            void* a = capped.allocate(100);
+            capped.deallocate(a, 1000);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("limiting: deallocate with a size other than the one allocated"));
+    }
+}
+#else
+TEST_CASE("limiting: without assertions a bad deallocation never wraps the count") {
+    SUBCASE("an upstream without owns(): the count stops at zero") {
+        instrumented<> upstream;
+        limiting<ref<instrumented<>>> capped{upstream, {.limit_bytes = 10000}};
+        void* a = capped.allocate(100);
+        capped.deallocate(a, 100);
+        capped.deallocate(a, 100);  // freed twice (the upstream sees it and reports it)
+        CHECK(capped.live_bytes() == 0);
+        void* b = capped.allocate(10000);  // the whole cap is still there
+        CHECK(capped.live_bytes() == 10000);
+        capped.deallocate(b, 10000);
+        CHECK(capped.live_bytes() == 0);
+    }
+    SUBCASE("an upstream with owns(): only what it took back is subtracted") {
+        simulated_resource addresses;
+        limiting<ref<simulated_resource>> capped{addresses, {.limit_bytes = 10000}};
+        void* a = capped.allocate(100);
+        void* b = capped.allocate(200);
+        capped.deallocate(a, 100);
+        capped.deallocate(a, 100);  // freed twice: the upstream does not own it, nothing subtracted
+        int outside = 0;
+        capped.deallocate(&outside, 5000);
+        CHECK(capped.live_bytes() == 200);
+        CHECK(capped.owns(b));
+        capped.deallocate(b, 200);
+        CHECK(capped.live_bytes() == 0);
+        CHECK(addresses.live_bytes() == 0);
+    }
+}
+#endif

@@ -1,4 +1,5 @@
 // tracking<>: outstanding allocations, backtraces and the leak report.
+#include "../support/death.hpp"
 #include "../support/instrumented.hpp"
 
 #include <poolkit/adaptor/tracking.hpp>
@@ -74,3 +75,46 @@ TEST_CASE("tracking: stream-ordered allocations record their stream") {
     tracker.deallocate_async(p, 1000, 256, stream);
     CHECK(tracker.live_blocks() == 0);
 }
+
+#if POOLKIT_ENABLE_ASSERTS
+TEST_CASE("tracking: a bad deallocation is caught before it reaches the upstream") {
+    SUBCASE("freed twice") {
+        const auto outcome = test::run_in_child([] {
+            tracking<new_delete_resource> tracker;
+            void* p = tracker.allocate(64);
+            void* q = tracker.allocate(64);
+            tracker.deallocate(p, 64);
+            tracker.deallocate(p, 64);
+            tracker.deallocate(q, 64);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("tracking: deallocate of a pointer that is not outstanding"));
+    }
+    SUBCASE("another size") {
+        const auto outcome = test::run_in_child([] {
+            tracking<new_delete_resource> tracker;
+            void* p = tracker.allocate(64);
+            tracker.deallocate(p, 128);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("tracking: deallocate with a size other than the one allocated"));
+    }
+}
+#else
+TEST_CASE("tracking: without assertions a bad deallocation never reaches the upstream as it came") {
+    instrumented<> upstream;
+    tracking<ref<instrumented<>>> tracker{upstream};
+    void* p = tracker.allocate(64);
+    void* q = tracker.allocate(64);
+    tracker.deallocate(p, 64);
+    tracker.deallocate(p, 64);  // freed twice: not passed on
+    int outside = 0;
+    tracker.deallocate(&outside, sizeof outside);  // never allocated here: not passed on
+    tracker.deallocate(q, 32);  // another size: passed on with the size it was allocated with
+    tracker.check_invariants();
+    CHECK(tracker.live_blocks() == 0);
+    CHECK(tracker.live_bytes() == 0);
+    CHECK(upstream.live_blocks() == 0);
+    CHECK(upstream.errors().empty());
+}
+#endif

@@ -112,6 +112,38 @@ TEST_CASE("fixed_size: bad deallocations are caught by assertions") {
         CHECK(outcome.aborted());
         CHECK(outcome.said("size other than the one allocated"));
     }
+    SUBCASE("a request passed on, freed twice, caught before it reaches the upstream") {
+        const auto outcome = test::run_in_child([] {
+            fixed_size<new_delete_resource> pool;
+            void* pointer = pool.allocate(1000);
+            void* other = pool.allocate(1000);
+            pool.deallocate(pointer, 1000);
+            pool.deallocate(pointer, 1000);
+            pool.deallocate(other, 1000);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("fixed_size: deallocate of a block passed on to the upstream that it did not hand out, or "
+                           "one freed twice"));
+    }
+    SUBCASE("a foreign pointer freed with a size the upstream would serve") {
+        const auto outcome = test::run_in_child([] {
+            fixed_size<new_delete_resource> pool;
+            int outside = 0;
+            pool.deallocate(&outside, 1000);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("fixed_size: deallocate of a block passed on to the upstream that it did not hand out"));
+    }
+    SUBCASE("a request passed on, freed with another size") {
+        const auto outcome = test::run_in_child([] {
+            fixed_size<new_delete_resource> pool;
+            void* pointer = pool.allocate(1000);
+            pool.deallocate(pointer, 2000);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("fixed_size: deallocate of a block passed on to the upstream with a size other than the one "
+                           "allocated"));
+    }
 }
 
 TEST_CASE("fixed_size: destruction with live blocks reports them") {
@@ -122,6 +154,52 @@ TEST_CASE("fixed_size: destruction with live blocks reports them") {
     });
     CHECK(outcome.exited_cleanly());
     CHECK(outcome.said("fixed_size destroyed with 2 blocks (512 bytes) still live"));
+}
+#else
+namespace {
+// The live bytes fixed_size reports when it cannot get a slab: its own and those passed on.
+template <class Pool>
+std::size_t live_bytes_in_figures(Pool& pool) {
+    try {
+        static_cast<void>(pool.allocate(100));
+    } catch (const out_of_memory& error) {
+        return error.figures().live_bytes.value_or(std::size_t(-1));
+    }
+    return std::size_t(-1);
+}
+}  // namespace
+
+TEST_CASE("fixed_size: without assertions a bad free of a request passed on neither reaches the upstream nor wraps a count") {
+    SUBCASE("an upstream without owns(): a free no live block passed on can match") {
+        instrumented<> upstream;
+        fixed_size<upstream_ref> pool{upstream, {.maximum_size = 0}};  // no slab: figures show the counts
+        void* pointer = pool.allocate(1000);
+        pool.deallocate(pointer, 1000);
+        pool.deallocate(pointer, 1000);  // freed twice
+        int outside = 0;
+        pool.deallocate(&outside, 1000);  // never handed out
+        CHECK(upstream.errors().empty());
+        CHECK(upstream.live_blocks() == 0);
+        CHECK(live_bytes_in_figures(pool) == 0);
+        void* again = pool.allocate(1000);
+        CHECK(live_bytes_in_figures(pool) == 1000);
+        pool.deallocate(again, 1000);
+        CHECK(live_bytes_in_figures(pool) == 0);
+        pool.check_invariants();
+    }
+    SUBCASE("an upstream with owns(): a second free while another block passed on is live") {
+        simulated_resource addresses;
+        fixed_size<ref<simulated_resource>> pool{addresses, {.maximum_size = 0}};
+        void* pointer = pool.allocate(1000);
+        void* other = pool.allocate(3000);
+        pool.deallocate(pointer, 1000);
+        pool.deallocate(pointer, 1000);  // freed twice: the upstream no longer owns it
+        CHECK(live_bytes_in_figures(pool) == 3000);
+        CHECK(pool.owns(other));
+        pool.deallocate(other, 3000);
+        CHECK(live_bytes_in_figures(pool) == 0);
+        CHECK(addresses.live_bytes() == 0);
+    }
 }
 #endif
 

@@ -150,6 +150,47 @@ TEST_CASE("monotonic: bad deallocations are caught by assertions") {
         CHECK(outcome.aborted());
         CHECK(outcome.said("freed twice"));
     }
+    SUBCASE("a block freed twice while another block of its chunk is live") {
+        const auto outcome = test::run_in_child([] {
+            monotonic<new_delete_resource> arena;
+            void* first = arena.allocate(100);
+            static_cast<void>(arena.allocate(100));
+            arena.deallocate(first, 100);
+            arena.deallocate(first, 100);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("monotonic: deallocate of a block freed twice"));
+    }
+    SUBCASE("the most recent block freed twice") {
+        const auto outcome = test::run_in_child([] {
+            monotonic<new_delete_resource> arena;
+            static_cast<void>(arena.allocate(100));
+            void* last = arena.allocate(100);
+            arena.deallocate(last, 100);
+            arena.deallocate(last, 100);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("did not hand out, or freed twice"));
+    }
+    SUBCASE("a pointer inside a block") {
+        const auto outcome = test::run_in_child([] {
+            monotonic<new_delete_resource> arena;
+            void* pointer = arena.allocate(100);
+            arena.deallocate(static_cast<char*>(pointer) + 16, 50);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("monotonic did not hand out"));
+    }
+    SUBCASE("a smaller size than the one allocated") {
+        const auto outcome = test::run_in_child([] {
+            monotonic<new_delete_resource> arena;
+            void* pointer = arena.allocate(100);
+            static_cast<void>(arena.allocate(100));
+            arena.deallocate(pointer, 50);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("monotonic: deallocate with a size other than the one allocated"));
+    }
 }
 
 TEST_CASE("monotonic: destruction with live blocks reports them") {
@@ -160,4 +201,49 @@ TEST_CASE("monotonic: destruction with live blocks reports them") {
     CHECK(outcome.exited_cleanly());
     CHECK(outcome.said("monotonic destroyed with 1 block (100 bytes) still live"));
 }
+#else
+TEST_CASE("monotonic: without assertions a bad free never lets a chunk hand out a live block again") {
+    instrumented<> upstream;
+    monotonic<upstream_ref> arena{upstream, {.initial_size = 64 * KiB}};
+    void* first = arena.allocate(100);
+    void* live = arena.allocate(100);
+    arena.deallocate(first, 100);
+    arena.deallocate(first, 100);                          // freed twice: ignored
+    arena.deallocate(static_cast<char*>(live) + 16, 50);  // inside a block: ignored
+    int outside = 0;
+    arena.deallocate(&outside, sizeof outside);  // outside every chunk: ignored
+    arena.check_invariants();
+    CHECK(arena.live_bytes() == 100);
+    void* next = arena.allocate(100);
+    CHECK(next != live);
+    CHECK((address(next) >= address(live) + 100 || address(next) + 100 <= address(live)));
+    CHECK(arena.owns(live));
+    arena.deallocate(live, 50);  // a wrong size: the block is freed with the size it was allocated with
+    arena.check_invariants();
+    CHECK(arena.live_bytes() == 100);
+    CHECK(!arena.owns(live));
+    arena.deallocate(next, 100);
+    arena.check_invariants();
+    CHECK(arena.live_bytes() == 0);
+    CHECK(arena.allocate(100) == first);  // wholly free only now: it started over
+    CHECK(upstream.errors().empty());
+}
 #endif
+
+TEST_CASE("monotonic: the most recent blocks of a chunk, once all freed, give their bytes back together") {
+    monotonic<new_delete_resource> arena;
+    void* a = arena.allocate(100, 1);
+    void* b = arena.allocate(100, 1);
+    void* c = arena.allocate(100, 1);
+    arena.deallocate(b, 100, 1);
+    CHECK(arena.owns(a));
+    CHECK(!arena.owns(b));
+    CHECK(arena.owns(static_cast<char*>(c) + 99));
+    arena.deallocate(c, 100, 1);
+    arena.check_invariants();
+    CHECK(arena.allocate(100, 1) == b);
+    arena.deallocate(b, 100, 1);
+    arena.deallocate(a, 100, 1);
+    arena.check_invariants();
+    CHECK(arena.live_bytes() == 0);
+}

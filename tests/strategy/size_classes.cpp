@@ -230,6 +230,37 @@ TEST_CASE("size_classes: bad deallocations are caught by assertions") {
         CHECK(outcome.aborted());
         CHECK(outcome.said("freed twice"));
     }
+    SUBCASE("a large block freed twice, caught before it reaches the upstream") {
+        const auto outcome = test::run_in_child([] {
+            size_classes<new_delete_resource> pool;
+            void* pointer = pool.allocate(2 * MiB);
+            void* other = pool.allocate(2 * MiB);
+            pool.deallocate(pointer, 2 * MiB);
+            pool.deallocate(pointer, 2 * MiB);
+            pool.deallocate(other, 2 * MiB);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("size_classes: deallocate of a large block it did not hand out, or one freed twice"));
+    }
+    SUBCASE("a foreign pointer freed as a large block") {
+        const auto outcome = test::run_in_child([] {
+            size_classes<new_delete_resource> pool;
+            static_cast<void>(pool.allocate(1000));
+            int outside = 0;
+            pool.deallocate(&outside, 2 * MiB);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("size_classes: deallocate of a large block it did not hand out"));
+    }
+    SUBCASE("a large block freed with another large size") {
+        const auto outcome = test::run_in_child([] {
+            size_classes<new_delete_resource> pool;
+            void* pointer = pool.allocate(2 * MiB);
+            pool.deallocate(pointer, 3 * MiB);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("size_classes: deallocate of a large block with a size other than the one allocated"));
+    }
 }
 
 TEST_CASE("size_classes: destruction with live blocks reports them and still returns every slab") {
@@ -257,6 +288,52 @@ TEST_CASE("size_classes: without assertions a bad deallocation changes nothing")
     pool.check_invariants();
     CHECK(pool.live_bytes() == 0);
     CHECK(upstream.errors().empty());
+}
+
+namespace {
+// The live bytes size_classes reports when a class cannot get a slab: its own and Large's.
+template <class Pool>
+std::size_t live_bytes_in_figures(Pool& pool) {
+    try {
+        static_cast<void>(pool.allocate(1000));
+    } catch (const out_of_memory& error) {
+        return error.figures().live_bytes.value_or(std::size_t(-1));
+    }
+    return std::size_t(-1);
+}
+}  // namespace
+
+TEST_CASE("size_classes: without assertions a bad large free neither reaches the upstream nor wraps a count") {
+    SUBCASE("an upstream without owns(): a free no live large block can match") {
+        instrumented<> upstream;
+        size_classes<upstream_ref> pool{upstream, {.maximum_size = 0}};  // no slab: figures show the counts
+        void* pointer = pool.allocate(2 * MiB);
+        pool.deallocate(pointer, 2 * MiB);
+        pool.deallocate(pointer, 2 * MiB);  // freed twice
+        int outside = 0;
+        pool.deallocate(&outside, 2 * MiB);  // never handed out
+        CHECK(upstream.errors().empty());
+        CHECK(upstream.live_blocks() == 0);
+        CHECK(live_bytes_in_figures(pool) == 0);
+        void* again = pool.allocate(2 * MiB);
+        CHECK(live_bytes_in_figures(pool) == 2 * MiB);
+        pool.deallocate(again, 2 * MiB);
+        CHECK(live_bytes_in_figures(pool) == 0);
+        pool.check_invariants();
+    }
+    SUBCASE("an upstream with owns(): a second free while another large block is live") {
+        simulated_resource addresses;
+        size_classes<ref<simulated_resource>> pool{addresses, {.maximum_size = 0}};
+        void* pointer = pool.allocate(2 * MiB);
+        void* other = pool.allocate(3 * MiB);
+        pool.deallocate(pointer, 2 * MiB);
+        pool.deallocate(pointer, 2 * MiB);  // freed twice: the upstream no longer owns it
+        CHECK(live_bytes_in_figures(pool) == 3 * MiB);
+        CHECK(pool.owns(other));
+        pool.deallocate(other, 3 * MiB);
+        CHECK(live_bytes_in_figures(pool) == 0);
+        CHECK(addresses.live_bytes() == 0);
+    }
 }
 #endif
 

@@ -9,8 +9,15 @@
 // out_of_memory("limiting", ...) at the cap; Upstream's own exhaustion passes through after the
 // bytes are given back to the count. Every other capability of Upstream passes through
 // (core/forwarding.hpp).
+// Bad frees: the count only gives back what Upstream really took back. With POOLKIT_ENABLE_ASSERTS
+// every live block is remembered (one host record each, under a mutex), and a deallocate of a
+// pointer not live through this resource (foreign, or freed twice) or with another size is a
+// failed POOLKIT_ASSERT before Upstream sees it. Without assertions, where Upstream has owns(), a
+// pointer it does not own is passed on but not subtracted (one owns() per deallocate); and a free
+// that would take the count below zero takes it to zero instead, so it never wraps.
 #pragma once
 
+#include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/errors.hpp>
@@ -19,12 +26,18 @@
 #include <poolkit/core/rebind.hpp>
 #include <poolkit/core/ref.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <limits>
 #include <type_traits>
 #include <utility>
+#if POOLKIT_ENABLE_ASSERTS
+#  include <cstdint>
+#  include <mutex>
+#  include <unordered_map>
+#endif
 
 namespace poolkit {
 
@@ -80,20 +93,41 @@ private:
             figures.limit_bytes = limit_.load(std::memory_order_relaxed);
             throw out_of_memory("limiting", figures);
         }
+        void* pointer = nullptr;
         try {
-            void* pointer = call();
-            if (pointer == nullptr) uncount(request.bytes);
-            return pointer;
+            pointer = call();
         } catch (...) {
             uncount(request.bytes);
             throw;
         }
+        if (pointer == nullptr) {
+            uncount(request.bytes);
+            return nullptr;
+        }
+#if POOLKIT_ENABLE_ASSERTS
+        try {
+            remember(pointer, request.bytes);
+        } catch (...) {  // no host memory for the record: the block goes back, and its bytes
+            this->give_back(request, pointer);
+            uncount(request.bytes);
+            throw;
+        }
+#endif
+        return pointer;
     }
     template <class Call>
     void around_deallocate(const deallocation_request& request, Call&& call) noexcept {
         if (request.pointer == nullptr) return;
+#if POOLKIT_ENABLE_ASSERTS
+        if (!forget(request.pointer, request.bytes)) return;
         call();
         uncount(request.bytes);
+#else
+        bool taken_back = true;
+        if constexpr (has_owns<Upstream>) taken_back = upstream_.owns(request.pointer);
+        call();
+        if (taken_back) uncount(request.bytes);
+#endif
     }
 
     // Adds `bytes` to the count if it stays within the cap.
@@ -105,11 +139,40 @@ private:
         } while (!live_.compare_exchange_weak(live, live + bytes, std::memory_order_relaxed));
         return true;
     }
-    void uncount(std::size_t bytes) noexcept { live_.fetch_sub(bytes, std::memory_order_relaxed); }
+    // Takes `bytes` off the count, never below zero.
+    void uncount(std::size_t bytes) noexcept {
+        std::size_t live = live_.load(std::memory_order_relaxed);
+        while (!live_.compare_exchange_weak(live, live - std::min(live, bytes), std::memory_order_relaxed)) {
+        }
+    }
+
+#if POOLKIT_ENABLE_ASSERTS
+    void remember(void* pointer, std::size_t bytes) {
+        std::lock_guard lock(blocks_mutex_);
+        const bool fresh = blocks_.emplace(reinterpret_cast<std::uintptr_t>(pointer), bytes).second;
+        POOLKIT_ASSERT(fresh, "limiting: Upstream handed out a block that is still live");
+    }
+    // Whether `pointer` is live here with `bytes`; a failed POOLKIT_ASSERT naming the rule if not.
+    bool forget(void* pointer, std::size_t bytes) noexcept {
+        std::lock_guard lock(blocks_mutex_);
+        const auto found = blocks_.find(reinterpret_cast<std::uintptr_t>(pointer));
+        POOLKIT_ASSERT(found != blocks_.end(),
+                       "limiting: deallocate of a pointer not live through it (never allocated here, or freed twice)");
+        if (found == blocks_.end()) return false;
+        POOLKIT_ASSERT(found->second == bytes, "limiting: deallocate with a size other than the one allocated");
+        if (found->second != bytes) return false;
+        blocks_.erase(found);
+        return true;
+    }
+#endif
 
     Upstream upstream_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
     std::atomic<std::size_t> limit_{std::numeric_limits<std::size_t>::max()};
     std::atomic<std::size_t> live_{0};  // invariant: the bytes of every live allocation made here
+#if POOLKIT_ENABLE_ASSERTS
+    std::mutex blocks_mutex_;
+    std::unordered_map<std::uintptr_t, std::size_t> blocks_;  // each live block -> its bytes
+#endif
 };
 
 // An lvalue is referred to, an rvalue owned (docs/concepts.md).

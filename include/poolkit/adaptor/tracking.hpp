@@ -4,11 +4,14 @@
 // outstanding() lists the live allocations (address, bytes, alignment, stream, sequence number,
 // backtrace); leak_report() renders them as text, largest first. On destruction, in builds with
 // POOLKIT_ENABLE_ASSERTS, a non-empty report goes to stderr (memory is not freed: it belongs to
-// Upstream). A deallocate of a pointer it does not know, or with another size, is a failed
-// POOLKIT_ASSERT; without assertions it is forwarded as it came.
+// Upstream). A deallocate of a pointer it does not know (foreign, or freed twice), or with another
+// size, is a failed POOLKIT_ASSERT; without assertions a pointer it does not know is not passed
+// on, and one with another size is passed on with the size it was allocated with.
 // Complexity: O(log n) per call in the live allocations, plus a backtrace() (a few µs) per
 // allocate when options.capture_backtraces is set. Thread safety: a mutex guards the records;
-// otherwise as Upstream. Alignment, stream semantics and exhaustion: Upstream's.
+// otherwise as Upstream. Alignment, stream semantics and exhaustion: Upstream's; when there is no
+// host memory for the record of a block, the block goes back to Upstream and std::bad_alloc
+// propagates (try_ forms: nullptr), so nothing is lost.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
@@ -174,8 +177,17 @@ private:
     template <class Call>
     void around_deallocate(const deallocation_request& request, Call&& call) noexcept {
         if (request.pointer == nullptr) return;
-        forget(request.pointer, request.bytes);
-        call();
+        std::size_t allocated = request.bytes;
+        if (!forget(request.pointer, allocated)) return;  // not outstanding: nothing to pass on
+        if (allocated == request.bytes) {
+            call();
+            return;
+        }
+        // A wrong size that assertions did not stop: Upstream gets back the block as it was taken.
+        const allocation_request taken{allocated, request.alignment,
+                                       request.on_stream ? allocation_kind::allocate_async : allocation_kind::allocate,
+                                       request.stream};
+        this->give_back(taken, request.pointer);
     }
 
     void remember(void* pointer, std::size_t bytes, std::size_t alignment, std::uintptr_t stream) {
@@ -200,14 +212,19 @@ private:
         static_cast<void>(where);
     }
 
-    void forget(void* pointer, [[maybe_unused]] std::size_t bytes) noexcept {
+    // Drops the record of `pointer` and sets `bytes` (as the caller says) to the bytes it was
+    // allocated with; false, changing nothing, when it is not outstanding.
+    bool forget(void* pointer, std::size_t& bytes) noexcept {
         std::lock_guard lock(mutex_);
         const auto found = live_.find(reinterpret_cast<std::uintptr_t>(pointer));
-        POOLKIT_ASSERT(found != live_.end(), "tracking: deallocate of a pointer that is not outstanding");
-        if (found == live_.end()) return;
+        POOLKIT_ASSERT(found != live_.end(),
+                       "tracking: deallocate of a pointer that is not outstanding (never allocated here, or freed twice)");
+        if (found == live_.end()) return false;
         POOLKIT_ASSERT(found->second.bytes == bytes, "tracking: deallocate with a size other than the one allocated");
-        live_bytes_ -= found->second.bytes;
+        bytes = found->second.bytes;
+        live_bytes_ -= bytes;
         live_.erase(found);
+        return true;
     }
 
     static std::string symbolize(const std::vector<void*>& frames) {

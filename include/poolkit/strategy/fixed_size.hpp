@@ -11,6 +11,15 @@
 // Stream semantics: none; a freed block is reusable at once. Put stream_ordered<> around it.
 // Exhaustion: it asks for a full slab, then a slab of one block, then returns every wholly free
 // slab and asks once more, then throws out_of_memory with the live, reserved and cached bytes.
+// Bad input: a free of a pool block that is not live (a foreign or interior pointer, a second
+// free, a size that is not one for a block) is a failed POOLKIT_ASSERT, and ignored without
+// assertions. A free of a request passed on is checked before it reaches the upstream: with
+// POOLKIT_ENABLE_ASSERTS every block passed on is remembered (one host record each), and a free
+// of one not live, or with another size, is a failed POOLKIT_ASSERT instead of a crash inside the
+// upstream. Without assertions such a free that cannot be right (none passed on is live, more
+// bytes than are live, or a pointer the upstream says it does not own, where it has owns()) is
+// ignored; the counters never go below zero. Only owns() tells a second free from a right one
+// while another block passed on is live.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
@@ -31,6 +40,9 @@
 #include <stdexcept>
 #include <utility>
 #include <vector>
+#if POOLKIT_ENABLE_ASSERTS
+#  include <unordered_map>
+#endif
 
 namespace poolkit {
 
@@ -66,7 +78,13 @@ public:
           options_(other.options_),
           engine_(std::move(other.engine_)),
           passed_blocks_(std::exchange(other.passed_blocks_, 0)),
-          passed_bytes_(std::exchange(other.passed_bytes_, 0)) {}
+          passed_bytes_(std::exchange(other.passed_bytes_, 0))
+#if POOLKIT_ENABLE_ASSERTS
+          ,
+          passed_live_(std::move(other.passed_live_))
+#endif
+    {
+    }
 
     ~fixed_size() {
         detail::report_leaks("fixed_size", engine_.live_blocks() + passed_blocks_, engine_.live_bytes() + passed_bytes_);
@@ -79,8 +97,12 @@ public:
         if (bytes == 0) return nullptr;
         if (!fits(bytes, alignment)) {
             void* pointer = upstream_.allocate(bytes, alignment);
-            ++passed_blocks_;
-            passed_bytes_ += bytes;
+            try {
+                count_passed(pointer, bytes);
+            } catch (...) {  // no host memory for the record of a debug build: the block goes back
+                upstream_.deallocate(pointer, bytes, alignment);
+                throw;
+            }
             return pointer;
         }
         if (void* pointer = engine_.allocate(upstream_, 0)) return pointer;
@@ -101,7 +123,9 @@ public:
     }
 
     // Requires: `pointer` came from allocate(bytes, alignment) of this pool and is not yet freed.
-    // Asserts it in debug builds; otherwise a block it cannot find is ignored.
+    // Asserts it in debug builds, requests passed on included; otherwise a block it cannot find
+    // is ignored, and a free of a request passed on that cannot be right is not passed on (see
+    // the header comment).
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
         const auto address = reinterpret_cast<std::uintptr_t>(pointer);
@@ -109,8 +133,7 @@ public:
             const bool in_slab = engine_.find(address) != nullptr;
             POOLKIT_ASSERT(!in_slab, "deallocate with a size other than the one allocated (a pool block freed as passed on)");
             if (in_slab) return;
-            --passed_blocks_;
-            passed_bytes_ -= bytes;
+            if (!uncount_passed(pointer, bytes)) return;
             upstream_.deallocate(pointer, bytes, alignment);
             return;
         }
@@ -168,11 +191,50 @@ private:
         return bytes <= options_.block_size && alignment <= engine_.spec(0).alignment;
     }
 
+    // Counts a block the upstream just served (and, with assertions, remembers it). May throw
+    // std::bad_alloc only with assertions, before anything is counted.
+    void count_passed([[maybe_unused]] void* pointer, std::size_t bytes) {
+#if POOLKIT_ENABLE_ASSERTS
+        const bool fresh = passed_live_.emplace(reinterpret_cast<std::uintptr_t>(pointer), bytes).second;
+        POOLKIT_ASSERT(fresh, "fixed_size: the upstream handed out a block that is still live");
+#endif
+        ++passed_blocks_;
+        passed_bytes_ += bytes;
+    }
+
+    // Whether a free of a request passed on can be right, and if so uncounts it. A failed
+    // POOLKIT_ASSERT naming the rule when assertions are on; false (nothing changed, nothing to
+    // pass on) otherwise.
+    bool uncount_passed([[maybe_unused]] void* pointer, std::size_t bytes) noexcept {
+#if POOLKIT_ENABLE_ASSERTS
+        const auto found = passed_live_.find(reinterpret_cast<std::uintptr_t>(pointer));
+        POOLKIT_ASSERT(found != passed_live_.end(),
+                       "fixed_size: deallocate of a block passed on to the upstream that it did not hand out, or one "
+                       "freed twice");
+        if (found == passed_live_.end()) return false;
+        POOLKIT_ASSERT(found->second == bytes,
+                       "fixed_size: deallocate of a block passed on to the upstream with a size other than the one allocated");
+        if (found->second != bytes) return false;
+        passed_live_.erase(found);
+#else
+        if (passed_blocks_ == 0 || bytes > passed_bytes_) return false;
+        if constexpr (has_owns<Upstream>) {
+            if (!upstream_.owns(pointer)) return false;
+        }
+#endif
+        --passed_blocks_;
+        passed_bytes_ -= bytes;
+        return true;
+    }
+
     [[no_unique_address]] Upstream upstream_;
     fixed_size_options options_;
     detail::slabs::slab_engine engine_;
     std::size_t passed_blocks_ = 0;  // live blocks the upstream serves directly
     std::size_t passed_bytes_ = 0;
+#if POOLKIT_ENABLE_ASSERTS
+    std::unordered_map<std::uintptr_t, std::size_t> passed_live_;  // each live block passed on -> its bytes
+#endif
 };
 
 static_assert(resource_with<fixed_size<detail::resource_archetype<host_accessible>>, host_accessible>);

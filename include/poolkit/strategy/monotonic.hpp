@@ -1,21 +1,26 @@
 // monotonic<Upstream>: bump allocation from chunks taken from Upstream.
 //
-// Each request takes the next suitably aligned bytes of the current chunk; deallocate only counts,
-// except that freeing the most recent block of a chunk gives its bytes back (stack order reuses
-// memory). A chunk whose blocks are all freed starts over from its beginning; if it is not the
-// current one it waits, wholly free, to become current when one is needed, or for release(). Chunks follow options.growth, from options.initial_size up to options.maximum_size
-// reserved. Bookkeeping (one host record per chunk) is never written into the chunks.
-// Complexity: allocate O(1) while the current chunk has room, else O(chunks) to look for a wholly
-// free one before growing; deallocate O(1) into the current chunk, else O(log chunks).
+// Each request takes the next suitably aligned bytes of the current chunk; deallocate marks the
+// block freed, and when the most recent live blocks of a chunk are freed their bytes are handed
+// out again (stack order reuses memory). A chunk whose blocks are all freed starts over from its
+// beginning; if it is not the current one it waits, wholly free, to become current when one is
+// needed, or for release(). Chunks follow options.growth, from options.initial_size up to
+// options.maximum_size reserved. Bookkeeping is never written into the chunks: one host record
+// per chunk, holding the start and size of each block handed out since the chunk last started
+// over (16 bytes each, in address order; freed ones stay marked until every later one is freed).
+// Complexity: allocate O(1) amortized while the current chunk has room, else O(chunks) to look
+// for a wholly free one before growing; deallocate O(1) for the most recent block of the current
+// chunk, else O(log chunks + log blocks of the chunk).
 // Thread safety: none; wrap in synchronized<>.
 // Alignment: any power of two; padding before a block is lost until its chunk is wholly free.
 // Stream semantics: none. Put stream_ordered<> around it.
 // Exhaustion: when the upstream throws std::bad_alloc or the maximum would be passed, it tries a
 // chunk of just the needed size, then returns its wholly free chunks and tries once more, then
 // throws out_of_memory with the live, reserved and cached bytes.
-// Bad input caught by assertions: a pointer outside every chunk, a block reaching past what the
-// chunk handed out, more frees than allocations in a chunk. A wrong size that stays within those
-// bounds cannot be seen: there are no per-block records.
+// Bad input: a pointer that is not the start of a block it handed out (outside every chunk, or
+// inside a block), a block freed twice, a size other than the one allocated. Each is a failed
+// POOLKIT_ASSERT; without assertions the first two are ignored and a wrong size frees the block
+// with the size it was allocated with, so a chunk never starts over while a block of it is live.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
@@ -35,8 +40,10 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <utility>
+#include <vector>
 
 namespace poolkit {
 
@@ -53,6 +60,12 @@ namespace detail::monotonic_parts {
 
 struct chunk_tag;
 
+// A block handed out since its chunk last started over; bytes 0 once it is freed.
+struct handed_out {
+    std::uintptr_t address;
+    std::size_t bytes;
+};
+
 struct chunk : intrusive::set_hook<chunk_tag> {
     chunk(std::uintptr_t address_, std::size_t bytes_, std::size_t alignment_) noexcept
         : address(address_), bytes(bytes_), alignment(alignment_), high_water(address_) {}
@@ -62,6 +75,9 @@ struct chunk : intrusive::set_hook<chunk_tag> {
     std::uintptr_t high_water;     // the end of what was handed out since the chunk last started over
     std::size_t live_blocks = 0;
     std::size_t live_bytes = 0;
+    // Invariant: ascending by address, the last one live and ending at high_water; live_blocks of
+    // them have bytes > 0, adding up to live_bytes; empty exactly when the chunk has started over.
+    std::vector<handed_out> blocks;
 };
 
 using chunk_set = chunk_index<chunk, chunk_tag>;
@@ -107,6 +123,7 @@ public:
         if (bytes == 0) return nullptr;
         if (current_ == nullptr || !fits(*current_, bytes, alignment)) current_ = next_chunk(bytes, alignment);
         const std::uintptr_t start = align_up(current_->high_water, alignment);
+        current_->blocks.push_back({start, bytes});  // may throw std::bad_alloc; nothing changed yet
         current_->high_water = start + bytes;
         ++current_->live_blocks;
         current_->live_bytes += bytes;
@@ -125,28 +142,35 @@ public:
         }
     }
 
-    // Counts the block as freed; a chunk whose blocks are all freed can start over. Requires:
-    // `pointer` came from allocate(bytes, alignment) of this resource and is not yet freed.
+    // Marks the block freed; the bytes of the most recent blocks of a chunk, once all freed, are
+    // handed out again, and a chunk whose blocks are all freed starts over. Requires: `pointer`
+    // came from allocate(bytes, alignment) of this resource and is not yet freed. Asserts it in
+    // debug builds; otherwise a pointer that is not a live block's start is ignored, and a wrong
+    // size is replaced by the one allocated.
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
         static_cast<void>(alignment);
         const auto address = reinterpret_cast<std::uintptr_t>(pointer);
         chunk* c = current_ != nullptr && address - current_->address < current_->bytes ? current_ : find_chunk(address);
-        POOLKIT_ASSERT(c != nullptr, "deallocate of a pointer monotonic did not hand out");
+        POOLKIT_ASSERT(c != nullptr, "deallocate of a pointer monotonic did not hand out (outside every chunk)");
         if (c == nullptr) return;
-        const bool plausible = c->live_blocks > 0 && bytes <= c->high_water - address && bytes <= c->live_bytes;
-        POOLKIT_ASSERT(plausible, "deallocate with a size other than the one allocated, or freed twice");
-        if (!plausible) return;
+        detail::monotonic_parts::handed_out* block = find_block(*c, address);
+        POOLKIT_ASSERT(block != nullptr,
+                       "deallocate of a pointer monotonic did not hand out, or freed twice (not the start of a live "
+                       "block of its chunk)");
+        if (block == nullptr) return;
+        POOLKIT_ASSERT(block->bytes != 0, "monotonic: deallocate of a block freed twice");
+        if (block->bytes == 0) return;
+        POOLKIT_ASSERT(block->bytes == bytes, "monotonic: deallocate with a size other than the one allocated");
+        const std::size_t freed = block->bytes;  // as allocated, whatever the caller says
+        block->bytes = 0;
         --c->live_blocks;
-        c->live_bytes -= bytes;
+        c->live_bytes -= freed;
         --live_blocks_;
-        live_bytes_ -= bytes;
-        if (c->live_blocks == 0) {
-            c->live_bytes = 0;
-            c->high_water = c->address;  // starts over, current or not
-        } else if (address + bytes == c->high_water) {
-            c->high_water = address;  // the most recent block: its bytes are handed out again
-        }
+        live_bytes_ -= freed;
+        // The most recent blocks, once freed, are handed out again; with none left the chunk starts over.
+        while (!c->blocks.empty() && c->blocks.back().bytes == 0) c->blocks.pop_back();
+        c->high_water = c->blocks.empty() ? c->address : c->blocks.back().address + c->blocks.back().bytes;
     }
 
     // Returns every wholly free chunk to the upstream. O(chunks).
@@ -161,18 +185,23 @@ public:
         }
     }
 
-    // Whether `pointer` lies inside what a chunk has handed out since it last started over.
+    // Whether `pointer` lies inside a live block. O(log chunks + log blocks of the chunk).
     [[nodiscard]] bool owns(const void* pointer) const noexcept {
         const auto address = reinterpret_cast<std::uintptr_t>(pointer);
-        const chunk* c = std::as_const(*this).find_chunk_const(address);
-        return c != nullptr && address < c->high_water;
+        const chunk* c = find_chunk_const(address);
+        if (c == nullptr || address >= c->high_water) return false;
+        const auto after = std::upper_bound(c->blocks.begin(), c->blocks.end(), address,
+                                            [](std::uintptr_t key, const auto& record) { return key < record.address; });
+        if (after == c->blocks.begin()) return false;
+        const auto& block = *std::prev(after);
+        return block.bytes != 0 && address - block.address < block.bytes;
     }
 
-    // The walk of walk.hpp, as far as monotonic can tell: it keeps no per-block records, so each
-    // chunk shows at most two blocks, in address order: what it handed out since it last started
-    // over, as one live block (its bytes cannot be reused until every block of the chunk is
-    // freed; requested_bytes is the live bytes in it, as the callers stated them), then the
-    // untouched rest as one free block. O(chunks); allocates nothing.
+    // The walk of walk.hpp: each chunk shows at most two blocks, in address order: what it handed
+    // out since it last started over, up to the end of its most recent live block, as one live
+    // block (freed bytes inside it cannot be reused until every block after them is freed;
+    // requested_bytes is the live bytes in it), then the untouched rest as one free block.
+    // O(chunks); allocates nothing.
     template <class Visitor>
     void for_each_block(Visitor&& visit) const {
         for (const chunk& c : chunk_index_) {
@@ -198,7 +227,9 @@ public:
     }
 
     // Chunks lie apart; each one's high-water mark is inside it and is its start exactly when it
-    // has no live block; counts and byte totals add up.
+    // has no live block; each chunk's block records are in address order inside what it handed
+    // out, live ones apart, the last one live and ending at the high-water mark; counts and byte
+    // totals add up.
     void check_invariants() const {
         std::size_t reserved = 0, blocks = 0, bytes = 0;
         std::uintptr_t previous_end = 0;
@@ -208,6 +239,21 @@ public:
                            "a high-water mark outside its chunk");
             POOLKIT_VERIFY((c.live_blocks == 0) == (c.high_water == c.address), "a wholly free chunk that did not start over");
             POOLKIT_VERIFY(c.live_bytes <= c.high_water - c.address, "more live bytes than were handed out");
+            std::size_t chunk_blocks = 0, chunk_bytes = 0;
+            std::uintptr_t block_floor = c.address;  // no record starts below it
+            for (const auto& record : c.blocks) {
+                POOLKIT_VERIFY(record.address >= block_floor && record.address < c.high_water,
+                               "a block record out of order or outside what its chunk handed out");
+                block_floor = record.address + std::max<std::size_t>(record.bytes, 1);
+                POOLKIT_VERIFY(block_floor <= c.high_water, "a block record reaching past the high-water mark");
+                if (record.bytes != 0) ++chunk_blocks;
+                chunk_bytes += record.bytes;
+            }
+            POOLKIT_VERIFY(c.blocks.empty() || (c.blocks.back().bytes != 0 &&
+                                                c.blocks.back().address + c.blocks.back().bytes == c.high_water),
+                           "the last block record is not live at the high-water mark");
+            POOLKIT_VERIFY(chunk_blocks == c.live_blocks && chunk_bytes == c.live_bytes,
+                           "a chunk's block records and counts disagree");
             previous_end = c.address + c.bytes;
             reserved += c.bytes;
             blocks += c.live_blocks;
@@ -273,6 +319,16 @@ private:
         chunk_index_.insert(*c);
         reserved_bytes_ += bytes;
         return c;
+    }
+
+    // The record of the block that starts at `address` in `c`, or nullptr. O(1) for the most
+    // recent block, else O(log blocks).
+    static detail::monotonic_parts::handed_out* find_block(chunk& c, std::uintptr_t address) noexcept {
+        if (c.blocks.empty()) return nullptr;
+        if (c.blocks.back().address == address) return &c.blocks.back();
+        const auto found = std::lower_bound(c.blocks.begin(), c.blocks.end(), address,
+                                            [](const auto& record, std::uintptr_t key) { return record.address < key; });
+        return found != c.blocks.end() && found->address == address ? &*found : nullptr;
     }
 
     [[nodiscard]] const chunk* find_chunk_const(std::uintptr_t address) const noexcept {

@@ -16,6 +16,14 @@
 // Exhaustion: a class that needs a slab asks for a full one, then for one block, then returns
 // every wholly free slab and asks for one block once more, then throws out_of_memory with the
 // live, reserved and cached bytes. Large requests fail as Large fails.
+// Bad input: a free of a slab's block that is not live (a foreign or interior pointer, a size of
+// another class, a second free) is a failed POOLKIT_ASSERT, and ignored without assertions. A
+// large free is checked before it reaches Large: with POOLKIT_ENABLE_ASSERTS every block given to
+// Large is remembered (one host record each), and a free of one not live, or with another size,
+// is a failed POOLKIT_ASSERT instead of a crash inside Large. Without assertions a large free
+// that cannot be right (no large block live, more bytes than are live, or a pointer Large says
+// it does not own, where Large has owns()) is ignored; the counters never go below zero. Only
+// owns() tells a second free from a right one while another large block of that size is live.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
@@ -40,6 +48,9 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+#if POOLKIT_ENABLE_ASSERTS
+#  include <unordered_map>
+#endif
 
 namespace poolkit {
 
@@ -145,7 +156,13 @@ public:
           aligned_class_(std::move(other.aligned_class_)),
           alignment_levels_(other.alignment_levels_),
           large_blocks_(std::exchange(other.large_blocks_, 0)),
-          large_bytes_(std::exchange(other.large_bytes_, 0)) {}
+          large_bytes_(std::exchange(other.large_bytes_, 0))
+#if POOLKIT_ENABLE_ASSERTS
+          ,
+          large_live_(std::move(other.large_live_))
+#endif
+    {
+    }
 
     ~size_classes() {
         detail::report_leaks("size_classes", engine_.live_blocks() + large_blocks_, engine_.live_bytes() + large_bytes_);
@@ -178,9 +195,12 @@ public:
                           { large.try_allocate_cached(bytes, alignment) } noexcept;
                       }) {
             void* pointer = large_.try_allocate_cached(bytes, alignment);
-            if (pointer != nullptr) {
-                ++large_blocks_;
-                large_bytes_ += bytes;
+            if (pointer == nullptr) return nullptr;
+            try {
+                count_large(pointer, bytes);
+            } catch (...) {  // no host memory for the record of a debug build: the block goes back
+                large_.deallocate(pointer, bytes, alignment);
+                return nullptr;
             }
             return pointer;
         } else {
@@ -189,8 +209,9 @@ public:
     }
 
     // Requires: `pointer` came from allocate(bytes, alignment) of this resource and is not yet
-    // freed. Asserts it in debug builds (a size in another class counts as a wrong pointer);
-    // otherwise a block it cannot find is ignored.
+    // freed. Asserts it in debug builds, large blocks included (a size in another class counts
+    // as a wrong pointer); otherwise a block it cannot find is ignored, and a large free that
+    // cannot be right is not passed on to Large (see the header comment).
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
         POOLKIT_ASSERT(is_power_of_two(alignment), "deallocate with an alignment that is not a power of two");
@@ -201,8 +222,7 @@ public:
             const bool in_slab = engine_.find(address) != nullptr;
             POOLKIT_ASSERT(!in_slab, "deallocate with a size other than the one allocated (a slab block freed as large)");
             if (in_slab) return;
-            --large_blocks_;
-            large_bytes_ -= bytes;
+            if (!uncount_large(pointer, bytes)) return;
             large_resource().deallocate(pointer, bytes, alignment);
             return;
         }
@@ -322,9 +342,46 @@ private:
 
     void* allocate_large(std::size_t bytes, std::size_t alignment) {
         void* pointer = large_resource().allocate(bytes, alignment);
+        try {
+            count_large(pointer, bytes);
+        } catch (...) {  // no host memory for the record of a debug build: the block goes back
+            large_resource().deallocate(pointer, bytes, alignment);
+            throw;
+        }
+        return pointer;
+    }
+
+    // Counts a block Large just handed out (and, with assertions, remembers it). May throw
+    // std::bad_alloc only with assertions, before anything is counted.
+    void count_large([[maybe_unused]] void* pointer, std::size_t bytes) {
+#if POOLKIT_ENABLE_ASSERTS
+        const bool fresh = large_live_.emplace(reinterpret_cast<std::uintptr_t>(pointer), bytes).second;
+        POOLKIT_ASSERT(fresh, "size_classes: Large handed out a block that is still live");
+#endif
         ++large_blocks_;
         large_bytes_ += bytes;
-        return pointer;
+    }
+
+    // Whether a large free can be right, and if so uncounts it. A failed POOLKIT_ASSERT naming
+    // the rule when assertions are on; false (nothing changed, nothing to pass on) otherwise.
+    bool uncount_large([[maybe_unused]] void* pointer, std::size_t bytes) noexcept {
+#if POOLKIT_ENABLE_ASSERTS
+        const auto found = large_live_.find(reinterpret_cast<std::uintptr_t>(pointer));
+        POOLKIT_ASSERT(found != large_live_.end(),
+                       "size_classes: deallocate of a large block it did not hand out, or one freed twice");
+        if (found == large_live_.end()) return false;
+        POOLKIT_ASSERT(found->second == bytes, "size_classes: deallocate of a large block with a size other than the one allocated");
+        if (found->second != bytes) return false;
+        large_live_.erase(found);
+#else
+        if (large_blocks_ == 0 || bytes > large_bytes_) return false;
+        if constexpr (has_owns<large_resource_type>) {
+            if (!large_resource().owns(pointer)) return false;
+        }
+#endif
+        --large_blocks_;
+        large_bytes_ -= bytes;
+        return true;
     }
 
     [[no_unique_address]] Upstream upstream_;
@@ -337,6 +394,9 @@ private:
     std::size_t alignment_levels_ = 0;
     std::size_t large_blocks_ = 0;  // live blocks Large holds for us
     std::size_t large_bytes_ = 0;
+#if POOLKIT_ENABLE_ASSERTS
+    std::unordered_map<std::uintptr_t, std::size_t> large_live_;  // each live large block -> its bytes
+#endif
 };
 
 static_assert(resource_with<size_classes<detail::resource_archetype<host_accessible>>, host_accessible>);

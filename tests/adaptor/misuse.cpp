@@ -1,0 +1,166 @@
+// When the host is out of memory for a block's own records: every block taken from an upstream
+// goes back, the failure propagates as std::bad_alloc, and the block stays consistent.
+//
+// This file replaces the global operator new for the whole test program: it behaves as usual
+// until a test arms fail_host_allocations(), which makes the next host allocation of the calling
+// thread throw std::bad_alloc.
+#include <poolkit/adaptor/limiting.hpp>
+#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/assert.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/strategy/fixed_size.hpp>
+#include <poolkit/strategy/monotonic.hpp>
+#include <poolkit/strategy/size_classes.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+
+namespace {
+
+// -1: host allocations succeed; n >= 0: the next n succeed and the one after throws.
+thread_local long host_allocations_before_failure = -1;
+
+}  // namespace
+
+void* operator new(std::size_t bytes) {
+    if (host_allocations_before_failure == 0) {
+        host_allocations_before_failure = -1;
+        throw std::bad_alloc();
+    }
+    if (host_allocations_before_failure > 0) --host_allocations_before_failure;
+    if (void* pointer = std::malloc(bytes == 0 ? 1 : bytes)) return pointer;
+    throw std::bad_alloc();
+}
+void operator delete(void* pointer) noexcept { std::free(pointer); }
+void operator delete(void* pointer, std::size_t) noexcept { std::free(pointer); }
+
+namespace {
+
+using namespace poolkit;
+
+// The next host allocation of this thread throws std::bad_alloc (once).
+void fail_next_host_allocation() { host_allocations_before_failure = 0; }
+void stop_failing_host_allocations() { host_allocations_before_failure = -1; }
+
+// An upstream that counts its live blocks and takes nothing from operator new.
+class counting_upstream {
+public:
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        if (bytes == 0) return nullptr;
+        void* pointer = std::aligned_alloc(alignment, align_up(bytes, alignment));
+        if (pointer == nullptr) throw std::bad_alloc();
+        ++live_blocks_;
+        return pointer;
+    }
+    void deallocate(void* pointer, std::size_t, std::size_t = default_alignment) noexcept {
+        if (pointer == nullptr) return;
+        --live_blocks_;
+        std::free(pointer);
+    }
+    [[nodiscard]] long live_blocks() const noexcept { return live_blocks_; }
+    friend bool operator==(const counting_upstream& a, const counting_upstream& b) noexcept { return &a == &b; }
+
+private:
+    long live_blocks_ = 0;
+};
+
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+// Calls `allocate` with the next host allocation failing; whether it threw std::bad_alloc.
+template <class Allocate>
+bool throws_bad_alloc_when_the_host_is_out(Allocate&& allocate) {
+    bool threw = false;
+    fail_next_host_allocation();
+    try {
+        static_cast<void>(allocate());
+    } catch (const std::bad_alloc&) {
+        threw = true;
+    }
+    stop_failing_host_allocations();
+    return threw;
+}
+
+}  // namespace
+
+TEST_CASE("tracking: a block whose record cannot be made goes back to the upstream") {
+    counting_upstream upstream;
+    SUBCASE("the record itself") {
+        tracking<ref<counting_upstream>> tracker{upstream};
+        CHECK(throws_bad_alloc_when_the_host_is_out([&] { return tracker.allocate(1000); }));
+        CHECK(upstream.live_blocks() == 0);
+        CHECK(tracker.live_blocks() == 0);
+        CHECK(tracker.live_bytes() == 0);
+        void* pointer = tracker.allocate(1000);
+        CHECK(upstream.live_blocks() == 1);
+        tracker.deallocate(pointer, 1000);
+    }
+    SUBCASE("its backtrace") {
+        tracking<ref<counting_upstream>> tracker{upstream, {.capture_backtraces = true}};
+        CHECK(throws_bad_alloc_when_the_host_is_out([&] { return tracker.allocate(1000); }));
+        CHECK(upstream.live_blocks() == 0);
+        CHECK(tracker.live_blocks() == 0);
+    }
+    tracking<ref<counting_upstream>> tracker{upstream};
+    tracker.check_invariants();
+    CHECK(upstream.live_blocks() == 0);
+}
+
+TEST_CASE("monotonic: a block whose record cannot be made is not handed out, and nothing changes") {
+    counting_upstream upstream;
+    monotonic<ref<counting_upstream>> arena{upstream};
+    void* first = arena.allocate(100);  // the chunk and room for one record
+    CHECK(throws_bad_alloc_when_the_host_is_out([&] { return arena.allocate(100); }));
+    arena.check_invariants();
+    CHECK(arena.live_bytes() == 100);
+    void* second = arena.allocate(100);
+    CHECK(second == static_cast<char*>(first) + 256);
+    arena.deallocate(second, 100);
+    arena.deallocate(first, 100);
+    arena.check_invariants();
+    CHECK(arena.live_bytes() == 0);
+    arena.release();
+    CHECK(upstream.live_blocks() == 0);
+}
+
+#if POOLKIT_ENABLE_ASSERTS
+// Only builds with assertions keep a record per block passed on to the upstream or made through
+// limiting<>; without assertions there is nothing to fail.
+TEST_CASE("size_classes: a large block whose record cannot be made goes back to the upstream") {
+    counting_upstream upstream;
+    size_classes<ref<counting_upstream>> pool{upstream};
+    CHECK(throws_bad_alloc_when_the_host_is_out([&] { return pool.allocate(2 * MiB); }));
+    CHECK(upstream.live_blocks() == 0);
+    void* pointer = pool.allocate(2 * MiB);
+    CHECK(upstream.live_blocks() == 1);
+    pool.deallocate(pointer, 2 * MiB);
+    CHECK(upstream.live_blocks() == 0);
+}
+
+TEST_CASE("fixed_size: a block passed on whose record cannot be made goes back to the upstream") {
+    counting_upstream upstream;
+    fixed_size<ref<counting_upstream>> pool{upstream};
+    CHECK(throws_bad_alloc_when_the_host_is_out([&] { return pool.allocate(1000); }));
+    CHECK(upstream.live_blocks() == 0);
+    void* pointer = pool.allocate(1000);
+    CHECK(upstream.live_blocks() == 1);
+    pool.deallocate(pointer, 1000);
+    CHECK(upstream.live_blocks() == 0);
+}
+
+TEST_CASE("limiting: a block whose record cannot be made goes back, and so do its bytes") {
+    counting_upstream upstream;
+    limiting<ref<counting_upstream>> capped{upstream, {.limit_bytes = 4000}};
+    CHECK(throws_bad_alloc_when_the_host_is_out([&] { return capped.allocate(4000); }));
+    CHECK(upstream.live_blocks() == 0);
+    CHECK(capped.live_bytes() == 0);
+    void* pointer = capped.allocate(4000);
+    CHECK(capped.live_bytes() == 4000);
+    capped.deallocate(pointer, 4000);
+    CHECK(capped.live_bytes() == 0);
+    CHECK(upstream.live_blocks() == 0);
+}
+#endif
