@@ -183,6 +183,51 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
         }
     }
 
+    SUBCASE("an upstream failing every n-th call: each request is served or refused, nothing is lost") {
+        if (auto* upstream = fixture.upstream()) {
+            std::mt19937_64 random(11);
+            std::size_t refused = 0;
+            for (std::size_t every : {2, 3, 7}) {
+                upstream->fail_every(every);
+                std::vector<allocation> live;
+                for (int step = 0; step < 600; ++step) {
+                    if (live.empty() || random() % 100 < 55) {
+                        const std::size_t bytes = 1 + random() % (random() % 8 == 0 ? 2 << 20 : 8192);
+                        const std::size_t alignment = std::size_t{1} << (random() % 10);
+                        try {
+                            void* pointer = r.allocate(bytes, alignment);
+                            REQUIRE(pointer != nullptr);
+                            REQUIRE(is_aligned(pointer, alignment));
+                            live.push_back({pointer, bytes, alignment});
+                        } catch (const std::bad_alloc&) {
+                            ++refused;
+                        }
+                    } else {
+                        const std::size_t index = random() % live.size();
+                        r.deallocate(live[index].pointer, live[index].bytes, live[index].alignment);
+                        live[index] = live.back();
+                        live.pop_back();
+                    }
+                    if constexpr (has_check_invariants<std::remove_reference_t<decltype(r)>>) {
+                        if (step % 16 == 0) r.check_invariants();
+                    }
+                }
+                upstream->fail_every(0);
+                for (const auto& block : live) r.deallocate(block.pointer, block.bytes, block.alignment);
+                if constexpr (has_check_invariants<std::remove_reference_t<decltype(r)>>) r.check_invariants();
+                void* after = r.allocate(4096, default_alignment);  // the resource still works
+                CHECK(after != nullptr);
+                r.deallocate(after, 4096, default_alignment);
+            }
+            // A pool that never needs its upstream again (one large chunk) sees no failure at all.
+            MESSAGE("upstream failures injected: ", upstream->injected_failures(), "; requests refused: ", refused);
+            if constexpr (has_release<std::remove_reference_t<decltype(r)>>) {
+                r.release();
+                CHECK(upstream->live_bytes() == 0);  // every block it took came back
+            }
+        }
+    }
+
     SUBCASE("equality: reflexive; stateless resources are all equal and free each other's memory") {
         CHECK(r == r);
         CHECK_FALSE(r != r);

@@ -3,8 +3,9 @@
 // It records every live block and reports (never throws from deallocate) when a block comes back
 // with another size or alignment than it left with, when a pointer it did not hand out is freed,
 // when a returned block is misaligned or overlaps a live one, and what is still live (leaks).
-// fail_after(n) makes every allocation after the next n throw out_of_memory; limit(bytes) makes
-// every allocation that would take live bytes past `bytes` throw. Identity equality.
+// fail_after(n) makes every allocation after the next n throw out_of_memory; fail_every(n) makes
+// every n-th allocation call throw (fault injection); limit(bytes) makes every allocation that
+// would take live bytes past `bytes` throw. Identity equality.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
@@ -32,7 +33,9 @@ public:
 
     void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
         std::lock_guard lock(mutex_);
-        if ((failures_armed_ && allocations_left_ == 0) || live_bytes_ > limit_ ||
+        const bool injected = fail_every_ != 0 && ++calls_ % fail_every_ == 0;
+        if (injected) ++injected_;
+        if ((failures_armed_ && allocations_left_ == 0) || injected || live_bytes_ > limit_ ||
             bytes > limit_ - live_bytes_) {
             memory_figures figures = memory_figures::request(bytes, alignment);
             figures.live_bytes = live_bytes_;
@@ -78,6 +81,14 @@ public:
         std::lock_guard lock(mutex_);
         failures_armed_ = false;
     }
+    // Every n-th allocation call from now on throws out_of_memory; 0 stops it.
+    void fail_every(std::size_t n) {
+        std::lock_guard lock(mutex_);
+        fail_every_ = n;
+        calls_ = 0;
+    }
+    // Allocation calls made to throw by fail_every.
+    [[nodiscard]] std::size_t injected_failures() const { std::lock_guard lock(mutex_); return injected_; }
     // Allocations that would take live bytes past `bytes` throw out_of_memory.
     void limit(std::size_t bytes) {
         std::lock_guard lock(mutex_);
@@ -138,6 +149,9 @@ private:
     std::size_t peak_bytes_ = 0;
     std::size_t allocations_ = 0;
     std::size_t deallocations_ = 0;
+    std::size_t fail_every_ = 0;
+    std::size_t calls_ = 0;
+    std::size_t injected_ = 0;
     std::size_t limit_ = std::numeric_limits<std::size_t>::max();
     bool failures_armed_ = false;
     std::size_t allocations_left_ = 0;
