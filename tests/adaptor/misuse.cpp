@@ -26,6 +26,12 @@ thread_local long host_allocations_before_failure = -1;
 
 }  // namespace
 
+// The replacement pairs operator new with malloc and operator delete with free, as it must; GCC
+// cannot see that pairing across the replaced functions and warns at -O2.
+#if defined(__GNUC__) && !defined(__clang__)
+#  pragma GCC diagnostic push
+#  pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
 void* operator new(std::size_t bytes) {
     if (host_allocations_before_failure == 0) {
         host_allocations_before_failure = -1;
@@ -37,6 +43,9 @@ void* operator new(std::size_t bytes) {
 }
 void operator delete(void* pointer) noexcept { std::free(pointer); }
 void operator delete(void* pointer, std::size_t) noexcept { std::free(pointer); }
+#if defined(__GNUC__) && !defined(__clang__)
+#  pragma GCC diagnostic pop
+#endif
 
 namespace {
 
