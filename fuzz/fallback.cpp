@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                                                     .maximum_size = std::size_t{1} << (18 + size % 4)}},
             poolkit::buddy<upstream>{addresses, {.chunk_size = std::size_t{1} << 20,
                                                  .maximum_size = std::size_t{96} << 20}}};
-        poolkit::fuzz::run(pools, data, size, 256, 16);  // buddy's check walks every minimum block
+        poolkit::fuzz::run(pools, data, size, 16, 16);  // buddy walks every minimum block (check, tables): sizes up to 1 MiB
         if (pools.primary_resource().reserved_bytes() != 0 || pools.secondary_resource().reserved_bytes() != 0) std::abort();
     }
     if (addresses.live_bytes() != 0) std::abort();
