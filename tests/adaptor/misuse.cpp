@@ -1,9 +1,9 @@
 // When the host is out of memory for a block's own records: every block taken from an upstream
 // goes back, the failure propagates as std::bad_alloc, and the block stays consistent.
 //
-// This file replaces the global operator new for the whole test program: it behaves as usual
-// until a test arms fail_host_allocations(), which makes the next host allocation of the calling
-// thread throw std::bad_alloc.
+// Host allocations fail on demand through the test binary's operator new (support/host_faults.hpp).
+#include "../support/host_faults.hpp"
+
 #include <poolkit/adaptor/limiting.hpp>
 #include <poolkit/adaptor/tracking.hpp>
 #include <poolkit/core/alignment.hpp>
@@ -21,39 +21,11 @@
 
 namespace {
 
-// -1: host allocations succeed; n >= 0: the next n succeed and the one after throws.
-thread_local long host_allocations_before_failure = -1;
-
-}  // namespace
-
-// The replacement pairs operator new with malloc and operator delete with free, as it must; GCC
-// cannot see that pairing across the replaced functions and warns at -O2.
-#if defined(__GNUC__) && !defined(__clang__)
-#  pragma GCC diagnostic push
-#  pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-void* operator new(std::size_t bytes) {
-    if (host_allocations_before_failure == 0) {
-        host_allocations_before_failure = -1;
-        throw std::bad_alloc();
-    }
-    if (host_allocations_before_failure > 0) --host_allocations_before_failure;
-    if (void* pointer = std::malloc(bytes == 0 ? 1 : bytes)) return pointer;
-    throw std::bad_alloc();
-}
-void operator delete(void* pointer) noexcept { std::free(pointer); }
-void operator delete(void* pointer, std::size_t) noexcept { std::free(pointer); }
-#if defined(__GNUC__) && !defined(__clang__)
-#  pragma GCC diagnostic pop
-#endif
-
-namespace {
-
 using namespace poolkit;
 
 // The next host allocation of this thread throws std::bad_alloc (once).
-void fail_next_host_allocation() { host_allocations_before_failure = 0; }
-void stop_failing_host_allocations() { host_allocations_before_failure = -1; }
+void fail_next_host_allocation() { test::fail_host_allocation_after(0); }
+using test::stop_failing_host_allocations;
 
 // An upstream that counts its live blocks and takes nothing from operator new.
 class counting_upstream {

@@ -15,6 +15,7 @@
 // TEST_CASE_TEMPLATE_INVOKE(conformance, fixtures...).
 #pragma once
 
+#include "host_faults.hpp"
 #include "instrumented.hpp"
 
 #include <poolkit/core/alignment.hpp>
@@ -224,6 +225,48 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
             if constexpr (has_release<std::remove_reference_t<decltype(r)>>) {
                 r.release();
                 CHECK(upstream->live_bytes() == 0);  // every block it took came back
+            }
+        }
+    }
+
+    SUBCASE("the host out of memory inside allocate: std::bad_alloc, and nothing lost or broken") {
+        std::mt19937_64 random(5);
+        std::vector<allocation> live;
+        std::size_t refused = 0;
+        for (int step = 0; step < 400; ++step) {
+            if (live.empty() || random() % 100 < 60) {
+                const std::size_t bytes = 1 + random() % (random() % 8 == 0 ? 1 << 20 : 8192);
+                const std::size_t alignment = std::size_t{1} << (random() % 10);
+                void* pointer = nullptr;
+                fail_host_allocation_after(static_cast<long>(random() % 3));
+                try {
+                    pointer = r.allocate(bytes, alignment);
+                } catch (const std::bad_alloc&) {
+                    ++refused;
+                }
+                stop_failing_host_allocations();
+                if (pointer != nullptr) {
+                    REQUIRE(is_aligned(pointer, alignment));
+                    for (const auto& other : live) REQUIRE_FALSE(overlap(other, {pointer, bytes, alignment}));
+                    live.push_back({pointer, bytes, alignment});
+                }
+            } else {
+                const std::size_t index = random() % live.size();
+                r.deallocate(live[index].pointer, live[index].bytes, live[index].alignment);
+                live[index] = live.back();
+                live.pop_back();
+            }
+            if constexpr (has_check_invariants<std::remove_reference_t<decltype(r)>>) {
+                if (step % 16 == 0) r.check_invariants();
+            }
+        }
+        for (const auto& block : live) r.deallocate(block.pointer, block.bytes, block.alignment);
+        if constexpr (has_check_invariants<std::remove_reference_t<decltype(r)>>) r.check_invariants();
+        MESSAGE("allocate calls refused for want of host memory: ", refused);
+        if (auto* upstream = fixture.upstream()) {
+            if constexpr (has_release<std::remove_reference_t<decltype(r)>>) {
+                r.release();
+                CHECK(upstream->live_bytes() == 0);
             }
         }
     }

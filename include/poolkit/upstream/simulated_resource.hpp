@@ -180,16 +180,28 @@ private:
         const auto [hole_bytes, hole_start] = *hole;
         const std::uintptr_t user = align_up(hole_start, alignment);
         const std::size_t footprint = (user - hole_start) + *rounded + gap;
-        live_.emplace(user, live_range{hole_start, footprint, *rounded});  // the only step that may throw first
+        // The steps that allocate host memory come first, each undone if a later one throws.
+        live_.emplace(user, live_range{hole_start, footprint, *rounded});
+        try {
+            if (hole_bytes > footprint) insert_free(hole_start + footprint, hole_bytes - footprint);
+        } catch (...) {
+            live_.erase(user);
+            throw;
+        }
         erase_free(hole_start, hole_bytes);
-        if (hole_bytes > footprint) insert_free(hole_start + footprint, hole_bytes - footprint);
         live_bytes_ += *rounded;
         return reinterpret_cast<void*>(user);
     }
 
+    // Strong guarantee: if the second index throws, the first is undone.
     void insert_free(std::uintptr_t start, std::size_t bytes) {
-        free_by_address_.emplace(start, bytes);
-        free_by_size_.emplace(bytes, start);
+        const auto inserted = free_by_address_.emplace(start, bytes).first;
+        try {
+            free_by_size_.emplace(bytes, start);
+        } catch (...) {
+            free_by_address_.erase(inserted);
+            throw;
+        }
     }
     void erase_free(std::uintptr_t start, std::size_t bytes) {
         free_by_address_.erase(start);
