@@ -1,4 +1,5 @@
-// Every thread-safe composition under sixteen threads: blocks allocated, written, handed to other
+// Every thread-safe composition under sixteen threads (each adaptor over a synchronized pool, the
+// synchronized strategies, stream_ordered and per_thread): blocks allocated, written, handed to other
 // threads through mailboxes, checked and freed there. Every byte must hold, the composition's
 // invariants and figures must agree at the end, and the upstream (instrumented: thread-safe, and
 // it reports any misuse) must get back every block it handed out. Run under TSan in CI, where a
@@ -7,7 +8,9 @@
 
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/limiting.hpp>
+#include <poolkit/adaptor/logging.hpp>
 #include <poolkit/adaptor/per_thread.hpp>
+#include <poolkit/adaptor/retry_on_oom.hpp>
 #include <poolkit/adaptor/statistics.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
@@ -26,6 +29,7 @@
 #include <deque>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -67,6 +71,16 @@ struct limiting_over_synchronized : over_instrumented<limiting<synchronized<cach
 struct tracking_over_synchronized : over_instrumented<tracking<synchronized<size_classes<base>>>> {
     static constexpr const char* name = "tracking<synchronized<size_classes>>";
 };
+struct retry_over_synchronized : over_instrumented<retry_on_oom<synchronized<best_fit<base>>>> {
+    static constexpr const char* name = "retry_on_oom<synchronized<best_fit>>";
+};
+struct logging_over_synchronized {
+    static constexpr const char* name = "logging<synchronized<best_fit>>";
+    test::instrumented<> memory;
+    synchronized<best_fit<base>> inner{std::in_place, base{memory}};
+    std::ostringstream log;
+    logging<ref<synchronized<best_fit<base>>>> pool{ref(inner), log};
+};
 struct synchronized_stream_ordered : over_instrumented<synchronized<stream_ordered<caching_pool<base>, completed_events>>> {
     static constexpr const char* name = "synchronized<stream_ordered<caching_pool>>";
 };
@@ -88,7 +102,8 @@ struct handed {
 TEST_CASE_TEMPLATE("sixteen threads through a thread-safe composition keep every byte, and the upstream gets every block back", F,
                    synchronized_best_fit, synchronized_caching_pool, synchronized_size_classes, synchronized_buddy,
                    synchronized_fixed_size, statistics_over_synchronized, limiting_over_synchronized,
-                   tracking_over_synchronized, synchronized_stream_ordered, per_thread_over_synchronized) {
+                   tracking_over_synchronized, retry_over_synchronized, logging_over_synchronized,
+                   synchronized_stream_ordered, per_thread_over_synchronized) {
     INFO("composition: ", F::name);
     F fixture;
     auto& pool = fixture.pool;
