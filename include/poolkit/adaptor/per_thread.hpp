@@ -350,6 +350,7 @@ private:
     thread_cache& cache() {
         if (thread_cache* found = find_cache()) return *found;
         auto& mine = detail::per_thread_parts::this_thread();
+        mine.last = nullptr;  // it may be one of the caches dropped below, and a step below may throw
         std::erase_if(mine.caches, [](const auto& c) { return c->orphaned(); });
         mine.caches.reserve(mine.caches.size() + 1);
         auto made = std::make_unique<thread_cache>(id_, core_);
