@@ -38,8 +38,18 @@ void* operator new(std::size_t bytes) {
     if (void* pointer = std::malloc(bytes == 0 ? 1 : bytes)) return pointer;
     throw std::bad_alloc();
 }
+// The nothrow forms too (std::stable_sort's buffer, for one): each form is paired with the
+// replaced delete, and sanitizers check that the pair matches.
+void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept {
+    try {
+        return ::operator new(bytes);
+    } catch (...) {
+        return nullptr;
+    }
+}
 void operator delete(void* pointer) noexcept { std::free(pointer); }
 void operator delete(void* pointer, std::size_t) noexcept { std::free(pointer); }
+void operator delete(void* pointer, const std::nothrow_t&) noexcept { std::free(pointer); }
 #if defined(__GNUC__) && !defined(__clang__)
 #  pragma GCC diagnostic pop
 #endif

@@ -45,7 +45,12 @@ public:
         void* pointer = upstream_.allocate(bytes, alignment);
         if (failures_armed_) --allocations_left_;
         if (pointer == nullptr) return nullptr;
-        record(pointer, bytes, alignment);
+        try {
+            record(pointer, bytes, alignment);
+        } catch (...) {  // no host memory for the record: the block goes back
+            upstream_.deallocate(pointer, bytes, alignment);
+            throw;
+        }
         return pointer;
     }
 
