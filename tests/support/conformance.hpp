@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <cstdint>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -59,6 +60,49 @@ inline bool overlap(const allocation& a, const allocation& b) {
     const auto a_begin = reinterpret_cast<std::uintptr_t>(a.pointer);
     const auto b_begin = reinterpret_cast<std::uintptr_t>(b.pointer);
     return a_begin < b_begin + b.bytes && b_begin < a_begin + a.bytes;
+}
+
+// Random allocate/free traffic over `r` for `steps` steps (allocate `allocate_percent` % of them,
+// up to `large` bytes now and then), with before() and after() around each allocate call (where
+// a test injects faults). Each block must be aligned and disjoint from the live ones; a
+// std::bad_alloc is counted as refused. At the end every block is freed; invariants are checked
+// every 16 steps and then. Returns the requests refused.
+template <class R, class Before, class After>
+std::size_t random_traffic_refused(R& r, std::uint64_t seed, int steps, unsigned allocate_percent, std::size_t large,
+                                   Before before, After after) {
+    std::mt19937_64 random(seed);
+    std::vector<allocation> live;
+    std::size_t refused = 0;
+    for (int step = 0; step < steps; ++step) {
+        if (live.empty() || random() % 100 < allocate_percent) {
+            const std::size_t bytes = 1 + random() % (random() % 8 == 0 ? large : 8192);
+            const std::size_t alignment = std::size_t{1} << (random() % 10);
+            void* pointer = nullptr;
+            before(random);
+            try {
+                pointer = r.allocate(bytes, alignment);
+            } catch (const std::bad_alloc&) {
+                ++refused;
+            }
+            after();
+            if (pointer != nullptr) {
+                REQUIRE(is_aligned(pointer, alignment));
+                for (const auto& other : live) REQUIRE_FALSE(overlap(other, {pointer, bytes, alignment}));
+                live.push_back({pointer, bytes, alignment});
+            }
+        } else {
+            const std::size_t index = random() % live.size();
+            r.deallocate(live[index].pointer, live[index].bytes, live[index].alignment);
+            live[index] = live.back();
+            live.pop_back();
+        }
+        if constexpr (has_check_invariants<R>) {
+            if (step % 16 == 0) r.check_invariants();
+        }
+    }
+    for (const auto& block : live) r.deallocate(block.pointer, block.bytes, block.alignment);
+    if constexpr (has_check_invariants<R>) r.check_invariants();
+    return refused;
 }
 
 inline constexpr std::size_t near_max_sizes[] = {
@@ -186,36 +230,11 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
 
     SUBCASE("an upstream failing every n-th call: each request is served or refused, nothing is lost") {
         if (auto* upstream = fixture.upstream()) {
-            std::mt19937_64 random(11);
             std::size_t refused = 0;
             for (std::size_t every : {2, 3, 7}) {
                 upstream->fail_every(every);
-                std::vector<allocation> live;
-                for (int step = 0; step < 600; ++step) {
-                    if (live.empty() || random() % 100 < 55) {
-                        const std::size_t bytes = 1 + random() % (random() % 8 == 0 ? 2 << 20 : 8192);
-                        const std::size_t alignment = std::size_t{1} << (random() % 10);
-                        try {
-                            void* pointer = r.allocate(bytes, alignment);
-                            REQUIRE(pointer != nullptr);
-                            REQUIRE(is_aligned(pointer, alignment));
-                            live.push_back({pointer, bytes, alignment});
-                        } catch (const std::bad_alloc&) {
-                            ++refused;
-                        }
-                    } else {
-                        const std::size_t index = random() % live.size();
-                        r.deallocate(live[index].pointer, live[index].bytes, live[index].alignment);
-                        live[index] = live.back();
-                        live.pop_back();
-                    }
-                    if constexpr (has_check_invariants<std::remove_reference_t<decltype(r)>>) {
-                        if (step % 16 == 0) r.check_invariants();
-                    }
-                }
+                refused += random_traffic_refused(r, 11 + every, 600, 55, 2 << 20, [](auto&) {}, [] {});
                 upstream->fail_every(0);
-                for (const auto& block : live) r.deallocate(block.pointer, block.bytes, block.alignment);
-                if constexpr (has_check_invariants<std::remove_reference_t<decltype(r)>>) r.check_invariants();
                 void* after = r.allocate(4096, default_alignment);  // the resource still works
                 CHECK(after != nullptr);
                 r.deallocate(after, 4096, default_alignment);
@@ -230,38 +249,9 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
     }
 
     SUBCASE("the host out of memory inside allocate: std::bad_alloc, and nothing lost or broken") {
-        std::mt19937_64 random(5);
-        std::vector<allocation> live;
-        std::size_t refused = 0;
-        for (int step = 0; step < 400; ++step) {
-            if (live.empty() || random() % 100 < 60) {
-                const std::size_t bytes = 1 + random() % (random() % 8 == 0 ? 1 << 20 : 8192);
-                const std::size_t alignment = std::size_t{1} << (random() % 10);
-                void* pointer = nullptr;
-                fail_host_allocation_after(static_cast<long>(random() % 3));
-                try {
-                    pointer = r.allocate(bytes, alignment);
-                } catch (const std::bad_alloc&) {
-                    ++refused;
-                }
-                stop_failing_host_allocations();
-                if (pointer != nullptr) {
-                    REQUIRE(is_aligned(pointer, alignment));
-                    for (const auto& other : live) REQUIRE_FALSE(overlap(other, {pointer, bytes, alignment}));
-                    live.push_back({pointer, bytes, alignment});
-                }
-            } else {
-                const std::size_t index = random() % live.size();
-                r.deallocate(live[index].pointer, live[index].bytes, live[index].alignment);
-                live[index] = live.back();
-                live.pop_back();
-            }
-            if constexpr (has_check_invariants<std::remove_reference_t<decltype(r)>>) {
-                if (step % 16 == 0) r.check_invariants();
-            }
-        }
-        for (const auto& block : live) r.deallocate(block.pointer, block.bytes, block.alignment);
-        if constexpr (has_check_invariants<std::remove_reference_t<decltype(r)>>) r.check_invariants();
+        const std::size_t refused = random_traffic_refused(
+            r, 5, 400, 60, 1 << 20, [](auto& random) { fail_host_allocation_after(static_cast<long>(random() % 3)); },
+            [] { stop_failing_host_allocations(); });
         MESSAGE("allocate calls refused for want of host memory: ", refused);
         if (auto* upstream = fixture.upstream()) {
             if constexpr (has_release<std::remove_reference_t<decltype(r)>>) {
