@@ -146,6 +146,31 @@ TEST_CASE("before new granules are mapped, the cache is trimmed to the peak of l
     pool.check_invariants();
 }
 
+TEST_CASE("trimming unmaps only the granules the budget needs, not a free block's whole cache") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0}};
+    void* a = pool.allocate(64 * MiB);
+    void* b = pool.allocate(64 * MiB);
+    void* e = pool.allocate(40 * MiB);
+    pool.deallocate(a, 64 * MiB);  // 32 granules cached in front of b
+    pool.deallocate(e, 40 * MiB);  // 20 cached after it; the peak is 168 MiB
+    CHECK(pool.map_calls() == 3);
+    // 35 granules where e was: 15 to map, and as many to unmap for the peak.
+    void* c = pool.allocate(70 * MiB);
+    CHECK(c == e);
+    CHECK(memory.unmapped_bytes() == 15 * granule);
+    CHECK(pool.cached_bytes() == 17 * granule);
+    CHECK(pool.reserved_bytes() == pool.peak_live_bytes());
+    pool.check_invariants();
+    void* d = pool.allocate(34 * MiB);  // what is left of a's cache holds it: nothing mapped
+    CHECK(d == a);
+    CHECK(pool.map_calls() == 4);
+    pool.deallocate(b, 64 * MiB);
+    pool.deallocate(c, 70 * MiB);
+    pool.deallocate(d, 34 * MiB);
+    pool.check_invariants();
+}
+
 TEST_CASE("a large request goes where fewest granules need mapping, in any free block that fits") {
     checked_memory memory{memory_options()};
     pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .max_cached_bytes = 48 * MiB}};
