@@ -89,16 +89,23 @@ TEST_CASE("expandable preset: a block freed on one stream is reused or unmapped 
     constexpr std::size_t count = std::size_t{8} << 20;  // 32 MiB
     int reused = 0;
     for (int round = 0; round < 12; ++round) {
+        void* scratch = pool.allocate_async(256, 256, stream_ref{a});
         auto* first = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, stream_ref{a}));
         slow_fill<<<grid, block, 0, a>>>(first, count, 2 * round + 1, slow);  // a's writes land late
         count_other<<<grid, block, 0, a>>>(first, count, 2 * round + 1, 0, bad.device);
         pool.deallocate_async(first, count * 4, 256, stream_ref{a});
         if (round % 3 == 2) pool.release();  // unmap a's freed block while a still runs: must wait
+        // b asks for a's block; a's next call records the event b waits on (see stream_ordered.cu).
+        auto* asked = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, stream_ref{b}));
+        pool.deallocate_async(scratch, 256, 256, stream_ref{a});
         auto* second = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, stream_ref{b}));
-        reused += second == first;
-        slow_fill<<<grid, block, 0, b>>>(second, count, 2 * round + 2, 0);
-        count_other<<<grid, block, 0, b>>>(second, count, 2 * round + 2, 2 * slow, bad.device);
+        reused += second == first || asked == first;
+        for (auto* mine : {asked, second}) {
+            slow_fill<<<grid, block, 0, b>>>(mine, count, 2 * round + 2, 0);
+            count_other<<<grid, block, 0, b>>>(mine, count, 2 * round + 2, 2 * slow, bad.device);
+        }
         pool.deallocate_async(second, count * 4, 256, stream_ref{b});
+        pool.deallocate_async(asked, count * 4, 256, stream_ref{b});
     }
     REQUIRE(cudaGetLastError() == cudaSuccess);
     CHECK(bad.read() == 0);

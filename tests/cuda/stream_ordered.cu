@@ -19,25 +19,35 @@ namespace {
 using namespace poolkit;
 using namespace poolkit::test;
 
-// Stream a writes late and checks; stream b then takes the same size, writes at once and checks
-// late. Unordered, b's block is a's: a's late writes land before b's check, which counts them.
-// Returns how many of b's blocks were a's, freed moments before.
+// Stream a writes late and checks, then frees; a's next call (freeing a scratch block) records
+// the event b asked for when it could not take a's block; b then takes the same size, writes at once
+// and checks late. b keeps its blocks, so it must borrow. Unordered, b's block is a's: a's late
+// writes land before b's check, which counts them. Returns how many of b's blocks were a's.
 template <class Pool>
 int ping_pong(Pool& pool, cudaStream_t a, cudaStream_t b, counter& bad, int rounds) {
     constexpr std::size_t count = std::size_t{4} << 20;
     constexpr std::size_t bytes = count * sizeof(std::uint32_t);
     int reused = 0;
+    std::vector<std::uint32_t*> on_b;
+    const auto take_on_b = [&](std::uint32_t value) {
+        auto* taken = static_cast<std::uint32_t*>(pool.allocate_async(bytes, 256, stream_ref{b}));
+        slow_fill<<<grid, block, 0, b>>>(taken, count, value, 0);
+        count_other<<<grid, block, 0, b>>>(taken, count, value, 2 * slow, bad.device);
+        on_b.push_back(taken);
+        return taken;
+    };
     for (int round = 0; round < rounds; ++round) {
+        const auto value = static_cast<std::uint32_t>(3 * round + 1);
+        void* scratch = pool.allocate_async(256, 256, stream_ref{a});
         auto* first = static_cast<std::uint32_t*>(pool.allocate_async(bytes, 256, stream_ref{a}));
-        slow_fill<<<grid, block, 0, a>>>(first, count, 2 * round + 1, slow);
-        count_other<<<grid, block, 0, a>>>(first, count, 2 * round + 1, 0, bad.device);
+        slow_fill<<<grid, block, 0, a>>>(first, count, value, slow);
+        count_other<<<grid, block, 0, a>>>(first, count, value, 0, bad.device);
         pool.deallocate_async(first, bytes, 256, stream_ref{a});
-        auto* second = static_cast<std::uint32_t*>(pool.allocate_async(bytes, 256, stream_ref{b}));
-        reused += second == first;
-        slow_fill<<<grid, block, 0, b>>>(second, count, 2 * round + 2, 0);
-        count_other<<<grid, block, 0, b>>>(second, count, 2 * round + 2, 2 * slow, bad.device);
-        pool.deallocate_async(second, bytes, 256, stream_ref{b});
+        reused += take_on_b(value + 1) == first;                 // asks a's lane for an event
+        pool.deallocate_async(scratch, 256, 256, stream_ref{a});  // a's next call records it
+        reused += take_on_b(value + 2) == first;
     }
+    for (auto* p : on_b) pool.deallocate_async(p, bytes, 256, stream_ref{b});
     REQUIRE(cudaGetLastError() == cudaSuccess);
     return reused;
 }
@@ -47,7 +57,8 @@ int ping_pong(Pool& pool, cudaStream_t a, cudaStream_t b, counter& bad, int roun
 TEST_CASE("a block freed on one stream is reused on another only after the first stream's work") {
     streams s(2);
     counter bad;
-    caching_device_allocator pool;
+    // Chunks of just the request: b's lane holds nothing spare, so it borrows.
+    caching_device_allocator pool{cuda_device_resource{}, caching_options{.large_growth = growth_policy::as_needed(2 << 20)}};
     const int reused = ping_pong(pool, s.handles[0], s.handles[1], bad, 20);
     CHECK(bad.read() == 0);
     CHECK(reused > 0);  // the test did exercise cross-stream reuse
@@ -146,6 +157,51 @@ TEST_CASE("eight streams of random traffic with occasional frees on another stre
     CHECK(bad.read() == 0);
     pool.check_invariants();
     pool.release();
+}
+
+// A pipeline: stage k's buffer is written late on stream k, handed to stream k + 1 behind an event,
+// checked late there and freed there; stream k + 1's next buffer of that size is the one just
+// parked, written at once. A parked block reused before the free's stream got past its late check
+// would show that check the new writes.
+TEST_CASE("a pipeline reuses blocks parked on the stream that freed them, after that stream's work") {
+    constexpr int stages = 4;
+    streams s(stages);
+    counter bad;
+    caching_device_allocator pool;
+    constexpr std::size_t count = std::size_t{1} << 20;
+    constexpr std::size_t bytes = count * sizeof(std::uint32_t);
+    std::uint32_t* held = nullptr;
+    std::uint32_t held_value = 0;
+    int parked_hits = 0;
+    for (int step = 0; step < 64; ++step) {
+        cudaStream_t here = s.handles[static_cast<std::size_t>(step % stages)];
+        const std::size_t parked_before = pool.parked_blocks();
+        auto* data = static_cast<std::uint32_t*>(pool.allocate_async(bytes, 256, stream_ref{here}));
+        if (pool.parked_blocks() < parked_before) ++parked_hits;
+        const auto value = static_cast<std::uint32_t>(step + 1);
+        slow_fill<<<grid, block, 0, here>>>(data, count, value, step % 2 ? slow / 4 : 0);
+        if (held != nullptr) {  // the last stage's buffer, handed on behind its stream's work
+            cudaStream_t from = s.handles[static_cast<std::size_t>((step + stages - 1) % stages)];
+            cudaEvent_t written{};
+            REQUIRE(cudaEventCreateWithFlags(&written, cudaEventDisableTiming) == cudaSuccess);
+            REQUIRE(cudaEventRecord(written, from) == cudaSuccess);
+            REQUIRE(cudaStreamWaitEvent(here, written, 0) == cudaSuccess);
+            cudaEventDestroy(written);
+            count_other<<<grid, block, 0, here>>>(held, count, held_value, slow / 2, bad.device);
+            pool.deallocate_async(held, bytes, 256, stream_ref{here});
+        }
+        held = data;
+        held_value = value;
+    }
+    cudaStream_t last = s.handles[static_cast<std::size_t>(63 % stages)];
+    count_other<<<grid, block, 0, last>>>(held, count, held_value, 0, bad.device);
+    pool.deallocate_async(held, bytes, 256, stream_ref{last});
+    CHECK(bad.read() == 0);
+    CHECK(parked_hits > 32);
+    MESSAGE("allocations served by a parked block: " << parked_hits);
+    pool.check_invariants();
+    pool.release();
+    CHECK(pool.parked_blocks() == 0);
 }
 
 TEST_CASE("cudaStreamPerThread: threads share the handle but not their lanes") {

@@ -303,7 +303,7 @@ TEST_CASE("walk: caching_pool shows its small, large and oversize pools in addre
     pool.deallocate(oversize, 10 * MiB);
 }
 
-TEST_CASE("walk: stream_ordered shows every lane with its stream, and deferred frees as pending") {
+TEST_CASE("walk: stream_ordered shows every lane with its stream, and parked frees as pending") {
     instrumented<> memory;
     host_events events;
     const stream_ref s1 = events.make_stream();
@@ -315,8 +315,8 @@ TEST_CASE("walk: stream_ordered shows every lane with its stream, and deferred f
     void* p2 = pool.allocate_async(2000, default_alignment, s2);
     void* p3 = pool.allocate(3000);
     events.submit(s2);
-    pool.deallocate_async(p1, 1000, default_alignment, s2);  // freed on another stream: deferred
-    REQUIRE(pool.deferred_blocks() == 1);
+    pool.deallocate_async(p1, 1000, default_alignment, s2);  // freed on another stream: parked there
+    REQUIRE(pool.parked_blocks() == 1);
     const auto visits = walk(pool);
     REQUIRE(visits.size() == 3);  // three lanes, one chunk of one block each
     check_block(block_at(visits, address(p1)), 1024, 1000, false, true, stream_id(s1));

@@ -173,7 +173,7 @@ TEST_CASE("trimming unmaps only the granules the budget needs, not a free block'
 
 TEST_CASE("a large request goes where fewest granules need mapping, in any free block that fits") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .max_cached_bytes = 48 * MiB}};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .max_cached_bytes = 40 * MiB}};
     // Ten 12 MiB blocks between live 2 MiB ones, then 40 MiB and a live guard.
     std::vector<void*> holes, live;
     for (int i = 0; i < 10; ++i) {
@@ -464,10 +464,15 @@ TEST_CASE("lanes of stream_ordered each claim spans of one virtual memory; relea
     void* on_a = pool.allocate_async(10 * MiB, 256, a);
     void* on_b = pool.allocate_async(10 * MiB, 256, b);
     CHECK(pool.lanes() == 2);
+    void* small_on_a = pool.allocate_async(4 * KiB, 256, a);
     pool.deallocate_async(on_a, 10 * MiB, 256, a);
     events.submit(a);
+    void* grown = pool.allocate_async(10 * MiB, 256, b);  // no event covers a's free yet: b grows
+    CHECK(grown != on_a);
+    pool.deallocate_async(small_on_a, 4 * KiB, 256, a);  // a's next call records the event asked for
     void* taken = pool.allocate_async(10 * MiB, 256, b);  // a's cached block, behind a's event
     CHECK(taken == on_a);
+    pool.deallocate_async(grown, 10 * MiB, 256, b);
     pool.deallocate_async(taken, 10 * MiB, 256, b);
     pool.deallocate_async(on_b, 10 * MiB, 256, b);
     memory.begin();

@@ -2,30 +2,39 @@
 //
 // Every stream that allocates gets a lane: its own Pool (rebound onto a poolkit::ref to one shared
 // upstream), so a block freed on stream A is reusable on A at once, with no event. Plain
-// allocate/deallocate use a lane of their own whose free blocks are idle. While there are several
-// lanes, a free on a lane's own stream records the lane's event there (one event per lane,
-// re-recorded at each free, so it covers every free block of the lane). On a miss in its own
-// lane, a request takes a free block from another lane after waiting on that event
-// (cudaStreamWaitEvent, no host synchronization; the host waits for it for the plain lane); only
-// then does its own lane grow. When the upstream is exhausted, every lane's event is waited for,
+// allocate/deallocate use a lane of their own whose free blocks are idle.
+// Events are recorded only where a reuse needs one. A free records nothing; it marks its lane's
+// free blocks uncovered. On a miss in its own lane, a request takes a free block from another lane
+// whose frees an event covers, waiting on that event (cudaStreamWaitEvent, no host
+// synchronization; the host waits for it for the plain lane); a lane it skips because no event
+// covers its frees is asked for one, and records it on its stream at its next call (that stream is
+// alive then). After settle_after misses that skipped such lanes (their streams may have been
+// destroyed), the host waits for the whole device once and every free block is taken freely.
+// Only then does the own lane grow. When the upstream is exhausted, every lane's work is waited for,
 // every lane releases its wholly free chunks, and the request is tried once more before
-// out_of_memory. So no stream strands memory. Frees made while there was one lane recorded
-// nothing; a request that takes such a block waits for the whole device once. No stream is
-// touched after the call that named it: a stream may be destroyed once its work is issued. A
-// block freed on another stream than the one whose lane it came from, or used on other streams
-// (record_use, PyTorch's record_stream), waits in a deferred list with one event per stream until
-// all are done, then returns to its lane.
+// out_of_memory. So no stream strands memory, and no stream is touched after the call that named
+// it: a stream may be destroyed once its work is issued.
+// A block freed on another stream than its lane's is parked in the freeing stream's lane: a
+// request there of the same size and alignment takes it with no event (the freeing stream's order
+// covers it). Past max_parked_blocks or max_parked_bytes a lane's parked blocks go back to their
+// lanes behind one event recorded on its stream. A block used on other streams (record_use,
+// PyTorch's record_stream) waits in a deferred list with one event per stream until all are done,
+// then returns to its lane; deferred blocks are returned at a miss.
 // A per-thread handle (cudaStreamPerThread) names another stream on each host thread: its lanes are
 // kept apart by thread, and a free there from another thread waits for the whole device.
-// Complexity: finding a stream's lane is O(1) (the last call's, else a hash index); a lane hit is
-// the Pool's cached allocate plus one hash-map insert; a miss visits each lane once. While there is one lane and no record_use (one stream, as in most programs and
-// every replay), blocks need no map at all: the first second lane fills it from a walk of the
-// first (when the Pool offers the walk of core/walk.hpp; otherwise the map is always kept).
+// Complexity: finding a stream's lane is O(1) (the last call's, else a flat index by the stream's
+// identity); a lane hit is the Pool's cached allocate, plus one hash-map insert while there are
+// several lanes. A miss asks only lanes that may serve it: lanes are filed in buckets by the largest
+// request they may still serve, lowered when they fail one and raised when they get memory back.
+// While there is one lane and no record_use (one stream, as in most programs and every replay),
+// blocks need no map at all: the first second lane fills it from a walk of the first (when the
+// Pool offers the walk of core/walk.hpp; otherwise the map is always kept).
 // Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
 // Stream semantics: as above. Lanes are keyed by the stream's identity (Events::identity:
-// cudaStreamGetId for created streams, unique over the program's life), so a new stream that gets
-// a destroyed one's handle has a lane of its own. A destroyed stream's lane stays, its free blocks behind its last
-// event; forget_stream(s) before destroying s makes them idle (taken with no wait).
+// cuStreamGetId for created streams, unique over the program's life), so a new stream that gets
+// a destroyed one's handle has a lane of its own. A destroyed stream's lane stays; its free blocks
+// are taken after the wait for the whole device above, or at exhaustion or release().
+// forget_stream(s) before destroying s makes them idle (taken with no wait).
 // Exhaustion: out_of_memory with live, reserved and cached bytes summed over lanes.
 //
 // Pool requirements: the lane_pool concept below: rebuilt over a ref to one shared upstream, each
@@ -51,11 +60,16 @@
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/core/walk.hpp>
 
+#include <boost/intrusive/list.hpp>
+
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <new>
 #include <optional>
@@ -110,6 +124,14 @@ public:
     using pool_options = lane_options_t<lane_pool_type>;
     using event_type = typename Events::event_type;
 
+    // A lane parks at most this many blocks (or bytes) freed on its stream from other lanes before
+    // it returns them behind one event.
+    static constexpr std::size_t max_parked_blocks = 64;
+    static constexpr std::size_t max_parked_bytes = std::size_t{256} << 20;
+    // After this many misses that skipped lanes no event covers (their streams may be gone), the
+    // host waits for the whole device once and every lane's free blocks are taken freely.
+    static constexpr std::size_t settle_after = 64;
+
     // The upstream is built in place here (it need not move: cuda_vmm_resource).
     stream_ordered()
         requires std::default_initializable<upstream_type> && std::default_initializable<Events>
@@ -130,6 +152,7 @@ public:
     ~stream_ordered() {
         try {
             wait_for_deferred();
+            return_all_parked();
         } catch (...) {
             POOLKIT_ASSERT(false, "stream_ordered could not wait for its deferred blocks on destruction");
         }
@@ -201,6 +224,7 @@ public:
         if (forgotten == nullptr) return;
         forgotten->idle = true;
         forget_frees(*forgotten);
+        return_parked(*forgotten);  // freed on `stream`, whose work is done
         if (last_ == forgotten) last_ = nullptr;
     }
 
@@ -208,6 +232,7 @@ public:
     // every wholly free chunk upstream (PyTorch's empty_cache).
     void release() {
         wait_for_deferred();
+        return_all_parked();
         settle_frees();
         for (auto& l : lanes_) l->pool.release();
     }
@@ -224,10 +249,9 @@ public:
     {
         for (const auto& l : lanes_) {
             l->pool.check_invariants();
-            const auto indexed = lane_index_.find(l->key);
-            POOLKIT_VERIFY(indexed != lane_index_.end() && indexed->second == l.get(), "a lane missing from the lane index");
+            POOLKIT_VERIFY(indexed(l->key) == l.get(), "a lane missing from the lane index");
         }
-        POOLKIT_VERIFY(lane_index_.size() == lanes_.size(), "the lane index holds a lane that is not there");
+        POOLKIT_VERIFY(lane_index_.size() + stream_index_.size() == lanes_.size(), "the lane index holds a lane that is not there");
         POOLKIT_VERIFY(tracked_ || lanes_.size() <= 1, "several lanes, but live blocks are not tracked");
         POOLKIT_VERIFY(!tracked_ || live_.size() == live_count_, "the live map lost count");
         live_.for_each([](const void* pointer, const live_block& block) {
@@ -238,6 +262,27 @@ public:
             const live_block* block = live_.find(pointer);
             POOLKIT_VERIFY(block != nullptr && block->used_elsewhere, "record_use streams of a block not live");
         }
+        std::size_t parked = 0, filed = 0, deferred = 0;
+        for (const auto& l : lanes_) {
+            std::size_t bytes = 0;
+            for (const parked_block& b : l->parked) {
+                bytes += b.bytes;
+                POOLKIT_VERIFY(b.owner != l.get() && live_.find(b.pointer) == nullptr, "a parked block is live or in its own lane");
+                if constexpr (has_owns<lane_pool_type>) POOLKIT_VERIFY(b.owner->pool.owns(b.pointer), "a parked block its lane does not own");
+            }
+            POOLKIT_VERIFY(bytes == l->parked_bytes, "a lane's parked bytes lost count");
+            parked += l->parked.size();
+        }
+        for (unsigned k = 0; k < donor_buckets; ++k) {
+            POOLKIT_VERIFY(donors_[k].empty() == ((occupied_ >> k & 1) == 0), "the donor buckets' mask is wrong");
+            for (const lane& l : donors_[k]) {
+                POOLKIT_VERIFY(bucket_of(l.serves) == k, "a lane filed in the wrong donor bucket");
+                ++filed;
+            }
+        }
+        for (const auto& entry : deferred_) deferred += entry.blocks.size();
+        POOLKIT_VERIFY(parked == parked_count_ && deferred == deferred_count_, "parked or deferred blocks lost count");
+        POOLKIT_VERIFY(filed == lanes_.size(), "a lane missing from the donor buckets");
     }
 
     // The walk of walk.hpp over every lane: the chunks of all lanes in address order, each chunk
@@ -248,8 +293,10 @@ public:
         requires walkable<lane_pool_type>
     void for_each_block(Visitor&& visit) const {
         std::vector<std::uintptr_t> pending;
-        pending.reserve(deferred_.size());
-        for (const auto& entry : deferred_) pending.push_back(reinterpret_cast<std::uintptr_t>(entry.pointer));
+        pending.reserve(deferred_count_ + parked_count_);
+        const auto note = [&](const parked_block& b) { pending.push_back(reinterpret_cast<std::uintptr_t>(b.pointer)); };
+        for (const auto& entry : deferred_) std::for_each(entry.blocks.begin(), entry.blocks.end(), note);
+        for (const auto& l : lanes_) std::for_each(l->parked.begin(), l->parked.end(), note);
         std::sort(pending.begin(), pending.end());
         detail::walk_recording recording;
         for (const auto& l : lanes_) {
@@ -269,10 +316,12 @@ public:
         recording.replay(visit);
     }
 
-    // Blocks handed out now; lanes (streams seen, plus the plain lane once used); deferred blocks.
+    // Blocks handed out now; lanes (streams seen, plus the plain lane once used); blocks waiting
+    // for events to return to their lanes; blocks parked on the stream that freed them.
     [[nodiscard]] std::size_t live_blocks() const noexcept { return live_count_; }
     [[nodiscard]] std::size_t lanes() const noexcept { return lanes_.size(); }
-    [[nodiscard]] std::size_t deferred_blocks() const noexcept { return deferred_.size(); }
+    [[nodiscard]] std::size_t deferred_blocks() const noexcept { return deferred_count_; }
+    [[nodiscard]] std::size_t parked_blocks() const noexcept { return parked_count_; }
     // Bytes summed over lanes, where the lane pool counts them.
     [[nodiscard]] std::size_t reserved_bytes() const
         requires requires(const lane_pool_type& p) { p.reserved_bytes(); }
@@ -297,11 +346,22 @@ private:
     // Which lane a call belongs to: the stream's identity (unique over the program's life, so a new
     // stream that gets a destroyed one's handle gets a lane of its own), the thread for per-thread
     // handles, and the lane of allocate/deallocate apart from all streams.
+    static constexpr unsigned donor_buckets = 64;
+
     struct lane_key {
         std::uint64_t stream = 0;
         std::thread::id thread;
         bool plain = false;
         friend bool operator==(const lane_key&, const lane_key&) = default;
+    };
+
+    struct lane;
+    // A block freed on another lane's stream than its own, held there (it still belongs to `owner`).
+    struct parked_block {
+        void* pointer;
+        std::size_t bytes;
+        std::size_t alignment;
+        lane* owner;
     };
 
     struct lane {
@@ -311,12 +371,22 @@ private:
         lane_key key;
         bool plain;              // the lane of allocate/deallocate: its free blocks are idle
         bool idle = false;       // forgotten stream: its free blocks are idle too
-        // What a taker from another lane waits on: the event recorded at the lane's last free on
-        // its stream, and whether frees happened with none recorded (then: the whole device).
+        // What a taker from another lane waits on: an event recorded on the lane's stream after
+        // frees there; whether frees happened since (uncovered: no taker may use them yet); and
+        // whether a taker asked for an event (wanted: the lane's next call records one).
         std::optional<event_type> freed;
-        bool unordered = false;
+        bool uncovered = false;
+        bool wanted = false;
+        // Blocks of other lanes freed on this lane's stream: reused here with no event.
+        std::vector<parked_block> parked;
+        std::size_t parked_bytes = 0;
+        // The miss path's index: the largest request the pool may still serve from what it holds
+        // (lowered when a try fails, raised when the pool gets memory), and the bucket it is in.
+        std::size_t serves = 0;
+        boost::intrusive::list_member_hook<> donor_hook;
         lane_pool_type pool;
     };
+    using donor_list = boost::intrusive::list<lane, boost::intrusive::member_hook<lane, boost::intrusive::list_member_hook<>, &lane::donor_hook>>;
 
     // A stream that used a block (record_use), with the thread for per-thread handles.
     struct use {
@@ -330,11 +400,9 @@ private:
         bool used_elsewhere = false;  // has record_use streams in uses_
     };
 
+    // Blocks that return to their lanes once every event is done.
     struct deferred_block {
-        void* pointer;
-        std::size_t bytes;
-        std::size_t alignment;
-        lane* owner;
+        std::vector<parked_block> blocks;
         std::vector<event_type> events;
     };
 
@@ -352,11 +420,24 @@ private:
         }
     };
 
-    // O(1) in the number of lanes: the lane of the last call, else the index.
+    // O(1) in the number of lanes: the lane of the last call, else the index (a flat one for
+    // the common key: a created stream, not per-thread).
     lane* find_lane(const lane_key& key) {
         if (last_ != nullptr && last_->key == key) return last_;
+        lane* found = indexed(key);
+        if (found != nullptr) last_ = found;
+        return found;
+    }
+    lane* indexed(const lane_key& key) const {
+        if (is_plain_stream_key(key)) {
+            lane* const* found = stream_index_.find(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(key.stream)));
+            return found == nullptr ? nullptr : *found;
+        }
         const auto found = lane_index_.find(key);
-        return found == lane_index_.end() ? nullptr : (last_ = found->second);
+        return found == lane_index_.end() ? nullptr : found->second;
+    }
+    static bool is_plain_stream_key(const lane_key& key) noexcept {
+        return !key.plain && key.thread == std::thread::id{} && key.stream != 0;
     }
 
     // The lane of `stream` for an allocation, by the stream's identity (Events::identity).
@@ -375,39 +456,137 @@ private:
         if (!lanes_.empty()) start_tracking();
         lanes_.reserve(lanes_.size() + 1);
         auto made = std::make_unique<lane>(stream, key, ref<upstream_type>(upstream_), options_);
-        lane_index_.emplace(key, made.get());  // first: if it throws, nothing else changed
-        lanes_.push_back(std::move(made));
+        if (is_plain_stream_key(key)) {
+            stream_index_.reserve(lanes_.size() + 1);  // first: if it throws, nothing else changed
+        } else {
+            lane_index_.emplace(key, made.get());
+        }
+        lanes_.push_back(std::move(made));  // room was reserved
+        if (is_plain_stream_key(key)) stream_index_.insert(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(key.stream)), lanes_.back().get());
+        file_donor(*lanes_.back());
         return *(last_ = lanes_.back().get());
     }
 
     // `stream`: the stream of this call (ignored for the plain lane). Requires: a valid alignment
     // and bytes > 0.
     void* allocate_in(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
-        if (!deferred_.empty()) drain_deferred();
+        if (own.wanted) cover(own, stream);  // a taker waits for this lane's frees: its stream is alive now
+        if (deferred_count_ > max_parked_blocks) drain_deferred();  // else only on a miss
         if (tracked_) live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
         if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own);
-        for (auto& other : lanes_) {
-            if (other.get() == &own) continue;
-            if (void* pointer = other->pool.try_allocate_cached(bytes, alignment)) {
-                try {
-                    order_after(own, stream, *other);
-                } catch (...) {
-                    other->pool.deallocate(pointer, bytes, alignment);
-                    throw;
-                }
-                return hand_out(pointer, *other);
-            }
+        return allocate_missed(own, stream, bytes, alignment);
+    }
+
+    // Out of line, so that the hit above stays small enough to inline the lane pool's own path.
+    [[gnu::noinline]] void* allocate_missed(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
+        if (!deferred_.empty()) {
+            drain_deferred();
+            if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own);
         }
+        if (!own.parked.empty()) {
+            if (void* pointer = take_parked(own, bytes, alignment)) return pointer;
+        }
+        if (void* pointer = take_from_others(own, stream, bytes, alignment)) return pointer;
         try {
-            return hand_out(own.pool.allocate(bytes, alignment), own);
+            return grown(own, own.pool.allocate(bytes, alignment));
         } catch (const std::bad_alloc&) {
         }
         release();
         try {
-            return hand_out(own.pool.allocate(bytes, alignment), own);
+            return grown(own, own.pool.allocate(bytes, alignment));
         } catch (const std::bad_alloc&) {
             throw out_of_memory("stream_ordered", figures(bytes, alignment));
         }
+    }
+
+    // The pool of `own` grew: what is left of its new memory may serve others.
+    void* grown(lane& own, void* pointer) noexcept {
+        raise_donor(own);
+        return hand_out(pointer, own);
+    }
+
+    // A block of exactly this request's size and alignment that was freed on own's stream (see
+    // park): reused at once, its stream's order covers it. Newest first.
+    void* take_parked(lane& own, std::size_t bytes, std::size_t alignment) noexcept {
+        for (auto it = own.parked.rbegin(); it != own.parked.rend(); ++it) {
+            if (it->bytes != bytes || it->alignment != alignment) continue;
+            const parked_block found = *it;
+            *it = own.parked.back();
+            own.parked.pop_back();
+            own.parked_bytes -= bytes;
+            --parked_count_;
+            return hand_out(found.pointer, *found.owner);
+        }
+        return nullptr;
+    }
+
+    // A free block of another lane, behind that lane's event. Lanes are filed by the largest
+    // request they may still serve (donors_), so a miss asks only lanes that might serve it, and
+    // each lane that fails is filed lower: a lane is asked again for this size only after it got
+    // memory back. A lane whose frees no event covers yet is skipped and asked for one (its next
+    // call records it); after settle_after misses that skipped such lanes — their streams may be
+    // gone — the host waits for the whole device once and takes from them.
+    void* take_from_others(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
+        bool skipped = false;
+        if (void* pointer = take_from_donors(own, stream, bytes, alignment, skipped)) return pointer;
+        if (!skipped || ++stale_misses_ < settle_after) return nullptr;
+        settle_all();
+        return take_from_donors(own, stream, bytes, alignment, skipped);
+    }
+
+    void* take_from_donors(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment, bool& skipped) {
+        std::uint64_t buckets = occupied_ & (~std::uint64_t{0} << bucket_of(bytes));
+        while (buckets != 0) {
+            const auto k = static_cast<unsigned>(std::countr_zero(buckets));
+            buckets &= buckets - 1;
+            for (auto it = donors_[k].begin(); it != donors_[k].end();) {
+                lane& other = *it++;  // `other` may be filed lower below: step past it first
+                if (&other == &own || other.serves < bytes) continue;
+                if (other.uncovered && !other.plain && !other.idle) {
+                    other.wanted = true;
+                    skipped = true;
+                    continue;
+                }
+                if (void* pointer = other.pool.try_allocate_cached(bytes, alignment)) {
+                    try {
+                        order_after(own, stream, other);
+                    } catch (...) {
+                        other.pool.deallocate(pointer, bytes, alignment);
+                        throw;
+                    }
+                    return hand_out(pointer, other);
+                }
+                // Larger alignments fail where smaller ones may not: only theirs lower the bound.
+                if (alignment <= default_alignment) lower_donor(other, bytes - 1);
+            }
+        }
+        return nullptr;
+    }
+
+    static unsigned bucket_of(std::size_t bytes) noexcept {
+        return std::min(static_cast<unsigned>(std::bit_width(bytes)), donor_buckets - 1);
+    }
+    void file_donor(lane& l) noexcept {
+        const unsigned k = bucket_of(l.serves);
+        donors_[k].push_front(l);  // in front: a miss walking this bucket does not meet it again
+        occupied_ |= std::uint64_t{1} << k;
+    }
+    void unfile_donor(lane& l) noexcept {
+        const unsigned k = bucket_of(l.serves);
+        donors_[k].erase(donors_[k].iterator_to(l));
+        if (donors_[k].empty()) occupied_ &= ~(std::uint64_t{1} << k);
+    }
+    void lower_donor(lane& l, std::size_t serves) noexcept {
+        unfile_donor(l);
+        l.serves = std::min(l.serves, serves);
+        file_donor(l);
+    }
+    // `l`'s pool got memory back (a free, a return, growth): it may serve anything again.
+    void raise_donor(lane& l) noexcept {
+        if (l.serves == std::numeric_limits<std::size_t>::max()) return;
+        unfile_donor(l);
+        l.serves = std::numeric_limits<std::size_t>::max();
+        file_donor(l);
     }
 
     void* hand_out(void* pointer, lane& owner) noexcept {
@@ -434,17 +613,17 @@ private:
     }
 
     [[nodiscard]] bool is_deferred(const void* pointer) const noexcept {
-        return std::any_of(deferred_.begin(), deferred_.end(), [pointer](const deferred_block& entry) { return entry.pointer == pointer; });
+        return std::any_of(deferred_.begin(), deferred_.end(), [pointer](const deferred_block& entry) {
+            return std::any_of(entry.blocks.begin(), entry.blocks.end(), [pointer](const parked_block& b) { return b.pointer == pointer; });
+        });
     }
 
     // Work that `taker` issues on `stream` from now on runs after the work issued before `giver`'s
     // frees. Touches no stream but the taker's: the giver's may be gone.
     void order_after(const lane& taker, stream_ref stream, lane& giver) {
         if (giver.plain || giver.idle) return;
-        if (giver.unordered) {
-            events_.synchronize_all();
-            forget_frees(giver);
-        } else if (giver.freed) {
+        POOLKIT_ASSERT(!giver.uncovered, "stream_ordered took a block no event covers");
+        if (giver.freed) {
             if (taker.plain) {
                 events_.synchronize(*giver.freed);
             } else {
@@ -454,24 +633,38 @@ private:
         // Neither: the giver's free blocks were never handed out, no work can use them.
     }
 
-    // `l`'s free blocks were just freed on its own stream, which is alive during this call.
+    // A block was just freed on `l`'s own stream, which is alive during this call. No event is
+    // recorded unless a taker wants one: most frees are reused on their own stream.
     void note_free(lane& l, stream_ref stream) noexcept {
-        if (lanes_.size() == 1) {  // nobody to take them yet: record nothing until somebody might
-            l.unordered = true;
-            return;
-        }
+        l.uncovered = true;
+        // Only on the lane's own stream: a new stream that got a destroyed one's handle frees here
+        // too, and an event on it would not cover the destroyed stream's work.
+        if (l.wanted && key_of(stream) == l.key) cover(l, stream);
+    }
+
+    // Records `l`'s event on its stream (alive during this call): every free so far is covered.
+    [[gnu::noinline]] void cover(lane& l, stream_ref stream) noexcept {
         try {
             const event_type event = events_.record(stream);
             if (l.freed) events_.recycle(*l.freed);
             l.freed = event;
+            l.uncovered = false;
+            l.wanted = false;
         } catch (...) {
-            l.unordered = true;  // no event: a taker waits for the whole device
+            // No event: the frees stay uncovered, taken after a wait for the whole device.
         }
+    }
+
+    // Waits for the whole device: every lane's frees are covered (their streams may be gone).
+    void settle_all() {
+        events_.synchronize_all();
+        for (auto& l : lanes_) forget_frees(*l);
+        stale_misses_ = 0;
     }
 
     // The work before every lane's frees is done: the host waits for it.
     void settle_frees() {
-        const bool device = std::any_of(lanes_.begin(), lanes_.end(), [](const auto& l) { return l->unordered && !l->idle; });
+        const bool device = std::any_of(lanes_.begin(), lanes_.end(), [](const auto& l) { return l->uncovered && !l->idle; });
         if (device) events_.synchronize_all();
         for (auto& l : lanes_) {
             if (!device && l->freed && !l->idle) events_.synchronize(*l->freed);
@@ -483,7 +676,8 @@ private:
     void forget_frees(lane& l) noexcept {
         if (l.freed) events_.recycle(*l.freed);
         l.freed.reset();
-        l.unordered = false;
+        l.uncovered = false;
+        l.wanted = false;
     }
 
     // `stream`: the stream the block is freed on; nullptr for a plain deallocate (already idle).
@@ -500,18 +694,53 @@ private:
                 streams = std::move(uses->second);
                 uses_.erase(uses);
             }
-            live_.erase(pointer);
         } else {
             POOLKIT_ASSERT(!lanes_.empty(), "deallocate of a pointer stream_ordered did not hand out");
             if (lanes_.empty()) return;
             owner = lanes_.front().get();  // the only lane: the lane pool checks the pointer itself
         }
-        --live_count_;
         // Freed on its own lane's stream, or idle (a plain free): reusable in its lane at once.
         // By handle, without the identity: a new stream that got a destroyed stream's handle
         // orders the block after its own work, and the event recorded below is on a live stream.
         const bool own_stream = stream != nullptr && is_handle_of(*owner, *stream);
-        if (stream != nullptr && !own_stream) streams.push_back({*stream, thread_of(*stream)});
+        if ((stream == nullptr || own_stream) && streams.empty()) {
+            if (tracked_) live_.erase(pointer);
+            --live_count_;
+            owner->pool.deallocate(pointer, bytes, alignment);
+            raise_donor(*owner);
+            if (own_stream) note_free(*owner, *stream);
+            return;
+        }
+        free_elsewhere(pointer, bytes, alignment, stream, *owner, own_stream, std::move(streams));
+    }
+
+    // A free on another stream than the block's lane's, or of a block used on other streams.
+    [[gnu::noinline]] void free_elsewhere(void* pointer, std::size_t bytes, std::size_t alignment, const stream_ref* stream,
+                                          lane& owner_lane, bool own_stream, std::vector<use> streams) noexcept {
+        lane* owner = &owner_lane;
+        // Freed on another stream, and used on no other: parked in that stream's lane (made here if
+        // need be, which starts tracking), where its next request of the same size takes it with
+        // no event. Lanes that cannot be found or made leave it to the deferred list below.
+        lane* parking = stream != nullptr && !own_stream && streams.empty() ? parking_lane(*stream) : nullptr;
+        if (tracked_ && !live_.erase(pointer)) {  // untracked until just now, and not a live block
+            POOLKIT_ASSERT(false, "deallocate of a pointer stream_ordered did not hand out");
+            return;
+        }
+        --live_count_;
+        if (parking != nullptr && park(*parking, {pointer, bytes, alignment, owner}, *stream)) return;
+        // The freeing stream's work is waited for too, own or not: the block goes back to its lane
+        // when all are done, and no event of the lane covers this free.
+        if (stream != nullptr) {
+            try {
+                streams.push_back({*stream, thread_of(*stream)});
+            } catch (...) {  // no host memory to defer it: wait for the freeing stream here
+                try {
+                    events_.synchronize(events_.record(*stream));
+                } catch (...) {
+                    POOLKIT_ASSERT(false, "stream_ordered could not order a free on another stream");
+                }
+            }
+        }
         // A per-thread stream of another thread cannot take an event from here: wait for the device.
         if (std::erase_if(streams, [](const use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
             try {
@@ -522,14 +751,16 @@ private:
         }
         if (streams.empty()) {
             owner->pool.deallocate(pointer, bytes, alignment);
+            raise_donor(*owner);
             if (own_stream) note_free(*owner, *stream);
             return;
         }
         try {
-            deferred_block entry{pointer, bytes, alignment, owner, {}};
+            deferred_block entry{{{pointer, bytes, alignment, owner}}, {}};
             entry.events.reserve(streams.size());
             for (const use& user : streams) entry.events.push_back(events_.record(user.stream));
             deferred_.push_back(std::move(entry));
+            ++deferred_count_;
         } catch (...) {
             // No event could be recorded: wait for the device by the slow road rather than lose order.
             for (const use& user : streams) {
@@ -540,7 +771,70 @@ private:
                 }
             }
             owner->pool.deallocate(pointer, bytes, alignment);
+            raise_donor(*owner);
         }
+    }
+
+    // The lane of `stream` for parking a block freed there, or nullptr where it cannot be had.
+    lane* parking_lane(stream_ref stream) noexcept {
+        try {
+            return &stream_lane(stream);
+        } catch (...) {
+            return nullptr;
+        }
+    }
+
+    // Holds `block`, freed on `stream`, in `at` (the lane of `stream`). Past max_parked_blocks or
+    // max_parked_bytes, everything parked there goes back to its lanes behind one event recorded on
+    // `stream` (alive during this call). False: it could not be held (no host memory), nothing changed.
+    bool park(lane& at, const parked_block& block, stream_ref stream) noexcept {
+        try {
+            at.parked.push_back(block);
+        } catch (...) {
+            return false;
+        }
+        at.parked_bytes += block.bytes;
+        ++parked_count_;
+        if (at.parked.size() <= max_parked_blocks && at.parked_bytes <= max_parked_bytes) return true;
+        deferred_block entry;
+        try {
+            deferred_.reserve(deferred_.size() + 1);
+            entry.events.push_back(events_.record(stream));
+        } catch (...) {
+            // No event or no room for the entry: wait for the device rather than lose order.
+            try {
+                events_.synchronize_all();
+            } catch (...) {
+                POOLKIT_ASSERT(false, "stream_ordered could not order parked blocks");
+            }
+            return_parked(at);
+            return true;
+        }
+        const std::size_t count = at.parked.size();
+        entry.blocks.swap(at.parked);
+        at.parked_bytes = 0;
+        parked_count_ -= count;
+        deferred_count_ += count;
+        deferred_.push_back(std::move(entry));  // room was reserved
+        return true;
+    }
+
+    // Gives every block parked in `l` back to its lane; their stream's work is done.
+    void return_parked(lane& l) noexcept {
+        for (const parked_block& b : l.parked) {
+            b.owner->pool.deallocate(b.pointer, b.bytes, b.alignment);
+            raise_donor(*b.owner);
+        }
+        parked_count_ -= l.parked.size();
+        l.parked.clear();
+        l.parked_bytes = 0;
+    }
+
+    // Every parked block back to its lane, after the whole device: their streams may be gone.
+    void return_all_parked() {
+        if (parked_count_ == 0) return;
+        events_.synchronize_all();
+        for (auto& l : lanes_) return_parked(*l);
     }
 
     // Returns the deferred blocks whose events are done to their lanes.
@@ -565,7 +859,11 @@ private:
 
     void return_deferred(deferred_block& entry) noexcept {
         for (const auto& event : entry.events) events_.recycle(event);
-        entry.owner->pool.deallocate(entry.pointer, entry.bytes, entry.alignment);
+        for (const parked_block& b : entry.blocks) {
+            b.owner->pool.deallocate(b.pointer, b.bytes, b.alignment);
+            raise_donor(*b.owner);
+        }
+        deferred_count_ -= entry.blocks.size();
     }
 
     memory_figures figures(std::size_t bytes, std::size_t alignment) const {
@@ -588,7 +886,8 @@ private:
     pool_options options_;
     Events events_;
     std::vector<std::unique_ptr<lane>> lanes_;  // stable addresses: live blocks point at lanes
-    std::unordered_map<lane_key, lane*, lane_key_hash> lane_index_;  // every lane, by key
+    detail::pointer_map<lane*> stream_index_;  // the lanes of created streams, by identity
+    std::unordered_map<lane_key, lane*, lane_key_hash> lane_index_;  // every other lane, by key
     lane* last_ = nullptr;                      // the lane of the last call: most calls hit it
     // Live blocks and their lanes, once tracked_ (see start_tracking); live_count_ always.
     detail::pointer_map<live_block> live_;
@@ -596,6 +895,12 @@ private:
     std::size_t live_count_ = 0;
     std::unordered_map<void*, std::vector<use>> uses_;  // record_use streams, rarely any
     std::vector<deferred_block> deferred_;
+    std::size_t deferred_count_ = 0;  // blocks in deferred_
+    std::size_t stale_misses_ = 0;    // misses that skipped uncovered lanes since the last settle_all
+    std::size_t parked_count_ = 0;    // blocks parked over all lanes
+    // Every lane, by bucket_of(serves); bit k of occupied_: donors_[k] is not empty.
+    std::array<donor_list, donor_buckets> donors_;
+    std::uint64_t occupied_ = 0;
 };
 
 static_assert(stream_resource_with<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<host_accessible>>,

@@ -85,10 +85,10 @@ public:
     void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
-        const auto rounded = round(bytes);
-        if (!rounded) throw out_of_memory("caching_pool", figures(bytes, alignment));
-        pool& chosen = pool_for(*rounded);
-        const std::size_t asked = forwarded(bytes, *rounded);
+        const std::size_t rounded = rounded_or_zero(bytes);
+        if (rounded == 0) throw out_of_memory("caching_pool", figures(bytes, alignment));
+        pool& chosen = pool_for(rounded);
+        const std::size_t asked = forwarded(bytes, rounded);
         if (options_.release_before_growth && &chosen != &small_) {
             if (void* pointer = chosen.try_allocate_cached(asked, alignment)) return pointer;
             chosen.release();
@@ -98,17 +98,17 @@ public:
 
     void* try_allocate_cached(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (bytes == 0 || !is_power_of_two(alignment)) return nullptr;
-        const auto rounded = round(bytes);
-        if (!rounded) return nullptr;
-        return pool_for(*rounded).try_allocate_cached(forwarded(bytes, *rounded), alignment);
+        const std::size_t rounded = rounded_or_zero(bytes);
+        if (rounded == 0) return nullptr;
+        return pool_for(rounded).try_allocate_cached(forwarded(bytes, rounded), alignment);
     }
 
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
-        const auto rounded = round(bytes);
-        POOLKIT_ASSERT(rounded.has_value(), "deallocate with a size no allocation could have had");
-        if (!rounded) return;
-        pool_for(*rounded).deallocate(pointer, forwarded(bytes, *rounded), alignment);
+        const std::size_t rounded = rounded_or_zero(bytes);
+        POOLKIT_ASSERT(rounded != 0, "deallocate with a size no allocation could have had");
+        if (rounded == 0) return;
+        pool_for(rounded).deallocate(pointer, forwarded(bytes, rounded), alignment);
     }
 
     void release() noexcept {
@@ -146,12 +146,10 @@ public:
 
     // The size a request of `bytes` occupies: the rounding rules above. Nothing on overflow.
     [[nodiscard]] std::optional<std::size_t> round(std::size_t bytes) const noexcept {
-        const std::size_t divisions = options_.power2_divisions;
-        if (divisions > 1 && bytes / divisions > options_.rounding) {
-            const std::size_t floor = std::bit_floor(bytes);
-            return checked_round_up(bytes, floor / std::bit_floor(divisions));
-        }
-        return checked_align_up(bytes, options_.rounding);
+        if (bytes == 0) return 0;
+        const std::size_t rounded = rounded_or_zero(bytes);
+        if (rounded == 0) return std::nullopt;
+        return rounded;
     }
 
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
@@ -161,6 +159,20 @@ public:
 
 private:
     using pool = best_fit<ref<Upstream>>;
+
+    // round() for the hot paths, 0 for overflow (bytes > 0): a plain size_t, which the compiler
+    // keeps in registers where an optional returned from an out-of-line copy went through memory.
+    [[nodiscard]] std::size_t rounded_or_zero(std::size_t bytes) const noexcept {
+        const std::size_t divisions = options_.power2_divisions;
+        if (divisions > 1 && bytes / divisions > options_.rounding) {
+            const std::size_t step = std::bit_floor(bytes) / std::bit_floor(divisions);
+            const std::size_t remainder = bytes & (step - 1);  // step is a power of two
+            if (remainder == 0) return bytes;
+            return bytes > std::numeric_limits<std::size_t>::max() - (step - remainder) ? 0 : bytes + (step - remainder);
+        }
+        const std::size_t mask = options_.rounding - 1;
+        return bytes > std::numeric_limits<std::size_t>::max() - mask ? 0 : (bytes + mask) & ~mask;
+    }
 
     static caching_options validated(caching_options options) {
         validate_alignment(options.rounding);
