@@ -357,6 +357,42 @@ TEST_CASE("a forgotten stream's lane is idle: others take from it without an eve
     f.pool.deallocate_async(taken, 1 * MiB, 256, f.b);
 }
 
+TEST_CASE("a forgotten stream that frees again is ordered again: its new frees are not idle") {
+    fixture f;
+    void* kept = f.pool.allocate_async(1 * MiB, 256, f.a);
+    void* on_b = f.pool.allocate_async(4 * KiB, 256, f.b);
+    f.pool.forget_stream(f.a);
+    const auto work_on_a = f.events.submit(f.a);  // a is used again without allocating
+    f.pool.deallocate_async(kept, 1 * MiB, 256, f.a);
+    void* taken = f.pool.allocate_async(1 * MiB, 256, f.b);
+    CHECK(taken != kept);  // no event covers a's free: b may not take it as idle
+    f.events.submit(f.b);
+    f.events.complete(f.b);
+    CHECK(f.events.completed(f.a) < work_on_a);
+    f.pool.deallocate_async(taken, 1 * MiB, 256, f.b);
+    f.pool.deallocate_async(on_b, 4 * KiB, 256, f.b);
+    f.pool.check_invariants();
+}
+
+TEST_CASE("the wait for the whole device after skipped misses also returns parked blocks") {
+    fixture f;
+    using pool_type = decltype(f.pool);
+    const stream_ref gone = f.events.make_stream();
+    void* block = f.pool.allocate_async(64 * KiB, 256, f.a);
+    f.events.submit(gone);
+    f.pool.deallocate_async(block, 64 * KiB, 256, gone);  // parked on `gone`
+    void* on_gone = f.pool.allocate_async(8 * KiB, 256, gone);
+    f.pool.deallocate_async(on_gone, 8 * KiB, 256, gone);  // uncovered
+    f.events.destroy_stream(gone);
+    CHECK(f.pool.parked_blocks() == 1);
+    std::vector<void*> on_b;
+    for (std::size_t i = 0; i < pool_type::settle_after; ++i) on_b.push_back(f.pool.allocate_async(8 * KiB, 256, f.b));
+    CHECK(f.events.synchronizations() == 1);
+    CHECK(f.pool.parked_blocks() == 0);
+    for (void* p : on_b) f.pool.deallocate_async(p, 8 * KiB, 256, f.b);
+    f.pool.check_invariants();
+}
+
 TEST_CASE("release returns every wholly free chunk once all work is done") {
     fixture f;
     std::vector<void*> blocks;

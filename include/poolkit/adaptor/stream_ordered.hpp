@@ -637,6 +637,7 @@ private:
     // recorded unless a taker wants one: most frees are reused on their own stream.
     void note_free(lane& l, stream_ref stream) noexcept {
         l.uncovered = true;
+        l.idle = false;  // a forgotten stream in use again: its frees are ordered like any other's
         // Only on the lane's own stream: a new stream that got a destroyed one's handle frees here
         // too, and an event on it would not cover the destroyed stream's work.
         if (l.wanted && key_of(stream) == l.key) cover(l, stream);
@@ -655,10 +656,14 @@ private:
         }
     }
 
-    // Waits for the whole device: every lane's frees are covered (their streams may be gone).
+    // Waits for the whole device: every lane's frees are covered and every parked block goes back
+    // to its lane (their streams may be gone).
     void settle_all() {
         events_.synchronize_all();
-        for (auto& l : lanes_) forget_frees(*l);
+        for (auto& l : lanes_) {
+            forget_frees(*l);
+            return_parked(*l);
+        }
         stale_misses_ = 0;
     }
 
