@@ -393,6 +393,35 @@ TEST_CASE("the wait for the whole device after skipped misses also returns parke
     f.pool.check_invariants();
 }
 
+namespace {
+// Handles 1 and 2 name one stream, as 0 and cudaStreamLegacy do with CUDA.
+struct aliased_events : completed_events {
+    [[nodiscard]] static std::uint64_t identity(stream_ref stream) noexcept {
+        const auto id = stream_id(stream);
+        return id == 2 ? 1 : id;
+    }
+};
+stream_ref handle(std::uintptr_t value) { return stream_ref{reinterpret_cast<stream_handle>(value)}; }
+}  // namespace
+
+TEST_CASE("a free on another handle of the lane's own stream goes back to the lane, not parked") {
+    instrumented<> memory;
+    stream_ordered<best_fit<upstream>, aliased_events> pool{upstream{memory}, exact};
+    void* on_other = pool.allocate_async(4 * KiB, 256, handle(3));  // two lanes from here on
+    void* block = pool.allocate_async(64 * KiB, 256, handle(1));
+    pool.deallocate_async(block, 64 * KiB, 256, handle(2));
+    CHECK(pool.parked_blocks() == 0);
+    CHECK(pool.deferred_blocks() == 0);
+    CHECK(pool.lanes() == 2);
+    pool.check_invariants();
+    void* again = pool.allocate_async(64 * KiB, 256, handle(2));
+    CHECK(again == block);
+    pool.deallocate_async(again, 64 * KiB, 256, handle(1));
+    pool.deallocate_async(on_other, 4 * KiB, 256, handle(3));
+    pool.release();
+    CHECK(memory.live_bytes() == 0);
+}
+
 TEST_CASE("release returns every wholly free chunk once all work is done") {
     fixture f;
     std::vector<void*> blocks;

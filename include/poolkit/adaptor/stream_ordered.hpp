@@ -346,14 +346,14 @@ private:
     // Which lane a call belongs to: the stream's identity (unique over the program's life, so a new
     // stream that gets a destroyed one's handle gets a lane of its own), the thread for per-thread
     // handles, and the lane of allocate/deallocate apart from all streams.
-    static constexpr unsigned donor_buckets = 64;
-
     struct lane_key {
         std::uint64_t stream = 0;
         std::thread::id thread;
         bool plain = false;
         friend bool operator==(const lane_key&, const lane_key&) = default;
     };
+
+    static constexpr unsigned donor_buckets = 64;  // by bit_width of what a lane may serve
 
     struct lane;
     // A block freed on another lane's stream than its own, held there (it still belongs to `owner`).
@@ -732,6 +732,12 @@ private:
             return;
         }
         --live_count_;
+        if (parking == owner) {  // another handle of the lane's own stream (0 and cudaStreamLegacy)
+            owner->pool.deallocate(pointer, bytes, alignment);
+            raise_donor(*owner);
+            note_free(*owner, *stream);
+            return;
+        }
         if (parking != nullptr && park(*parking, {pointer, bytes, alignment, owner}, *stream)) return;
         // The freeing stream's work is waited for too, own or not: the block goes back to its lane
         // when all are done, and no event of the lane covers this free.
