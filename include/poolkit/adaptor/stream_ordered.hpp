@@ -354,6 +354,7 @@ private:
     };
 
     static constexpr unsigned donor_buckets = 64;  // by bit_width of what a lane may serve
+    static constexpr std::size_t drain_after = 64;  // deferred blocks polled on a hit past this many
 
     struct lane;
     // A block freed on another lane's stream than its own, held there (it still belongs to `owner`).
@@ -471,7 +472,7 @@ private:
     // and bytes > 0.
     void* allocate_in(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
         if (own.wanted) cover(own, stream);  // a taker waits for this lane's frees: its stream is alive now
-        if (deferred_count_ > max_parked_blocks) drain_deferred();  // else only on a miss
+        if (deferred_count_ > drain_after) drain_deferred();  // else only on a miss
         if (tracked_) live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
         if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own);
         return allocate_missed(own, stream, bytes, alignment);
