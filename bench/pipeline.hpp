@@ -32,6 +32,14 @@ inline std::vector<cudaStream_t> make_streams(std::size_t count) {
     return streams;
 }
 
+// Device memory the resource holds at the end, where it says (MiB).
+template <class Resource>
+void count_reserved(benchmark::State& state, const Resource& resource) {
+    if constexpr (requires { resource.reserved_bytes(); }) {
+        state.counters["reserved_MiB"] = static_cast<double>(resource.reserved_bytes()) / (1 << 20);
+    }
+}
+
 inline void finish(benchmark::State& state, std::vector<cudaStream_t>& streams) {
     cudaDeviceSynchronize();
     if (cudaGetLastError() != cudaSuccess) state.SkipWithError("a CUDA call failed");
@@ -54,6 +62,7 @@ void streams(benchmark::State& state) {
         std::size_t i = 0;
         for (auto _ : state) step(i++);
         state.SetItemsProcessed(state.iterations() * 2);
+        count_reserved(state, *resource);
         cudaDeviceSynchronize();
     }
     finish(state, streams);
@@ -79,6 +88,7 @@ void pipeline(benchmark::State& state) {
         std::size_t i = 0;
         for (auto _ : state) step(i++);
         state.SetItemsProcessed(state.iterations() * 2);
+        count_reserved(state, *resource);
         resource->deallocate_async(held, held_size, 256, poolkit::stream_ref{streams.front()});
         cudaDeviceSynchronize();
     }

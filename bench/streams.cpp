@@ -3,6 +3,9 @@
 //   pairs_over_streams/N:  allocate + free pairs, each on the next of N streams in turn
 //   cross_stream_frees/N:  a block allocated on one stream is freed on the next (a pipeline
 //                          handing buffers on), N streams in turn
+//   pipeline/N:            each step allocates on the next of N streams and frees there the block
+//                          the step before allocated on its own, six sizes in turn (the shape of
+//                          bench/pipeline.hpp on the GPU): parked blocks rarely fit the next request
 //   build-release/bench/poolkit-bench-streams (streams 1, 4, 64, 256, 1024, 4096)
 // ns per call (items are calls); compare each N with N = 1 in the same run.
 #include <poolkit/adaptor/completed_events.hpp>
@@ -60,7 +63,32 @@ void cross_stream_frees(benchmark::State& state) {
     state.SetItemsProcessed(state.iterations() * 2);
 }
 
+void pipeline(benchmark::State& state) {
+    poolkit::simulated_resource memory;
+    simulated_caching pool{poolkit::ref(memory)};
+    const auto streams = make_streams(static_cast<std::size_t>(state.range(0)));
+    constexpr std::size_t sizes[] = {4096, 262144, 1 << 20, 4 << 20, 65536, 12288};
+    void* held = nullptr;
+    std::size_t held_size = 0;
+    const auto step = [&](std::size_t i) {
+        const auto on = streams[i % streams.size()];
+        const std::size_t size = sizes[i % 6];
+        void* p = pool.allocate_async(size, 256, on);
+        benchmark::DoNotOptimize(p);
+        if (held != nullptr) pool.deallocate_async(held, held_size, 256, on);
+        held = p;
+        held_size = size;
+    };
+    for (std::size_t i = 0; i < streams.size() * 12; ++i) step(i);
+    std::size_t i = 0;
+    for (auto _ : state) step(i++);
+    state.SetItemsProcessed(state.iterations() * 2);
+    state.counters["reserved_MiB"] = static_cast<double>(pool.reserved_bytes()) / (1 << 20);
+    pool.deallocate_async(held, held_size, 256, streams.front());
+}
+
 }  // namespace
 
 BENCHMARK(pairs_over_streams)->Arg(1)->Arg(4)->Arg(64)->Arg(256)->Arg(1024)->Arg(4096);
 BENCHMARK(cross_stream_frees)->Arg(1)->Arg(4)->Arg(64)->Arg(256)->Arg(1024)->Arg(4096);
+BENCHMARK(pipeline)->Arg(1)->Arg(4)->Arg(64)->Arg(256)->Arg(1024)->Arg(4096);

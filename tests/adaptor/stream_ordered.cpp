@@ -9,6 +9,7 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/walk.hpp>
 #include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/caching_pool.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
 #include <doctest/doctest.h>
@@ -111,6 +112,7 @@ TEST_CASE("another stream reuses a freed block only behind an event its lane rec
 
 TEST_CASE("frees no event covers are taken after settle_after misses skipped them, behind one wait for the device") {
     fixture f;
+    f.pool.growth_slack(0);  // misses ask other lanes first, however little they hold
     using pool_type = decltype(f.pool);
     void* block = f.pool.allocate_async(1 * MiB, 256, f.a);
     const auto work_on_a = f.events.submit(f.a);
@@ -130,6 +132,7 @@ TEST_CASE("frees no event covers are taken after settle_after misses skipped the
 
 TEST_CASE("a destroyed stream is never touched again: its blocks serve others after a wait for the device") {
     fixture f;
+    f.pool.growth_slack(0);  // misses ask other lanes first, however little they hold
     using pool_type = decltype(f.pool);
     const stream_ref gone = f.events.make_stream();
     void* on_b = f.pool.allocate_async(4 * KiB, 256, f.b);
@@ -263,6 +266,91 @@ TEST_CASE("past its bound a lane's parked blocks go back to their lanes behind o
     f.pool.check_invariants();
 }
 
+TEST_CASE("blocks parked over many lanes stay under max_parked_bytes in all") {
+    fixture f;
+    using pool_type = decltype(f.pool);
+    constexpr std::size_t size = 64 * MiB;
+    constexpr std::size_t lanes = pool_type::max_parked_bytes / size + 4;
+    std::vector<void*> blocks;
+    for (std::size_t i = 0; i < lanes; ++i) blocks.push_back(f.pool.allocate_async(size, 256, f.a));
+    // Each block freed on a stream of its own: one block parked per lane, never past the bound.
+    for (void* block : blocks) {
+        f.pool.deallocate_async(block, size, 256, f.events.make_stream());
+        CHECK(f.pool.parked_blocks() * size <= pool_type::max_parked_bytes);
+        f.pool.check_invariants();
+    }
+    CHECK(f.pool.parked_blocks() + f.pool.deferred_blocks() == lanes);
+    CHECK(f.pool.deferred_blocks() >= 4);
+}
+
+TEST_CASE("blocks a lane took from another and freed on its own stream stay parked there, past max_parked_bytes") {
+    fixture f;
+    using pool_type = decltype(f.pool);
+    constexpr std::size_t size = 64 * MiB;
+    constexpr std::size_t count = pool_type::max_parked_bytes / size + 2;
+    std::vector<void*> blocks;
+    for (std::size_t i = 0; i < count; ++i) blocks.push_back(f.pool.allocate_async(size, 256, f.a));
+    f.pool.growth_slack(0);  // b's misses take from a rather than grow
+    for (void* block : blocks) f.pool.deallocate_async(block, size, 256, f.a);
+    f.pool.forget_stream(f.a);  // idle: b takes a's blocks with no wait
+    for (void*& block : blocks) block = f.pool.allocate_async(size, 256, f.b);
+    CHECK(f.pool.pool_of(f.b)->reserved_bytes() == 0);
+    for (void* block : blocks) f.pool.deallocate_async(block, size, 256, f.b);
+    CHECK(f.pool.parked_blocks() == count);  // b's working set, not a free on a third stream
+    CHECK(f.pool.deferred_blocks() == 0);
+    f.pool.check_invariants();
+    void* again = f.pool.allocate_async(size, 256, f.b);
+    CHECK(std::find(blocks.begin(), blocks.end(), again) != blocks.end());
+    CHECK(f.pool.parked_blocks() == count - 1);
+    f.pool.deallocate_async(again, size, 256, f.b);
+    f.pool.check_invariants();
+}
+
+TEST_CASE("a miss grows its own pool first while the lanes hold little beside what is out of them") {
+    for (const std::size_t kept : {1, 2}) {
+        CAPTURE(kept);
+        fixture f;
+        CHECK(f.pool.growth_slack() == decltype(f.pool)::default_growth_slack);
+        constexpr std::size_t size = 64 * MiB;
+        std::vector<void*> blocks;
+        for (int i = 0; i < 3; ++i) blocks.push_back(f.pool.allocate_async(size, 256, f.a));
+        for (std::size_t i = kept; i < blocks.size(); ++i) f.pool.deallocate_async(blocks[i], size, 256, f.a);
+        f.pool.forget_stream(f.a);
+        // 192 MiB reserved: with 64 MiB out b takes a free block of a; with 128 MiB out it grows.
+        const bool grows = 3 * size < f.pool.growth_slack() * kept * size;
+        void* taken = f.pool.allocate_async(size, 256, f.b);
+        CHECK(f.pool.pool_of(f.b)->reserved_bytes() == (grows ? size : 0));
+        f.pool.check_invariants();
+        f.pool.deallocate_async(taken, size, 256, f.b);
+        for (std::size_t i = 0; i < kept; ++i) f.pool.deallocate_async(blocks[i], size, 256, f.a);
+    }
+}
+
+TEST_CASE("a lane that failed a small request still serves a large one: caching_pool keeps sizes apart") {
+    instrumented<simulated_resource> memory;
+    host_events events;
+    using simulated_upstream = ref<instrumented<simulated_resource>>;
+    stream_ordered<caching_pool<simulated_upstream>, host_events> pool{simulated_upstream{memory}};
+    const stream_ref a = events.make_stream(), b = events.make_stream(), c = events.make_stream();
+    // Lane a holds a large chunk, wholly free and idle, and no small chunk.
+    void* large = pool.allocate_async(4 * MiB, 256, a);
+    pool.deallocate_async(large, 4 * MiB, 256, a);
+    pool.forget_stream(a);
+    const std::size_t reserved = pool.reserved_bytes();
+    // Lane c's small request fails in a's (small) pool; c grows a small chunk of its own.
+    void* small = pool.allocate_async(256 * KiB, 256, c);
+    CHECK(pool.pool_of(c)->reserved_bytes() > 0);
+    // Lane b's large request is served from a's large chunk: nothing grows.
+    void* taken = pool.allocate_async(4 * MiB, 256, b);
+    CHECK(pool.pool_of(b)->reserved_bytes() == 0);
+    CHECK(pool.reserved_bytes() == reserved + pool.pool_of(c)->reserved_bytes());
+    pool.check_invariants();
+    pool.deallocate_async(taken, 4 * MiB, 256, b);
+    pool.deallocate_async(small, 256 * KiB, 256, c);
+    pool.release();
+    CHECK(memory.errors().empty());
+}
+
 TEST_CASE("parked blocks of a destroyed stream go back at exhaustion, after the whole device") {
     fixture f;
     f.memory.limit(8 * MiB);
@@ -376,6 +464,7 @@ TEST_CASE("a forgotten stream that frees again is ordered again: its new frees a
 
 TEST_CASE("the wait for the whole device after skipped misses also returns parked blocks") {
     fixture f;
+    f.pool.growth_slack(0);  // misses ask other lanes first, however little they hold
     using pool_type = decltype(f.pool);
     const stream_ref gone = f.events.make_stream();
     void* block = f.pool.allocate_async(64 * KiB, 256, f.a);

@@ -83,6 +83,7 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
 
 TEST_CASE("expandable preset: a block freed on one stream is reused or unmapped only after that stream's work") {
     expandable_device_allocator pool{std::in_place, cuda_vmm_options{}, pool_options(std::size_t{4} << 30, 0)};
+    pool.growth_slack(0);  // b asks a's lane before it grows
     streams lanes(2);
     cudaStream_t a = lanes.handles[0], b = lanes.handles[1];
     counter bad;

@@ -10,22 +10,26 @@
 // covers its frees is asked for one, and records it on its stream at its next call (that stream is
 // alive then). After settle_after misses that skipped such lanes (their streams may have been
 // destroyed), the host waits for the whole device once and every free block is taken freely.
-// Only then does the own lane grow. When the upstream is exhausted, every lane's work is waited for,
+// Only then does the own lane grow — or first, while the lanes reserve less than growth_slack()
+// times the bytes out of them. When the upstream is exhausted, every lane's work is waited for,
 // every lane releases its wholly free chunks, and the request is tried once more before
 // out_of_memory. So no stream strands memory, and no stream is touched after the call that named
 // it: a stream may be destroyed once its work is issued.
 // A block freed on another stream than its lane's is parked in the freeing stream's lane: a
 // request there of the same size and alignment takes it with no event (the freeing stream's order
-// covers it). Past max_parked_blocks or max_parked_bytes a lane's parked blocks go back to their
-// lanes behind one event recorded on its stream. A block used on other streams (record_use,
+// covers it). So is a block a lane took from another and freed on its own stream (adopted): the
+// lane keeps its working set. Past max_parked_blocks in the lane, or max_parked_bytes parked over
+// all lanes by streams that did not take them (so that many streams do not hold many times as
+// much), the lane's parked blocks go back to their lanes behind one event recorded on its stream. A block used on other streams (record_use,
 // PyTorch's record_stream) waits in a deferred list with one event per stream until all are done,
 // then returns to its lane; deferred blocks are returned at a miss.
 // A per-thread handle (cudaStreamPerThread) names another stream on each host thread: its lanes are
 // kept apart by thread, and a free there from another thread waits for the whole device.
 // Complexity: finding a stream's lane is O(1) (the last call's, else a flat index by the stream's
 // identity); a lane hit is the Pool's cached allocate, plus one hash-map insert while there are
-// several lanes. A miss asks only lanes that may serve it: lanes are filed in buckets by the largest
-// request they may still serve, lowered when they fail one and raised when they get memory back.
+// several lanes. A miss asks only lanes that may serve it: lanes are filed in a bucket per power of
+// two of the request, leave a bucket when they fail one of its requests and come back when they
+// get memory back (O(1) amortized per call; 64 bucket slots per lane).
 // While there is one lane and no record_use (one stream, as in most programs and every replay),
 // blocks need no map at all: the first second lane fills it from a walk of the first (when the
 // Pool offers the walk of core/walk.hpp; otherwise the map is always kept).
@@ -59,8 +63,6 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/core/walk.hpp>
-
-#include <boost/intrusive/list.hpp>
 
 #include <algorithm>
 #include <array>
@@ -124,13 +126,18 @@ public:
     using pool_options = lane_options_t<lane_pool_type>;
     using event_type = typename Events::event_type;
 
-    // A lane parks at most this many blocks (or bytes) freed on its stream from other lanes before
-    // it returns them behind one event.
+    // A lane parks at most this many blocks freed on its stream from other lanes before it returns
+    // them behind one event; so does a lane that parks a block while all lanes together hold more
+    // than max_parked_bytes of blocks freed on another stream than the one that took them.
     static constexpr std::size_t max_parked_blocks = 64;
     static constexpr std::size_t max_parked_bytes = std::size_t{256} << 20;
     // After this many misses that skipped lanes no event covers (their streams may be gone), the
     // host waits for the whole device once and every lane's free blocks are taken freely.
     static constexpr std::size_t settle_after = 64;
+    // A miss grows its own pool before it takes from other lanes while the lanes reserve less than
+    // growth_slack() times the bytes out of their pools (live, parked, deferred): a lane that took
+    // from others at every miss would pay for it at every miss. Past it, memory is shared first.
+    static constexpr std::size_t default_growth_slack = 2;
 
     // The upstream is built in place here (it need not move: cuda_vmm_resource).
     stream_ordered()
@@ -235,6 +242,7 @@ public:
         return_all_parked();
         settle_frees();
         for (auto& l : lanes_) l->pool.release();
+        if constexpr (counts_reserved) reserved_bytes_ = reserved_bytes();
     }
 
     [[nodiscard]] bool owns(const void* pointer) const
@@ -262,27 +270,33 @@ public:
             const live_block* block = live_.find(pointer);
             POOLKIT_VERIFY(block != nullptr && block->used_elsewhere, "record_use streams of a block not live");
         }
-        std::size_t parked = 0, filed = 0, deferred = 0;
+        std::size_t parked = 0, parked_bytes = 0, filed = 0, deferred = 0;
         for (const auto& l : lanes_) {
             std::size_t bytes = 0;
             for (const parked_block& b : l->parked) {
-                bytes += b.bytes;
+                bytes += b.adopted ? 0 : b.bytes;
                 POOLKIT_VERIFY(b.owner != l.get() && live_.find(b.pointer) == nullptr, "a parked block is live or in its own lane");
                 if constexpr (has_owns<lane_pool_type>) POOLKIT_VERIFY(b.owner->pool.owns(b.pointer), "a parked block its lane does not own");
             }
-            POOLKIT_VERIFY(bytes == l->parked_bytes, "a lane's parked bytes lost count");
+            POOLKIT_VERIFY(bytes == l->foreign_bytes, "a lane's parked bytes lost count");
             parked += l->parked.size();
+            parked_bytes += bytes;
         }
         for (unsigned k = 0; k < donor_buckets; ++k) {
-            POOLKIT_VERIFY(donors_[k].empty() == ((occupied_ >> k & 1) == 0), "the donor buckets' mask is wrong");
-            for (const lane& l : donors_[k]) {
-                POOLKIT_VERIFY(bucket_of(l.serves) == k, "a lane filed in the wrong donor bucket");
-                ++filed;
+            for (std::size_t i = 0; i < donors_[k].size(); ++i) {
+                const lane& l = *donors_[k][i];
+                POOLKIT_VERIFY(l.donor_slot[k] == i && (l.refused >> k & 1) == 0, "a lane filed in a donor bucket it left");
             }
+            filed += donors_[k].size();
         }
+        std::size_t refused = 0;
+        for (const auto& l : lanes_) refused += static_cast<std::size_t>(std::popcount(l->refused));
         for (const auto& entry : deferred_) deferred += entry.blocks.size();
         POOLKIT_VERIFY(parked == parked_count_ && deferred == deferred_count_, "parked or deferred blocks lost count");
-        POOLKIT_VERIFY(filed == lanes_.size(), "a lane missing from the donor buckets");
+        POOLKIT_VERIFY(parked_bytes == foreign_bytes_, "parked bytes lost count");
+        if constexpr (counts_reserved) POOLKIT_VERIFY(reserved_bytes_ == reserved_bytes(), "reserved bytes lost count");
+        POOLKIT_VERIFY(held_bytes_ == 0 || live_count_ + parked_count_ + deferred_count_ > 0, "bytes out of the pools with no block out");
+        POOLKIT_VERIFY(filed + refused == lanes_.size() * donor_buckets, "a lane missing from the donor buckets");
     }
 
     // The walk of walk.hpp over every lane: the chunks of all lanes in address order, each chunk
@@ -331,6 +345,12 @@ public:
         return total;
     }
 
+    // 0: a miss always takes from other lanes before it grows (the smallest footprint; a pipeline
+    // whose blocks are freed on other streams then takes at most misses). Only where the lane pool
+    // counts what it reserves; otherwise other lanes always come first.
+    void growth_slack(std::size_t slack) noexcept { growth_slack_ = slack; }
+    [[nodiscard]] std::size_t growth_slack() const noexcept { return growth_slack_; }
+
     [[nodiscard]] upstream_type& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const upstream_type& upstream_resource() const noexcept { return upstream_; }
     [[nodiscard]] Events& events() noexcept { return events_; }
@@ -353,16 +373,22 @@ private:
         friend bool operator==(const lane_key&, const lane_key&) = default;
     };
 
-    static constexpr unsigned donor_buckets = 64;  // by bit_width of what a lane may serve
-    static constexpr std::size_t drain_after = 64;  // deferred blocks polled on a hit past this many
+    static constexpr unsigned donor_buckets = 64;  // requests in (2^(k-1), 2^k] are bucket k
+    static constexpr bool counts_reserved = requires(const lane_pool_type& p) { p.reserved_bytes(); };
+    // Past drain_after deferred blocks a hit polls the oldest entry; a miss polls until
+    // drain_pending entries were not done. Each poll is a driver call (cudaEventQuery, ~0.3 µs).
+    static constexpr std::size_t drain_after = 64;
+    static constexpr std::size_t drain_pending = 8;
 
     struct lane;
-    // A block freed on another lane's stream than its own, held there (it still belongs to `owner`).
+    // A block freed on another lane's stream than its own, held there (it still belongs to `owner`);
+    // adopted: that lane had taken it (not counted in max_parked_bytes).
     struct parked_block {
         void* pointer;
         std::size_t bytes;
         std::size_t alignment;
         lane* owner;
+        bool adopted = false;
     };
 
     struct lane {
@@ -380,14 +406,13 @@ private:
         bool wanted = false;
         // Blocks of other lanes freed on this lane's stream: reused here with no event.
         std::vector<parked_block> parked;
-        std::size_t parked_bytes = 0;
-        // The miss path's index: the largest request the pool may still serve from what it holds
-        // (lowered when a try fails, raised when the pool gets memory), and the bucket it is in.
-        std::size_t serves = 0;
-        boost::intrusive::list_member_hook<> donor_hook;
+        std::size_t foreign_bytes = 0;  // of the parked blocks not adopted
+        // The miss path's index: bit k set when the pool failed a request of bucket k and got no
+        // memory since (the lane is out of donors_[k]); its place in each donors_[k] it is in.
+        std::uint64_t refused = 0;
+        std::array<std::uint32_t, donor_buckets> donor_slot{};
         lane_pool_type pool;
     };
-    using donor_list = boost::intrusive::list<lane, boost::intrusive::member_hook<lane, boost::intrusive::list_member_hook<>, &lane::donor_hook>>;
 
     // A stream that used a block (record_use), with the thread for per-thread handles.
     struct use {
@@ -399,6 +424,7 @@ private:
     struct live_block {
         lane* owner = nullptr;
         bool used_elsewhere = false;  // has record_use streams in uses_
+        lane* taker = nullptr;        // the lane it was handed to, where another lane owns it
     };
 
     // Blocks that return to their lanes once every event is done.
@@ -456,6 +482,7 @@ private:
         }
         if (!lanes_.empty()) start_tracking();
         lanes_.reserve(lanes_.size() + 1);
+        for (auto& bucket : donors_) bucket.reserve(lanes_.size() + 1);  // filing never allocates
         auto made = std::make_unique<lane>(stream, key, ref<upstream_type>(upstream_), options_);
         if (is_plain_stream_key(key)) {
             stream_index_.reserve(lanes_.size() + 1);  // first: if it throws, nothing else changed
@@ -464,46 +491,70 @@ private:
         }
         lanes_.push_back(std::move(made));  // room was reserved
         if (is_plain_stream_key(key)) stream_index_.insert(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(key.stream)), lanes_.back().get());
-        file_donor(*lanes_.back());
-        return *(last_ = lanes_.back().get());
+        lane& filed = *lanes_.back();
+        for (unsigned k = 0; k < donor_buckets; ++k) file_donor(filed, k);
+        return *(last_ = &filed);
     }
 
     // `stream`: the stream of this call (ignored for the plain lane). Requires: a valid alignment
     // and bytes > 0.
     void* allocate_in(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
         if (own.wanted) cover(own, stream);  // a taker waits for this lane's frees: its stream is alive now
-        if (deferred_count_ > drain_after) drain_deferred();  // else only on a miss
+        if (deferred_count_ > drain_after) drain_deferred(1);  // else only on a miss
         if (tracked_) live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
-        if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own);
+        if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own, bytes);
         return allocate_missed(own, stream, bytes, alignment);
     }
 
     // Out of line, so that the hit above stays small enough to inline the lane pool's own path.
     [[gnu::noinline]] void* allocate_missed(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
-        if (!deferred_.empty()) {
-            drain_deferred();
-            if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own);
-        }
+        // A parked block first: it costs no driver call, a drain polls events.
         if (!own.parked.empty()) {
             if (void* pointer = take_parked(own, bytes, alignment)) return pointer;
         }
-        if (void* pointer = take_from_others(own, stream, bytes, alignment)) return pointer;
-        try {
-            return grown(own, own.pool.allocate(bytes, alignment));
-        } catch (const std::bad_alloc&) {
+        if (!deferred_.empty()) {
+            drain_deferred(drain_pending);
+            if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own, bytes);
+        }
+        // Growth first while the lanes hold little beside what is out of them: a lane that takes
+        // from others at every miss pays for it at every miss.
+        const bool grow_first = prefers_growth();
+        if (!grow_first) {
+            if (void* pointer = take_from_others(own, stream, bytes, alignment)) return pointer;
+        }
+        if (void* pointer = try_grow(own, bytes, alignment)) return pointer;
+        if (grow_first) {
+            if (void* pointer = take_from_others(own, stream, bytes, alignment)) return pointer;
         }
         release();
-        try {
-            return grown(own, own.pool.allocate(bytes, alignment));
-        } catch (const std::bad_alloc&) {
-            throw out_of_memory("stream_ordered", figures(bytes, alignment));
+        if (void* pointer = try_grow(own, bytes, alignment)) return pointer;
+        throw out_of_memory("stream_ordered", figures(bytes, alignment));
+    }
+
+    // Whether the lanes reserve less than growth_slack() times the bytes out of their pools (live,
+    // parked, deferred). Only where the lane pool counts what it reserves.
+    [[nodiscard]] bool prefers_growth() const noexcept {
+        if constexpr (counts_reserved) {
+            return growth_slack_ != 0 && reserved_bytes_ / growth_slack_ < held_bytes_;
+        } else {
+            return false;
         }
     }
 
-    // The pool of `own` grew: what is left of its new memory may serve others.
-    void* grown(lane& own, void* pointer) noexcept {
-        raise_donor(own);
-        return hand_out(pointer, own);
+    // The own pool's allocate, which may take memory from the upstream; nullptr where it has none.
+    void* try_grow(lane& own, std::size_t bytes, std::size_t alignment) {
+        std::size_t before = 0;
+        if constexpr (counts_reserved) before = own.pool.reserved_bytes();
+        void* pointer = nullptr;
+        try {
+            pointer = own.pool.allocate(bytes, alignment);
+        } catch (const std::bad_alloc&) {
+        }
+        // Even a failed allocate may have returned wholly free chunks first.
+        if constexpr (counts_reserved) reserved_bytes_ = reserved_bytes_ - before + own.pool.reserved_bytes();
+        if (pointer == nullptr) return nullptr;
+        raise_donor(own);  // what is left of its new memory may serve others
+        return hand_out(pointer, own, bytes);
     }
 
     // A block of exactly this request's size and alignment that was freed on own's stream (see
@@ -514,17 +565,21 @@ private:
             const parked_block found = *it;
             *it = own.parked.back();
             own.parked.pop_back();
-            own.parked_bytes -= bytes;
+            if (!found.adopted) {
+                own.foreign_bytes -= bytes;
+                foreign_bytes_ -= bytes;
+            }
             --parked_count_;
-            return hand_out(found.pointer, *found.owner);
+            return hand_out(found.pointer, *found.owner, 0, &own);  // still out of its pool: no bytes
         }
         return nullptr;
     }
 
-    // A free block of another lane, behind that lane's event. Lanes are filed by the largest
-    // request they may still serve (donors_), so a miss asks only lanes that might serve it, and
-    // each lane that fails is filed lower: a lane is asked again for this size only after it got
-    // memory back. A lane whose frees no event covers yet is skipped and asked for one (its next
+    // A free block of another lane, behind that lane's event. A miss asks only the lanes of its
+    // request's bucket (donors_: requests within a power of two); a lane that fails one leaves
+    // that bucket and comes back when it gets memory back. A lane's index says nothing of other
+    // buckets: pools that keep sizes apart (caching_pool's small and large pools) fail small
+    // requests and still serve large ones. A lane whose frees no event covers yet is skipped and asked for one (its next
     // call records it); after settle_after misses that skipped such lanes — their streams may be
     // gone — the host waits for the whole device once and takes from them.
     void* take_from_others(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
@@ -536,62 +591,68 @@ private:
     }
 
     void* take_from_donors(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment, bool& skipped) {
-        std::uint64_t buckets = occupied_ & (~std::uint64_t{0} << bucket_of(bytes));
-        while (buckets != 0) {
-            const auto k = static_cast<unsigned>(std::countr_zero(buckets));
-            buckets &= buckets - 1;
-            for (auto it = donors_[k].begin(); it != donors_[k].end();) {
-                lane& other = *it++;  // `other` may be filed lower below: step past it first
-                if (&other == &own || other.serves < bytes) continue;
-                if (other.uncovered && !other.plain && !other.idle) {
-                    other.wanted = true;
-                    skipped = true;
-                    continue;
-                }
-                if (void* pointer = other.pool.try_allocate_cached(bytes, alignment)) {
-                    try {
-                        order_after(own, stream, other);
-                    } catch (...) {
-                        other.pool.deallocate(pointer, bytes, alignment);
-                        throw;
-                    }
-                    return hand_out(pointer, other);
-                }
-                // Larger alignments fail where smaller ones may not: only theirs lower the bound.
-                if (alignment <= default_alignment) lower_donor(other, bytes - 1);
+        const unsigned k = bucket_of(bytes);
+        std::vector<lane*>& bucket = donors_[k];
+        // Newest first; a lane that fails is swapped with the last, which was asked already.
+        for (std::size_t i = bucket.size(); i-- > 0;) {
+            lane& other = *bucket[i];
+            if (&other == &own) continue;
+            if (other.uncovered && !other.plain && !other.idle) {
+                other.wanted = true;
+                skipped = true;
+                continue;
             }
+            if (void* pointer = other.pool.try_allocate_cached(bytes, alignment)) {
+                try {
+                    order_after(own, stream, other);
+                } catch (...) {
+                    other.pool.deallocate(pointer, bytes, alignment);
+                    throw;
+                }
+                return hand_out(pointer, other, bytes, &own);
+            }
+            // Larger alignments fail where smaller ones may not: only theirs take a lane out.
+            if (alignment <= default_alignment) refuse_donor(other, k);
         }
         return nullptr;
     }
 
+    // Requires bytes > 0.
     static unsigned bucket_of(std::size_t bytes) noexcept {
-        return std::min(static_cast<unsigned>(std::bit_width(bytes)), donor_buckets - 1);
+        return std::min(static_cast<unsigned>(std::bit_width(bytes - 1)), donor_buckets - 1);
     }
-    void file_donor(lane& l) noexcept {
-        const unsigned k = bucket_of(l.serves);
-        donors_[k].push_front(l);  // in front: a miss walking this bucket does not meet it again
-        occupied_ |= std::uint64_t{1} << k;
+    void file_donor(lane& l, unsigned k) noexcept {
+        l.donor_slot[k] = static_cast<std::uint32_t>(donors_[k].size());
+        donors_[k].push_back(&l);  // room for every lane was reserved
     }
-    void unfile_donor(lane& l) noexcept {
-        const unsigned k = bucket_of(l.serves);
-        donors_[k].erase(donors_[k].iterator_to(l));
-        if (donors_[k].empty()) occupied_ &= ~(std::uint64_t{1} << k);
+    void refuse_donor(lane& l, unsigned k) noexcept {
+        std::vector<lane*>& bucket = donors_[k];
+        lane* last = bucket.back();
+        bucket[l.donor_slot[k]] = last;
+        last->donor_slot[k] = l.donor_slot[k];
+        bucket.pop_back();
+        l.refused |= std::uint64_t{1} << k;
     }
-    void lower_donor(lane& l, std::size_t serves) noexcept {
-        unfile_donor(l);
-        l.serves = std::min(l.serves, serves);
-        file_donor(l);
-    }
-    // `l`'s pool got memory back (a free, a return, growth): it may serve anything again.
+    // `l`'s pool got memory back (a free, a return, growth): it may serve any bucket again.
     void raise_donor(lane& l) noexcept {
-        if (l.serves == std::numeric_limits<std::size_t>::max()) return;
-        unfile_donor(l);
-        l.serves = std::numeric_limits<std::size_t>::max();
-        file_donor(l);
+        if (l.refused == 0) return;
+        for (std::uint64_t refused = l.refused; refused != 0; refused &= refused - 1) {
+            file_donor(l, static_cast<unsigned>(std::countr_zero(refused)));
+        }
+        l.refused = 0;
     }
 
-    void* hand_out(void* pointer, lane& owner) noexcept {
-        if (tracked_) live_.insert(pointer, live_block{&owner, false});  // room was reserved
+    // A block back to its own pool, which may serve any request again.
+    void give_back(lane& owner, void* pointer, std::size_t bytes, std::size_t alignment) noexcept {
+        owner.pool.deallocate(pointer, bytes, alignment);
+        held_bytes_ -= bytes;
+        raise_donor(owner);
+    }
+
+    // `bytes`: what leaves the owner's pool now (0 for a parked block, out of it already).
+    void* hand_out(void* pointer, lane& owner, std::size_t bytes, lane* taker = nullptr) noexcept {
+        held_bytes_ += bytes;
+        if (tracked_) live_.insert(pointer, live_block{&owner, false, taker});  // room was reserved
         ++live_count_;
         return pointer;
     }
@@ -606,7 +667,7 @@ private:
                 live_.reserve(live_count_ + 1);
                 only->pool.for_each_block([&](const chunk_view&, const block_view& block) {
                     const auto* pointer = reinterpret_cast<const void*>(block.address);
-                    if (block.live && !is_deferred(pointer)) live_.insert(pointer, live_block{only, false});
+                    if (block.live && !is_deferred(pointer)) live_.insert(pointer, live_block{only, false, nullptr});
                 });
             }
         }
@@ -625,7 +686,10 @@ private:
         if (giver.plain || giver.idle) return;
         POOLKIT_ASSERT(!giver.uncovered, "stream_ordered took a block no event covers");
         if (giver.freed) {
-            if (taker.plain) {
+            // Done already: no wait, now or for later takes until the giver frees again.
+            if (events_.done(*giver.freed)) {
+                forget_frees(giver);
+            } else if (taker.plain) {
                 events_.synchronize(*giver.freed);
             } else {
                 events_.wait(stream, *giver.freed);
@@ -689,12 +753,14 @@ private:
     // `stream`: the stream the block is freed on; nullptr for a plain deallocate (already idle).
     void free_from(void* pointer, std::size_t bytes, std::size_t alignment, const stream_ref* stream) noexcept {
         lane* owner = nullptr;
+        lane* taker = nullptr;
         std::vector<use> streams;
         if (tracked_) {
             const live_block* found = live_.find(pointer);
             POOLKIT_ASSERT(found != nullptr, "deallocate of a pointer stream_ordered did not hand out (or freed twice)");
             if (found == nullptr) return;
             owner = found->owner;
+            taker = found->taker;
             if (found->used_elsewhere) {
                 const auto uses = uses_.find(pointer);
                 streams = std::move(uses->second);
@@ -712,17 +778,16 @@ private:
         if ((stream == nullptr || own_stream) && streams.empty()) {
             if (tracked_) live_.erase(pointer);
             --live_count_;
-            owner->pool.deallocate(pointer, bytes, alignment);
-            raise_donor(*owner);
+            give_back(*owner, pointer, bytes, alignment);
             if (own_stream) note_free(*owner, *stream);
             return;
         }
-        free_elsewhere(pointer, bytes, alignment, stream, *owner, own_stream, std::move(streams));
+        free_elsewhere(pointer, bytes, alignment, stream, *owner, taker, own_stream, std::move(streams));
     }
 
     // A free on another stream than the block's lane's, or of a block used on other streams.
     [[gnu::noinline]] void free_elsewhere(void* pointer, std::size_t bytes, std::size_t alignment, const stream_ref* stream,
-                                          lane& owner_lane, bool own_stream, std::vector<use> streams) noexcept {
+                                          lane& owner_lane, const lane* taker, bool own_stream, std::vector<use> streams) noexcept {
         lane* owner = &owner_lane;
         // Freed on another stream, and used on no other: parked in that stream's lane (made here if
         // need be, which starts tracking), where its next request of the same size takes it with
@@ -734,12 +799,11 @@ private:
         }
         --live_count_;
         if (parking == owner) {  // another handle of the lane's own stream (0 and cudaStreamLegacy)
-            owner->pool.deallocate(pointer, bytes, alignment);
-            raise_donor(*owner);
+            give_back(*owner, pointer, bytes, alignment);
             note_free(*owner, *stream);
             return;
         }
-        if (parking != nullptr && park(*parking, {pointer, bytes, alignment, owner}, *stream)) return;
+        if (parking != nullptr && park(*parking, {pointer, bytes, alignment, owner, parking == taker}, *stream)) return;
         // The freeing stream's work is waited for too, own or not: the block goes back to its lane
         // when all are done, and no event of the lane covers this free.
         if (stream != nullptr) {
@@ -762,8 +826,7 @@ private:
             }
         }
         if (streams.empty()) {
-            owner->pool.deallocate(pointer, bytes, alignment);
-            raise_donor(*owner);
+            give_back(*owner, pointer, bytes, alignment);
             if (own_stream) note_free(*owner, *stream);
             return;
         }
@@ -782,8 +845,7 @@ private:
                     POOLKIT_ASSERT(false, "stream_ordered could not order a deferred free");
                 }
             }
-            owner->pool.deallocate(pointer, bytes, alignment);
-            raise_donor(*owner);
+            give_back(*owner, pointer, bytes, alignment);
         }
     }
 
@@ -805,9 +867,12 @@ private:
         } catch (...) {
             return false;
         }
-        at.parked_bytes += block.bytes;
+        if (!block.adopted) {
+            at.foreign_bytes += block.bytes;
+            foreign_bytes_ += block.bytes;
+        }
         ++parked_count_;
-        if (at.parked.size() <= max_parked_blocks && at.parked_bytes <= max_parked_bytes) return true;
+        if (at.parked.size() <= max_parked_blocks && foreign_bytes_ <= max_parked_bytes) return true;
         deferred_block entry;
         try {
             deferred_.reserve(deferred_.size() + 1);
@@ -824,7 +889,8 @@ private:
         }
         const std::size_t count = at.parked.size();
         entry.blocks.swap(at.parked);
-        at.parked_bytes = 0;
+        foreign_bytes_ -= at.foreign_bytes;
+        at.foreign_bytes = 0;
         parked_count_ -= count;
         deferred_count_ += count;
         deferred_.push_back(std::move(entry));  // room was reserved
@@ -834,12 +900,12 @@ private:
     // Gives every block parked in `l` back to its lane; their stream's work is done.
     void return_parked(lane& l) noexcept {
         for (const parked_block& b : l.parked) {
-            b.owner->pool.deallocate(b.pointer, b.bytes, b.alignment);
-            raise_donor(*b.owner);
+            give_back(*b.owner, b.pointer, b.bytes, b.alignment);
         }
         parked_count_ -= l.parked.size();
+        foreign_bytes_ -= l.foreign_bytes;
         l.parked.clear();
-        l.parked_bytes = 0;
+        l.foreign_bytes = 0;
     }
 
     // Every parked block back to its lane, after the whole device: their streams may be gone.
@@ -849,15 +915,23 @@ private:
         for (auto& l : lanes_) return_parked(*l);
     }
 
-    // Returns the deferred blocks whose events are done to their lanes.
-    void drain_deferred() {
-        std::erase_if(deferred_, [this](deferred_block& entry) {
-            if (!std::all_of(entry.events.begin(), entry.events.end(), [&](const event_type& event) { return events_.done(event); })) {
-                return false;
+    // Returns the deferred blocks whose events are done to their lanes, oldest first, and stops
+    // polling after `patience` entries that are not done (the newer ones are mostly behind them).
+    void drain_deferred(std::size_t patience) {
+        std::size_t kept = 0;
+        for (std::size_t i = 0; i < deferred_.size(); ++i) {
+            deferred_block& entry = deferred_[i];
+            const bool done = patience > 0 && std::all_of(entry.events.begin(), entry.events.end(),
+                                                          [&](const event_type& event) { return events_.done(event); });
+            if (done) {
+                return_deferred(entry);
+                continue;
             }
-            return_deferred(entry);
-            return true;
-        });
+            if (patience > 0) --patience;
+            if (kept != i) deferred_[kept] = std::move(entry);
+            ++kept;
+        }
+        deferred_.erase(deferred_.begin() + static_cast<std::ptrdiff_t>(kept), deferred_.end());
     }
 
     // Waits for every deferred block's events, then returns them all to their lanes.
@@ -872,8 +946,7 @@ private:
     void return_deferred(deferred_block& entry) noexcept {
         for (const auto& event : entry.events) events_.recycle(event);
         for (const parked_block& b : entry.blocks) {
-            b.owner->pool.deallocate(b.pointer, b.bytes, b.alignment);
-            raise_donor(*b.owner);
+            give_back(*b.owner, b.pointer, b.bytes, b.alignment);
         }
         deferred_count_ -= entry.blocks.size();
     }
@@ -910,9 +983,12 @@ private:
     std::size_t deferred_count_ = 0;  // blocks in deferred_
     std::size_t stale_misses_ = 0;    // misses that skipped uncovered lanes since the last settle_all
     std::size_t parked_count_ = 0;    // blocks parked over all lanes
-    // Every lane, by bucket_of(serves); bit k of occupied_: donors_[k] is not empty.
-    std::array<donor_list, donor_buckets> donors_;
-    std::uint64_t occupied_ = 0;
+    std::size_t foreign_bytes_ = 0;   // bytes of those not adopted (lane::foreign_bytes)
+    std::size_t held_bytes_ = 0;      // requested bytes of the blocks out of their pools: live, parked, deferred
+    std::size_t reserved_bytes_ = 0;  // what the lane pools reserve, where they count it
+    std::size_t growth_slack_ = default_growth_slack;
+    // donors_[k]: the lanes that may serve a request of bucket k from what they hold.
+    std::array<std::vector<lane*>, donor_buckets> donors_;
 };
 
 static_assert(stream_resource_with<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<host_accessible>>,
