@@ -456,6 +456,26 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
     pool.check_invariants();
 }
 
+TEST_CASE("stream_ordered keeps count of what expandable lanes map while frees unmap") {
+    checked_memory memory{memory_options()};
+    host_events events;
+    stream_ordered<pool_type, host_events> pool{ref<checked_memory>(memory),
+                                                {.span_bytes = 256 * MiB, .cache_fraction = 0, .max_cached_bytes = 4 * MiB},
+                                                events};
+    const stream_ref a = events.make_stream();
+    std::vector<void*> blocks;
+    for (int i = 0; i < 8; ++i) blocks.push_back(pool.allocate_async(8 * MiB, 256, a));
+    const std::size_t mapped = pool.reserved_bytes();
+    for (void* block : blocks) pool.deallocate_async(block, 8 * MiB, 256, a);
+    CHECK(pool.reserved_bytes() < mapped);  // the frees unmapped past the cache bound
+    pool.check_invariants();                // and stream_ordered's count followed them
+    void* again = pool.allocate_async(8 * MiB, 256, a);
+    pool.check_invariants();
+    pool.deallocate_async(again, 8 * MiB, 256, a);
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+}
+
 TEST_CASE("lanes of stream_ordered each claim spans of one virtual memory; release unmaps all") {
     checked_memory memory{memory_options()};
     host_events events;

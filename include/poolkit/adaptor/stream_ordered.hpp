@@ -606,7 +606,7 @@ private:
                 try {
                     order_after(own, stream, other);
                 } catch (...) {
-                    other.pool.deallocate(pointer, bytes, alignment);
+                    deallocate_in(other, pointer, bytes, alignment);
                     throw;
                 }
                 return hand_out(pointer, other, bytes, &own);
@@ -644,9 +644,19 @@ private:
 
     // A block back to its own pool, which may serve any request again.
     void give_back(lane& owner, void* pointer, std::size_t bytes, std::size_t alignment) noexcept {
-        owner.pool.deallocate(pointer, bytes, alignment);
+        deallocate_in(owner, pointer, bytes, alignment);
         held_bytes_ -= bytes;
         raise_donor(owner);
+    }
+    // The pool's deallocate, which may return memory upstream (expandable unmaps granules).
+    void deallocate_in(lane& l, void* pointer, std::size_t bytes, std::size_t alignment) noexcept {
+        if constexpr (counts_reserved) {
+            const std::size_t before = l.pool.reserved_bytes();
+            l.pool.deallocate(pointer, bytes, alignment);
+            reserved_bytes_ = reserved_bytes_ - before + l.pool.reserved_bytes();
+        } else {
+            l.pool.deallocate(pointer, bytes, alignment);
+        }
     }
 
     // `bytes`: what leaves the owner's pool now (0 for a parked block, out of it already).
