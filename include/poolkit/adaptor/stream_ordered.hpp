@@ -20,9 +20,10 @@
 // covers it). So is a block a lane took from another and freed on its own stream (adopted): the
 // lane keeps its working set. Past max_parked_blocks in the lane, or max_parked_bytes parked over
 // all lanes by streams that did not take them (so that many streams do not hold many times as
-// much), the lane's parked blocks go back to their lanes behind one event recorded on its stream. A block used on other streams (record_use,
-// PyTorch's record_stream) waits in a deferred list with one event per stream until all are done,
-// then returns to its lane; deferred blocks are returned at a miss.
+// much), the lane's parked blocks go back to their lanes behind one event recorded on its stream.
+// A block used on other streams (record_use, PyTorch's record_stream) waits in a deferred list
+// with one event per stream until all are done, then returns to its lane; deferred blocks are
+// returned at a miss.
 // A per-thread handle (cudaStreamPerThread) names another stream on each host thread: its lanes are
 // kept apart by thread, and a free there from another thread waits for the whole device.
 // Complexity: finding a stream's lane is O(1) (the last call's, else a flat index by the stream's
@@ -493,6 +494,7 @@ private:
         if (is_plain_stream_key(key)) stream_index_.insert(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(key.stream)), lanes_.back().get());
         lane& filed = *lanes_.back();
         for (unsigned k = 0; k < donor_buckets; ++k) file_donor(filed, k);
+        if constexpr (counts_reserved) reserved_bytes_ += filed.pool.reserved_bytes();  // a pool may start with some
         return *(last_ = &filed);
     }
 
@@ -579,9 +581,9 @@ private:
     // request's bucket (donors_: requests within a power of two); a lane that fails one leaves
     // that bucket and comes back when it gets memory back. A lane's index says nothing of other
     // buckets: pools that keep sizes apart (caching_pool's small and large pools) fail small
-    // requests and still serve large ones. A lane whose frees no event covers yet is skipped and asked for one (its next
-    // call records it); after settle_after misses that skipped such lanes — their streams may be
-    // gone — the host waits for the whole device once and takes from them.
+    // requests and still serve large ones. A lane whose frees no event covers yet is skipped and
+    // asked for one (its next call records it); after settle_after misses that skipped such lanes —
+    // their streams may be gone — the host waits for the whole device once and takes from them.
     void* take_from_others(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
         bool skipped = false;
         if (void* pointer = take_from_donors(own, stream, bytes, alignment, skipped)) return pointer;
