@@ -244,6 +244,25 @@ TEST_CASE("a block freed on another stream is reused there at once; its own lane
     f.pool.check_invariants();
 }
 
+TEST_CASE("a request takes a block parked on its stream before a free block of its own pool") {
+    fixture f;
+    void* own = f.pool.allocate_async(64 * KiB, 256, f.b);
+    f.pool.deallocate_async(own, 64 * KiB, 256, f.b);  // b's pool now holds a fitting free block
+    void* foreign = f.pool.allocate_async(64 * KiB, 256, f.a);
+    f.events.submit(f.b);
+    f.pool.deallocate_async(foreign, 64 * KiB, 256, f.b);  // parked on b
+    REQUIRE(f.pool.parked_blocks() == 1);
+    void* taken = f.pool.allocate_async(64 * KiB, 256, f.b);
+    CHECK(taken == foreign);  // reused where it was freed: it need not go home behind an event
+    CHECK(f.pool.parked_blocks() == 0);
+    void* next = f.pool.allocate_async(64 * KiB, 256, f.b);
+    CHECK(next == own);  // then b's own pool
+    CHECK(f.events.waits().empty());
+    f.pool.deallocate_async(taken, 64 * KiB, 256, f.a);
+    f.pool.deallocate_async(next, 64 * KiB, 256, f.b);
+    f.pool.check_invariants();
+}
+
 TEST_CASE("past its bound a lane's parked blocks go back to their lanes behind one event on the freeing stream") {
     fixture f;
     using pool_type = decltype(f.pool);

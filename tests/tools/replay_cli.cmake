@@ -38,6 +38,10 @@ expect_run("a JSON line per composition" 0
   "{\"trace\":\"good\",\"composition\":\"best_fit\",\"upstream\":\"simulated\",\"events\":3,\"peak_live_bytes\":1049088,\"ns_per_op\":"
   good.csv --json --composition=best_fit,upstream)
 expect_run("the table" 0 "best per trace" good.csv --composition=best_fit)
+expect_run("--streams names the spread trace" 0 "{\"trace\":\"good@3streams\",\"composition\":\"caching\""
+  good.csv --json --composition=caching --streams=3)
+expect_run("--streams 0" 2 "--streams" good.csv --streams=0)
+expect_run("--streams not a number" 2 "--streams" good.csv --streams=four)
 expect_run("an SVG" 0 "best_fit" good.csv --composition=best_fit --svg=${WORK_DIR}/chart.svg)
 file(READ ${WORK_DIR}/chart.svg svg)
 string(FIND "${svg}" "<polyline" found)

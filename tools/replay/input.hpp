@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -173,6 +174,20 @@ inline trace read_trace_file(const std::string& path) {
     trace result = std::move(*decoder).finish();
     result.name = trace_name(path);
     return result;
+}
+
+// The trace spread over `count` streams, for the shape of a multi-stream program: event i (an
+// allocation or a free) is issued on stream i mod count, so most frees name another stream than
+// their allocation did (three in four with 4 streams), and each stream's blocks are freed on all of
+// them. The streams are new ones (handles 0x1000, 0x2000, ...: never the default or special
+// handles); the name says how many.
+inline trace spread_over_streams(trace t, std::size_t count) {
+    if (count == 0) throw std::invalid_argument("spread_over_streams: count must be at least 1");
+    t.streams.clear();
+    for (std::size_t i = 0; i < count; ++i) t.streams.push_back((i + 1) << 12);
+    for (std::size_t i = 0; i < t.events.size(); ++i) t.events[i].stream = static_cast<std::uint32_t>(i % count);
+    t.name += "@" + std::to_string(count) + "streams";
+    return t;
 }
 
 }  // namespace poolkit::replay_tool

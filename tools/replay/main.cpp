@@ -56,6 +56,7 @@ struct command_line {
     std::string upstream = "simulated";
     std::optional<std::string> svg;
     std::optional<bool> progress;
+    std::size_t streams = 0;  // 0: the trace's own streams
     bool json = false;
     bool list = false;
 };
@@ -107,6 +108,11 @@ command_line parse_arguments(int argc, char** argv) {
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     app.add_option("--upstream", options.upstream, "where the bytes come from: simulated (default) or cuda")
         ->type_name("simulated|cuda");
+    app.add_option("--streams", options.streams,
+                   "spread each trace over N new streams: event i on stream i mod N, so most frees name another "
+                   "stream than their allocation (the trace is named NAME@Nstreams)")
+        ->type_name("N")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 16));
     app.add_flag("--json", options.json, "one JSON object per line instead of the table");
     app.add_option("--svg", svg, "also write live and reserved bytes over each trace, as SVG, to FILE")->type_name("FILE");
     CLI::Option* progress_flag = app.add_flag("--progress,!--no-progress", progress,
@@ -299,7 +305,10 @@ int run(const command_line& options) {
     if (options.svg) check_svg_path(*options.svg, files);
     // Read every trace first: a malformed one stops the run before anything is measured.
     std::vector<trace> traces;
-    for (const std::string& file : files) traces.push_back(read_trace_file(file));
+    for (const std::string& file : files) {
+        trace t = read_trace_file(file);
+        traces.push_back(options.streams == 0 ? std::move(t) : spread_over_streams(std::move(t), options.streams));
+    }
 
     progress_bar bar(options.progress.value_or(isatty(STDERR_FILENO) != 0));
     std::vector<outcome> outcomes;

@@ -278,6 +278,7 @@ public:
                 bytes += b.adopted ? 0 : b.bytes;
                 POOLKIT_VERIFY(b.owner != l.get() && live_.find(b.pointer) == nullptr, "a parked block is live or in its own lane");
                 if constexpr (has_owns<lane_pool_type>) POOLKIT_VERIFY(b.owner->pool.owns(b.pointer), "a parked block its lane does not own");
+                POOLKIT_VERIFY((l->parked_sizes & parked_bit(b.bytes)) != 0, "a parked block its lane's size mask hides");
             }
             POOLKIT_VERIFY(bytes == l->foreign_bytes, "a lane's parked bytes lost count");
             parked += l->parked.size();
@@ -407,7 +408,8 @@ private:
         bool wanted = false;
         // Blocks of other lanes freed on this lane's stream: reused here with no event.
         std::vector<parked_block> parked;
-        std::size_t foreign_bytes = 0;  // of the parked blocks not adopted
+        std::uint64_t parked_sizes = 0;  // parked_bit of each parked block: most requests scan nothing
+        std::size_t foreign_bytes = 0;   // of the parked blocks not adopted
         // The miss path's index: bit k set when the pool failed a request of bucket k and got no
         // memory since (the lane is out of donors_[k]); its place in each donors_[k] it is in.
         std::uint64_t refused = 0;
@@ -504,16 +506,17 @@ private:
         if (own.wanted) cover(own, stream);  // a taker waits for this lane's frees: its stream is alive now
         if (deferred_count_ > drain_after) drain_deferred(1);  // else only on a miss
         if (tracked_) live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
+        // A block of this size freed here from another lane first: reused now, it goes nowhere
+        // (else it waits for an event to go home) and leaves the pool's blocks to its own frees.
+        if ((own.parked_sizes & parked_bit(bytes)) != 0) {
+            if (void* pointer = take_parked(own, bytes, alignment)) return pointer;
+        }
         if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own, bytes);
         return allocate_missed(own, stream, bytes, alignment);
     }
 
     // Out of line, so that the hit above stays small enough to inline the lane pool's own path.
     [[gnu::noinline]] void* allocate_missed(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
-        // A parked block first: it costs no driver call, a drain polls events.
-        if (!own.parked.empty()) {
-            if (void* pointer = take_parked(own, bytes, alignment)) return pointer;
-        }
         if (!deferred_.empty()) {
             drain_deferred(drain_pending);
             if (void* pointer = own.pool.try_allocate_cached(bytes, alignment)) return hand_out(pointer, own, bytes);
@@ -567,6 +570,8 @@ private:
             const parked_block found = *it;
             *it = own.parked.back();
             own.parked.pop_back();
+            own.parked_sizes = 0;
+            for (const parked_block& b : own.parked) own.parked_sizes |= parked_bit(b.bytes);
             if (!found.adopted) {
                 own.foreign_bytes -= bytes;
                 foreign_bytes_ -= bytes;
@@ -617,6 +622,11 @@ private:
             if (alignment <= default_alignment) refuse_donor(other, k);
         }
         return nullptr;
+    }
+
+    // A bit of lane::parked_sizes, by a hash of the size.
+    static std::uint64_t parked_bit(std::size_t bytes) noexcept {
+        return std::uint64_t{1} << ((static_cast<std::uint64_t>(bytes) * 0x9e3779b97f4a7c15) >> 58);
     }
 
     // Requires bytes > 0.
@@ -879,6 +889,7 @@ private:
         } catch (...) {
             return false;
         }
+        at.parked_sizes |= parked_bit(block.bytes);
         if (!block.adopted) {
             at.foreign_bytes += block.bytes;
             foreign_bytes_ += block.bytes;
@@ -901,6 +912,7 @@ private:
         }
         const std::size_t count = at.parked.size();
         entry.blocks.swap(at.parked);
+        at.parked_sizes = 0;
         foreign_bytes_ -= at.foreign_bytes;
         at.foreign_bytes = 0;
         parked_count_ -= count;
@@ -917,6 +929,7 @@ private:
         parked_count_ -= l.parked.size();
         foreign_bytes_ -= l.foreign_bytes;
         l.parked.clear();
+        l.parked_sizes = 0;
         l.foreign_bytes = 0;
     }
 
