@@ -179,8 +179,9 @@ inline trace read_trace_file(const std::string& path) {
 // The trace spread over `count` streams, for the shape of a multi-stream program: event i (an
 // allocation or a free) is issued on stream i mod count, so most frees name another stream than
 // their allocation did (88% of the bundled traces' frees over 4 streams: a block is often freed a
-// few events after its allocation), and each stream's blocks are freed on all of them. The streams are new ones (handles 0x1000, 0x2000, ...: never the default or special
-// handles); the name says how many.
+// few events after its allocation), and each stream's blocks are freed on all of them. The
+// streams are new ones (handles 0x1000, 0x2000, ...: never the default or special handles); the
+// name says how many.
 inline trace spread_over_streams(trace t, std::size_t count) {
     if (count == 0) throw std::invalid_argument("spread_over_streams: count must be at least 1");
     t.streams.clear();

@@ -16,9 +16,9 @@
 // out_of_memory. So no stream strands memory, and no stream is touched after the call that named
 // it: a stream may be destroyed once its work is issued.
 // A block freed on another stream than its lane's is parked in the freeing stream's lane: a
-// request there of the same size and alignment takes it with no event (the freeing stream's order
-// covers it). So is a block a lane took from another and freed on its own stream (adopted): the
-// lane keeps its working set. Past max_parked_blocks in the lane, or max_parked_bytes parked over
+// request there of the same size and alignment takes it, before its own pool, with no event (the
+// freeing stream's order covers it). So is a block a lane took from another and freed on its own
+// stream (adopted): the lane keeps its working set. Past max_parked_blocks in the lane, or max_parked_bytes parked over
 // all lanes by streams that did not take them (so that many streams do not hold many times as
 // much), the lane's parked blocks go back to their lanes behind one event recorded on its stream.
 // A block used on other streams (record_use, PyTorch's record_stream) waits in a deferred list
