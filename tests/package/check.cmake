@@ -1,7 +1,13 @@
-# Installs poolkit into a scratch prefix, then builds and runs a consumer project twice: once
-# through find_package(poolkit CONFIG REQUIRED), once through add_subdirectory.
-# Run by ctest as `cmake -P`; the variables come from tests/CMakeLists.txt.
-foreach(variable POOLKIT_SOURCE_DIR POOLKIT_BINARY_DIR WORK_DIR CMAKE_CXX_COMPILER)
+# A new user's view of the package, run by ctest as `cmake -P` (variables from tests/CMakeLists.txt):
+#  1. a plain configure of the sources and `cmake --install`, with no build step and no flags: the
+#     headers and the package, nothing else needed;
+#  2. consumer projects over that install through find_package: host-only (POOLKIT_CUDA=OFF) and,
+#     where the toolkit is, with CUDA decided when the consumer configures (a .cu file too, where
+#     nvcc is);
+#  3. the same consumer through add_subdirectory and through FetchContent from a local path;
+#  4. the built tree installed: poolkit-replay, where it was built, runs from another folder and
+#     finds the bundled traces and their peers' figures beside itself.
+foreach(variable POOLKIT_SOURCE_DIR POOLKIT_BINARY_DIR WORK_DIR CMAKE_CXX_COMPILER REPLAY_BUILT)
   if(NOT DEFINED ${variable})
     message(FATAL_ERROR "check.cmake needs -D${variable}=...")
   endif()
@@ -13,21 +19,81 @@ function(run)
     string(REPLACE ";" " " command "${ARGN}")
     message(FATAL_ERROR "failed (${status}): ${command}\n${output}")
   endif()
+  set(run_output "${output}" PARENT_SCOPE)
+endfunction()
+
+function(expect_in text wanted what)
+  string(FIND "${text}" "${wanted}" found)
+  if(found EQUAL -1)
+    message(FATAL_ERROR "${what}: no '${wanted}' in:\n${text}")
+  endif()
 endfunction()
 
 file(REMOVE_RECURSE ${WORK_DIR})
-set(prefix ${WORK_DIR}/prefix)
-run(${CMAKE_COMMAND} --install ${POOLKIT_BINARY_DIR} --prefix ${prefix})
 
-foreach(mode find_package add_subdirectory)
-  set(build ${WORK_DIR}/${mode})
+# 1. Configure + install, no build.
+set(fresh ${WORK_DIR}/fresh)
+set(prefix ${WORK_DIR}/prefix)
+run(${CMAKE_COMMAND} -S ${POOLKIT_SOURCE_DIR} -B ${fresh} -G Ninja -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER})
+run(${CMAKE_COMMAND} --install ${fresh} --prefix ${prefix})
+foreach(installed include/poolkit/poolkit.hpp share/cmake/poolkit/poolkit-config.cmake share/doc/poolkit/LICENSE)
+  if(NOT EXISTS ${prefix}/${installed})
+    message(FATAL_ERROR "cmake --install with no build did not install ${installed}")
+  endif()
+endforeach()
+message(STATUS "configure + install with no build: headers and package installed")
+
+# 2, 3. Consumers. CUDA: the toolkit where this build found it; nvcc where it is on the machine.
+find_program(nvcc nvcc HINTS /usr/local/cuda/bin)
+function(consume mode cuda)
+  set(build ${WORK_DIR}/${mode}-cuda-${cuda})
+  set(with_cu OFF)
+  if(NOT cuda STREQUAL "OFF" AND nvcc)
+    set(with_cu ON)
+  endif()
   run(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/consumer -B ${build} -G Ninja
       -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}
       -DCMAKE_PREFIX_PATH=${prefix}
       -DPOOLKIT_CONSUME=${mode}
       -DPOOLKIT_SOURCE_DIR=${POOLKIT_SOURCE_DIR}
-      -DPOOLKIT_CUDA=${POOLKIT_CUDA})
+      -DPOOLKIT_CUDA=${cuda}
+      -DCONSUMER_CUDA_SOURCE=${with_cu}
+      "-DCMAKE_CUDA_COMPILER=${nvcc}")
   run(${CMAKE_COMMAND} --build ${build})
   run(${build}/consumer)
-  message(STATUS "consumer through ${mode}: built and ran")
-endforeach()
+  string(STRIP "${run_output}" cxx_output)
+  if(cuda STREQUAL "OFF")
+    expect_in("${cxx_output}" "(CUDA 0)" "${mode} with POOLKIT_CUDA=OFF")
+  endif()
+  if(with_cu)
+    run(${build}/consumer_cuda)
+    expect_in("${run_output}" "C++20 under nvcc" "${mode}: the .cu consumer")
+  endif()
+  message(STATUS "consumer through ${mode}, POOLKIT_CUDA=${cuda}: built and ran: ${cxx_output}")
+endfunction()
+
+consume(find_package OFF)
+if(NOT POOLKIT_CUDA STREQUAL "OFF")
+  consume(find_package AUTO)
+endif()
+consume(add_subdirectory ${POOLKIT_CUDA})
+consume(fetchcontent ${POOLKIT_CUDA})
+
+# 4. The installed replay, run from another folder.
+if(REPLAY_BUILT)
+  set(full ${WORK_DIR}/full)
+  run(${CMAKE_COMMAND} --install ${POOLKIT_BINARY_DIR} --prefix ${full})
+  file(MAKE_DIRECTORY ${WORK_DIR}/elsewhere)
+  execute_process(COMMAND ${full}/bin/poolkit-replay --composition=caching --no-progress
+    WORKING_DIRECTORY ${WORK_DIR}/elsewhere RESULT_VARIABLE status OUTPUT_VARIABLE output ERROR_VARIABLE output)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "the installed poolkit-replay failed (${status}):\n${output}")
+  endif()
+  foreach(wanted "bert_infer_varlen    caching" "resnet50_train       caching" "quoted, not measured in this run"
+                 "PyTorch expandable_segments")
+    expect_in("${output}" "${wanted}" "the installed poolkit-replay")
+  endforeach()
+  execute_process(COMMAND ${full}/bin/poolkit-replay --help OUTPUT_VARIABLE help)
+  expect_in("${help}" "${full}/share/poolkit/traces" "the installed poolkit-replay's bundled traces")
+  message(STATUS "the installed poolkit-replay ran from another folder over ${full}/share/poolkit/traces")
+endif()

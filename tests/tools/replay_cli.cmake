@@ -49,6 +49,19 @@ if(found EQUAL -1)
   message(FATAL_ERROR "the SVG has no polyline")
 endif()
 
+# The peers quoted from the JSON beside a trace: printed as quoted; a malformed file is a warning
+# and leaves them out, and the replay still runs.
+file(WRITE ${WORK_DIR}/good.json "{\"peers\": {\"measured\": \"somewhere, some day\", \"PyTorch\": {\"ns_per_op\": 1234, \"ratio\": 2.5}}}")
+expect_run("quoted peers" 0 "quoted, not measured in this run" good.csv --composition=best_fit)
+expect_run("quoted peers' figures" 0 "good                 PyTorch 2.500, 1,234 ns/op" good.csv --composition=best_fit)
+expect_run("where the quoted peers were measured" 0 "measured: somewhere, some day" good.csv --composition=best_fit)
+file(WRITE ${WORK_DIR}/good.json "{\"peers\": {\"PyTorch\": {\"ratio\": \"fast\"}}}")
+expect_run("a peer figure that is no number" 0 "good.json: \"peers\": conversion of data to type" good.csv --composition=best_fit)
+file(WRITE ${WORK_DIR}/good.json "{\"peers\": {")
+expect_run("a malformed peers file" 0 "good.json:1: " good.csv --composition=best_fit)
+expect_run("a malformed peers file is left out" 0 "its quoted peer figures are left out" good.csv --composition=best_fit)
+file(REMOVE ${WORK_DIR}/good.json)
+
 trace_file(no_action.csv "Thread,Time,Pointer,Size,Stream\n0,00:00:00.000001,0x1,5,0\n")
 expect_run("a missing column in the header" 2 "no_action.csv:1: header lacks the Action column" no_action.csv)
 trace_file(short_row.csv "${header}${row1}0,00:00:00.000002,allocate,0x2\n")

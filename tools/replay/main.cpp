@@ -34,14 +34,20 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <vector>
 
-#ifndef POOLKIT_REPLAY_TRACES
-#  define POOLKIT_REPLAY_TRACES "bench/traces"
+// The bundled traces: POOLKIT_REPLAY_INSTALLED_TRACES relative to the folder of the program once
+// installed (cmake --install: bin/ and share/poolkit/traces), else the source tree's copy.
+#ifndef POOLKIT_REPLAY_INSTALLED_TRACES
+#  define POOLKIT_REPLAY_INSTALLED_TRACES "../share/poolkit/traces"
+#endif
+#ifndef POOLKIT_REPLAY_SOURCE_TRACES
+#  define POOLKIT_REPLAY_SOURCE_TRACES "bench/traces"
 #endif
 
 namespace {
@@ -49,6 +55,17 @@ namespace {
 using namespace poolkit;
 using namespace poolkit::replay_tool;
 namespace fs = std::filesystem;
+
+// Where the bundled traces are: beside the installed program, else in the source tree it was built from.
+fs::path bundled_traces_folder() {
+    std::error_code error;
+    const fs::path self = fs::read_symlink("/proc/self/exe", error);
+    if (!error) {
+        const fs::path installed = (self.parent_path() / POOLKIT_REPLAY_INSTALLED_TRACES).lexically_normal();
+        if (fs::is_directory(installed, error)) return installed;
+    }
+    return POOLKIT_REPLAY_SOURCE_TRACES;
+}
 
 struct command_line {
     std::vector<std::string> files;
@@ -101,7 +118,8 @@ command_line parse_arguments(int argc, char** argv) {
     bool progress = false;
     CLI::App app{"Replays allocation traces in RMM's CSV format (plain or gzip) through named compositions.",
                  "poolkit-replay"};
-    app.add_option("TRACE", options.files, "trace files (.csv or .csv.gz); none: the bundled traces in " POOLKIT_REPLAY_TRACES);
+    app.add_option("TRACE", options.files,
+                   "trace files (.csv or .csv.gz); none: the bundled traces in " + bundled_traces_folder().string());
     app.add_option("--composition", compositions, "only these compositions, comma-separated (see --list)")
         ->type_name("A,B")
         ->allow_extra_args(false)
@@ -163,7 +181,7 @@ command_line parse_arguments(int argc, char** argv) {
 std::vector<std::string> bundled_traces() {
     std::vector<std::string> files;
     std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(POOLKIT_REPLAY_TRACES, error)) {
+    for (const auto& entry : fs::directory_iterator(bundled_traces_folder(), error)) {
         const std::string path = entry.path().string();
         if (path.size() > 7 && path.substr(path.size() - 7) == ".csv.gz") files.push_back(path);
     }
@@ -300,13 +318,17 @@ int run(const command_line& options) {
     std::vector<std::string> files = options.files;
     if (files.empty()) {
         files = bundled_traces();
-        if (files.empty()) throw usage_error{"no trace named, and no bundled traces in " POOLKIT_REPLAY_TRACES};
+        if (files.empty()) throw usage_error{"no trace named, and no bundled traces in " + bundled_traces_folder().string()};
     }
     if (options.svg) check_svg_path(*options.svg, files);
     // Read every trace first: a malformed one stops the run before anything is measured.
     std::vector<trace> traces;
+    std::map<std::string, quoted_peers> quoted;  // by trace name; the peers ran the trace as captured
     for (const std::string& file : files) {
         trace t = read_trace_file(file);
+        if (options.streams == 0 && !options.json) {
+            if (auto peers = read_quoted_peers(file, stderr)) quoted[t.name] = std::move(*peers);
+        }
         traces.push_back(options.streams == 0 ? std::move(t) : spread_over_streams(std::move(t), options.streams));
     }
 
@@ -342,7 +364,7 @@ int run(const command_line& options) {
         }
     }
     if (!options.json) {
-        print_table(stdout, outcomes, read_peer_figures(std::string(POOLKIT_REPLAY_TRACES) + "/README.md"), options.upstream);
+        print_table(stdout, outcomes, quoted, options.upstream);
     }
     if (options.svg && !write_svg_file(*options.svg, outcomes)) return 1;
     return failed ? 1 : 0;

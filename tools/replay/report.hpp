@@ -1,15 +1,17 @@
-// What poolkit-replay prints: the table, JSON lines, the SVG chart, and the peers' figures read
-// from the traces' README.
+// What poolkit-replay prints: the table, JSON lines, the SVG chart, and the peers' figures quoted
+// from the JSON beside each trace.
 #pragma once
 
 #include "compositions.hpp"
 
+#include <boost/property_tree/json_parser.hpp>
+#include <boost/property_tree/ptree.hpp>
+
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,67 +34,66 @@ struct outcome {
     }
 };
 
-// What the peers reached on a trace, as bench/traces/README.md reports it.
-struct peer_figures {
-    std::optional<double> pytorch_ratio, pytorch_ns, async_ratio, async_ns, expandable_ratio;
+// What another allocator reached on a trace, measured elsewhere: quoted from the "peers" object of
+// the JSON file beside the trace (NAME.json beside NAME.csv.gz), with where and when it was measured.
+struct peer_figure {
+    std::string name;
+    std::optional<double> ns_per_op, ratio;
+};
+struct quoted_peers {
+    std::string measured;
+    std::vector<peer_figure> peers;
 };
 
-// Reads the README's table rows: "| name | ns | ns, ratio | ns, ratio | ns, ratio | ratio |".
-inline std::map<std::string, peer_figures> read_peer_figures(const std::string& readme_path) {
-    std::map<std::string, peer_figures> peers;
-    std::ifstream in(readme_path);
-    std::string line;
-    const auto numbers = [](std::string cell) {
-        cell.erase(std::remove(cell.begin(), cell.end(), ','), cell.end());  // 1,399 1.146 -> tokens below
-        std::vector<double> values;
-        std::istringstream tokens(cell);
-        for (std::string token; tokens >> token;) {
-            try {
-                values.push_back(std::stod(token));
-            } catch (...) {
-                return std::vector<double>{};
-            }
+// The JSON file beside a trace file: NAME.json for NAME.csv.gz or NAME.csv.
+inline std::filesystem::path peers_file_of(const std::filesystem::path& trace_file) {
+    std::string name = trace_file.filename().string();
+    for (const std::string_view suffix : {std::string_view(".csv.gz"), std::string_view(".csv")}) {
+        if (name.size() > suffix.size() && name.ends_with(suffix)) {
+            name.resize(name.size() - suffix.size());
+            break;
         }
-        return values;
-    };
-    while (std::getline(in, line)) {
-        if (line.size() < 2 || line[0] != '|') continue;
-        std::vector<std::string> cells;
-        std::string cell;
-        for (char c : line.substr(1)) {
-            if (c == '|') {
-                cells.push_back(cell);
-                cell.clear();
-            } else {
-                cell += c;
-            }
-        }
-        if (cells.size() < 6) continue;
-        // "1,399, 1.146": the thousands comma and the separating ", " differ only by the space.
-        const auto pair = [&](const std::string& text) -> std::vector<double> {
-            const auto split = text.find(", ");
-            if (split == std::string::npos) return {};
-            auto first = numbers(text.substr(0, split));
-            auto second = numbers(text.substr(split + 2));
-            if (first.size() != 1 || second.size() != 1) return {};
-            return {first[0], second[0]};
-        };
-        std::string name = cells[0];
-        name.erase(0, name.find_first_not_of(' '));
-        name.erase(name.find_last_not_of(' ') + 1);
-        const auto async = pair(cells[2]);
-        const auto pytorch = pair(cells[3]);
-        const auto expandable = pair(cells[4]);
-        if (async.empty() || pytorch.empty()) continue;
-        peer_figures figures;
-        figures.async_ns = async[0];
-        figures.async_ratio = async[1];
-        figures.pytorch_ns = pytorch[0];
-        figures.pytorch_ratio = pytorch[1];
-        if (!expandable.empty()) figures.expandable_ratio = expandable[1];
-        peers[name] = figures;
     }
-    return peers;
+    return trace_file.parent_path() / (name + ".json");
+}
+
+// The peers quoted beside `trace_file`; nullopt where there is no such file or it holds none. A file
+// that cannot be read as JSON, or whose figures are not numbers, is reported on `warnings` and
+// left out: the replay itself does not need it.
+inline std::optional<quoted_peers> read_quoted_peers(const std::filesystem::path& trace_file, std::FILE* warnings) {
+    const std::filesystem::path file = peers_file_of(trace_file);
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(file, error)) return std::nullopt;
+    namespace pt = boost::property_tree;
+    pt::ptree root;
+    try {
+        pt::read_json(file.string(), root);
+    } catch (const pt::json_parser_error& bad) {
+        std::fprintf(warnings, "poolkit-replay: warning: %s:%lu: %s; its quoted peer figures are left out\n", file.string().c_str(),
+                     bad.line(), bad.message().c_str());
+        return std::nullopt;
+    }
+    const auto peers = root.get_child_optional("peers");
+    if (!peers) return std::nullopt;
+    quoted_peers quoted;
+    try {
+        quoted.measured = peers->get<std::string>("measured", "");
+        for (const auto& [name, figures] : *peers) {
+            if (name == "measured") continue;
+            const auto number = [&figures](const char* key) -> std::optional<double> {
+                if (figures.count(key) == 0) return std::nullopt;
+                return figures.get<double>(key);  // ptree_bad_data where it is not a number
+            };
+            peer_figure figure{name, number("ns_per_op"), number("ratio")};
+            if (!figure.ns_per_op && !figure.ratio) throw pt::ptree_error("peer " + name + " has neither ns_per_op nor ratio");
+            quoted.peers.push_back(std::move(figure));
+        }
+    } catch (const pt::ptree_error& bad) {
+        std::fprintf(warnings, "poolkit-replay: warning: %s: \"peers\": %s; its quoted peer figures are left out\n",
+                     file.string().c_str(), bad.what());
+        return std::nullopt;
+    }
+    return quoted;
 }
 
 inline std::string mebibytes(std::size_t bytes) {
@@ -101,34 +102,47 @@ inline std::string mebibytes(std::size_t bytes) {
     return text;
 }
 
-inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, const std::map<std::string, peer_figures>& peers,
+// "25,920": a whole number with its thousands apart.
+inline std::string grouped(double value) {
+    const std::string digits = std::to_string(static_cast<unsigned long long>(value + 0.5));
+    std::string text;
+    for (std::size_t i = 0; i < digits.size(); ++i) {
+        if (i > 0 && (digits.size() - i) % 3 == 0) text.push_back(',');
+        text.push_back(digits[i]);
+    }
+    return text;
+}
+
+// "PyTorch 2.909, 380 ns/op": a peer's ratio and ns/op, where it has them.
+inline std::string peer_text(const peer_figure& p) {
+    std::string text = p.name;
+    if (p.ratio) {
+        char ratio[32];
+        std::snprintf(ratio, sizeof ratio, " %.3f", *p.ratio);
+        text.append(ratio);
+    }
+    if (p.ns_per_op) text.append(p.ratio ? ", " : " ").append(grouped(*p.ns_per_op)).append(" ns/op");
+    return text;
+}
+
+// `quoted`: the peers quoted beside each trace, by trace name.
+inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, const std::map<std::string, quoted_peers>& quoted,
                         std::string_view upstream) {
-    std::fprintf(out, "%-20s %-22s %8s %9s %12s %15s %7s %10s   %s\n", "trace", "composition", "events", "ns/op",
-                 "peak live", "peak reserved", "ratio", "upstream", "peers (ratio, ns/op)");
-    std::fprintf(out, "%-20s %-22s %8s %9s %12s %15s %7s %10s\n", "", "", "", "", "MiB", "MiB", "", "allocs");
+    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %10s\n", "trace", "composition", "events", "ns/op", "peak live",
+                 "peak reserved", "ratio", "upstream");
+    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %10s\n", "", "", "", "", "MiB", "MiB", "", "allocs");
     std::string previous;
     for (const outcome& o : outcomes) {
         if (!previous.empty() && previous != o.trace) std::fprintf(out, "\n");
-        const bool first = previous != o.trace;
         previous = o.trace;
         if (!o.figures) {
-            std::fprintf(out, "%-20s %-22s %8zu   failed: %s\n", o.trace.c_str(), o.composition.c_str(), o.events, o.error.c_str());
+            std::fprintf(out, "%-20s %-28s %8zu   failed: %s\n", o.trace.c_str(), o.composition.c_str(), o.events, o.error.c_str());
             continue;
         }
         std::string allocs = o.figures->upstream_allocs ? std::to_string(*o.figures->upstream_allocs) : "-";
-        std::string peer_text;
-        if (first) {
-            if (const auto found = peers.find(o.trace); found != peers.end()) {
-                char text[160];
-                const peer_figures& p = found->second;
-                std::snprintf(text, sizeof text, "PyTorch %.3f, %.0f; cudaMallocAsync %.3f, %.0f", p.pytorch_ratio.value_or(0),
-                              p.pytorch_ns.value_or(0), p.async_ratio.value_or(0), p.async_ns.value_or(0));
-                peer_text = text;
-            }
-        }
-        std::fprintf(out, "%-20s %-22s %8zu %9.1f %12s %15s %7.3f %10s   %s\n", o.trace.c_str(), o.composition.c_str(), o.events,
+        std::fprintf(out, "%-20s %-28s %8zu %9.1f %12s %15s %7.3f %10s\n", o.trace.c_str(), o.composition.c_str(), o.events,
                      o.figures->warm.ns_per_op(), mebibytes(o.peak_live_bytes).c_str(),
-                     mebibytes(o.figures->peak_reserved_bytes).c_str(), o.ratio(), allocs.c_str(), peer_text.c_str());
+                     mebibytes(o.figures->peak_reserved_bytes).c_str(), o.ratio(), allocs.c_str());
     }
     // Per trace: the lowest ratio, and the lowest among pools that call the upstream for at most
     // one event in a hundred (a ratio bought with constant cudaMalloc calls is no pool on a GPU).
@@ -150,21 +164,33 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
                  static_cast<int>(upstream.size()), upstream.data());
     const auto line = [&](const char* label, const std::string& trace_name, const outcome* o) {
         if (o == nullptr) return;
-        std::string peer_text;
-        if (const auto found = peers.find(trace_name); found != peers.end()) {
-            char text[96];
-            std::snprintf(text, sizeof text, "  (PyTorch %.3f, cudaMallocAsync %.3f)", found->second.pytorch_ratio.value_or(0),
-                          found->second.async_ratio.value_or(0));
-            peer_text = text;
-        }
         const std::string allocs = o->figures->upstream_allocs ? std::to_string(*o->figures->upstream_allocs) : "-";
-        std::fprintf(out, "  %-20s %-8s %-22s ratio %.3f  %.1f ns/op  %s upstream allocs%s\n", trace_name.c_str(), label,
-                     o->composition.c_str(), o->ratio(), o->figures->warm.ns_per_op(), allocs.c_str(), peer_text.c_str());
+        std::fprintf(out, "  %-20s %-8s %-28s ratio %.3f  %.1f ns/op  %s upstream allocs\n", trace_name.c_str(), label,
+                     o->composition.c_str(), o->ratio(), o->figures->warm.ns_per_op(), allocs.c_str());
     };
     for (const auto& [trace_name, o] : best) {
         line("any", trace_name, o);
         const auto pool = best_caching.find(trace_name);
         if (pool != best_caching.end() && pool->second != o) line("pool", trace_name, pool->second);
+    }
+    // Figures of other allocators measured elsewhere, labeled as such: only this run's rows are
+    // measured side by side.
+    std::string measured;
+    for (const auto& [trace_name, o] : best) {
+        const auto found = quoted.find(trace_name);
+        if (found == quoted.end() || found->second.peers.empty()) continue;
+        if (measured.empty()) {
+            std::fprintf(out, "\nquoted, not measured in this run (peer ratio, ns/op, from the JSON beside each trace)%s:\n",
+                         upstream == "simulated" ? "; the rows above ran over simulated memory on this machine, so compare ratios, not ns/op"
+                                                 : "");
+        }
+        if (found->second.measured != measured) {
+            measured = found->second.measured;
+            std::fprintf(out, "  measured: %s\n", measured.c_str());
+        }
+        std::string peers;
+        for (const peer_figure& p : found->second.peers) peers += (peers.empty() ? "" : "; ") + peer_text(p);
+        std::fprintf(out, "  %-20s %s\n", trace_name.c_str(), peers.c_str());
     }
 }
 
