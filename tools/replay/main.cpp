@@ -20,6 +20,9 @@
 #if POOLKIT_HAS_CUDA
 #  include "cuda.hpp"
 #endif
+#if POOLKIT_REPLAY_TORCH
+#  include "torch.hpp"
+#endif
 
 #include <CLI/CLI.hpp>
 
@@ -193,7 +196,11 @@ std::vector<composition> available_compositions(const std::string& upstream) {
     if (upstream == "simulated") return simulated_compositions();
 #if POOLKIT_HAS_CUDA
     require_gpu();
-    return cuda_compositions();
+    std::vector<composition> list = cuda_compositions();
+#  if POOLKIT_REPLAY_TORCH
+    for (composition& c : pytorch_compositions()) list.push_back(std::move(c));
+#  endif
+    return list;
 #else
     throw std::runtime_error("--upstream=cuda: this poolkit-replay was built without CUDA (POOLKIT_HAS_CUDA=0)");
 #endif

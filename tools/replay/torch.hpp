@@ -1,0 +1,87 @@
+// --upstream=cuda in a poolkit-replay built with PyTorch's C++ library (-DPOOLKIT_TORCH_DIR):
+// PyTorch's CUDA caching allocator, as it is and with expandable_segments, replayed by the same
+// loop and timed by the same clock as poolkit's compositions, so that every ratio is measured side
+// by side. The allocator is PyTorch's process-wide one: each run starts from an empty cache with
+// its setting applied (a setting reaches segments made after it), and empties it again at the end.
+#pragma once
+
+#include "compositions.hpp"
+
+#if __has_include(<c10/core/AllocatorConfig.h>)
+#  include <c10/core/AllocatorConfig.h>
+#endif
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace poolkit::replay_tool {
+
+// PYTORCH_CUDA_ALLOC_CONF's settings, applied now: newer PyTorch parses them in c10 for every device
+// type, older in its CUDA allocator.
+inline void apply_pytorch_settings(const std::string& settings) {
+#if __has_include(<c10/core/AllocatorConfig.h>)
+    c10::CachingAllocator::setAllocatorSettings(settings);
+#else
+    c10::cuda::CUDACachingAllocator::setAllocatorSettings(settings);
+#endif
+}
+
+// PyTorch's allocator as a poolkit stream resource. A free goes to the pool of the stream the block
+// was allocated on, whatever stream it names (PyTorch's raw_delete takes none).
+class pytorch_caching_resource {
+public:
+    // `settings`: PYTORCH_CUDA_ALLOC_CONF's syntax, e.g. "expandable_segments:True".
+    explicit pytorch_caching_resource(const std::string& settings) : device_(c10::cuda::current_device()) {
+        static const bool initialized = [] {
+            c10::cuda::CUDACachingAllocator::init(c10::cuda::device_count());
+            return true;
+        }();
+        static_cast<void>(initialized);
+        c10::cuda::CUDACachingAllocator::emptyCache();
+        apply_pytorch_settings(settings);
+        c10::cuda::CUDACachingAllocator::resetPeakStats(device_);
+        c10::cuda::CUDACachingAllocator::resetAccumulatedStats(device_);
+    }
+    pytorch_caching_resource(const pytorch_caching_resource&) = delete;
+    ~pytorch_caching_resource() { c10::cuda::CUDACachingAllocator::emptyCache(); }
+
+    void* allocate(std::size_t bytes, std::size_t) { return c10::cuda::CUDACachingAllocator::raw_alloc(bytes); }
+    void deallocate(void* pointer, std::size_t, std::size_t) noexcept { c10::cuda::CUDACachingAllocator::raw_delete(pointer); }
+    void* allocate_async(std::size_t bytes, std::size_t, stream_ref stream) {
+        return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream.get());
+    }
+    void deallocate_async(void* pointer, std::size_t, std::size_t, stream_ref) noexcept {
+        c10::cuda::CUDACachingAllocator::raw_delete(pointer);
+    }
+    friend bool operator==(const pytorch_caching_resource& a, const pytorch_caching_resource& b) noexcept { return &a == &b; }
+
+    // [0]: every pool together (StatType::AGGREGATE).
+    [[nodiscard]] std::size_t reserved_bytes() const { return static_cast<std::size_t>(stats().reserved_bytes[0].current); }
+    [[nodiscard]] std::size_t peak_reserved_bytes() const { return static_cast<std::size_t>(stats().reserved_bytes[0].peak); }
+    [[nodiscard]] std::size_t device_allocations() const { return static_cast<std::size_t>(stats().num_device_alloc); }
+
+private:
+    [[nodiscard]] auto stats() const { return c10::cuda::CUDACachingAllocator::getDeviceStats(device_); }
+    c10::DeviceIndex device_;
+};
+
+inline std::vector<composition> pytorch_compositions() {
+    const auto run_with = [](std::string settings) {
+        return [settings](const trace& t, const run_settings& s) {
+            pytorch_caching_resource pytorch(settings);
+            run_figures figures = measure_replay(t, s, pytorch, [&pytorch] { return pytorch.reserved_bytes(); });
+            figures.peak_reserved_bytes = pytorch.peak_reserved_bytes();
+            figures.upstream_allocs = pytorch.device_allocations();
+            return figures;
+        };
+    };
+    return {{"pytorch", "PyTorch's CUDA caching allocator (its C++ API, in this process; reserved: its own statistics)",
+             run_with("expandable_segments:False")},
+            {"pytorch/expandable_segments", "the same with expandable_segments:True (one growing virtual range per stream)",
+             run_with("expandable_segments:True")}};
+}
+
+}  // namespace poolkit::replay_tool
