@@ -19,7 +19,7 @@ void caching_pair(benchmark::State& state) {
     poolkit::simulated_resource memory;
     simulated_caching pool{poolkit::ref(memory)};
     const auto bytes = static_cast<std::size_t>(state.range(0));
-    const poolkit::stream_ref stream{};
+    const poolkit::stream_ref stream = poolkit::default_stream;
     pool.deallocate_async(pool.allocate_async(bytes, 256, stream), bytes, 256, stream);
     for (auto _ : state) {
         void* p = pool.allocate_async(bytes, 256, stream);
@@ -34,7 +34,7 @@ void caching_random(benchmark::State& state) {
     poolkit::simulated_resource memory;
     simulated_caching pool{poolkit::ref(memory)};
     const auto maximum = static_cast<std::size_t>(state.range(0));
-    const poolkit::stream_ref stream{};
+    const poolkit::stream_ref stream = poolkit::default_stream;
     std::mt19937_64 random(1);
     std::vector<std::pair<void*, std::size_t>> live;
     live.reserve(1 << 16);

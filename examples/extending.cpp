@@ -27,14 +27,14 @@ int main() {
 
     // Your adaptor over a poolkit strategy, as the pool of every stream's lane.
     poolkit::stream_ordered<example::call_counter<poolkit::best_fit<example::aligned_host_resource>>, poolkit::completed_events> lanes;
-    void* on_stream = lanes.allocate_async(1000, 256, poolkit::stream_ref{});
-    lanes.deallocate_async(on_stream, 1000, 256, poolkit::stream_ref{});
+    void* on_stream = lanes.allocate_async(1000, 256, poolkit::default_stream);
+    lanes.deallocate_async(on_stream, 1000, 256, poolkit::default_stream);
     lanes.release();
 
     // Your strategy as the lane pool.
     poolkit::stream_ordered<example::size_cache<example::aligned_host_resource>, poolkit::completed_events> cached_lanes;
-    void* again = cached_lanes.allocate_async(512, 256, poolkit::stream_ref{});
-    cached_lanes.deallocate_async(again, 512, 256, poolkit::stream_ref{});
+    void* again = cached_lanes.allocate_async(512, 256, poolkit::default_stream);
+    cached_lanes.deallocate_async(again, 512, 256, poolkit::default_stream);
     std::printf("lanes: %zu\n", cached_lanes.lanes());
     return counted.allocations() == 3 && counted.deallocations() == 3 ? 0 : 1;
 }

@@ -16,6 +16,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/properties.hpp>
 
 #include <cstddef>
@@ -64,6 +65,7 @@ public:
         }
         upstream_.deallocate(pointer, bytes, alignment);
     }
+    POOLKIT_CUDA_MR_MEMBERS(size_cache);  // the same in CCCL 3.1's cuda::mr spelling (none under 3.0)
 
     [[nodiscard]] void* try_allocate_cached(std::size_t bytes, std::size_t alignment = poolkit::default_alignment) noexcept {
         const auto found = cache_.find({bytes, alignment});

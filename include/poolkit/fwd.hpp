@@ -9,6 +9,7 @@
 #pragma once
 
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -125,6 +126,11 @@ template <class T, stream_resource R>
     requires has_property<R, device_accessible>
 class thrust_allocator;
 class device_registry;
+#if POOLKIT_HAS_CUDA
+template <class R>
+    requires detail::cuda_mr_resource_with<R>
+class cuda_mr_upstream;
+#endif
 
 // observe
 struct fragmentation_figures;

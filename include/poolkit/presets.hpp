@@ -23,6 +23,7 @@
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/core/config.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/strategy/caching_pool.hpp>
 #include <poolkit/strategy/expandable.hpp>
 
@@ -52,10 +53,10 @@ using per_thread_caching_device_allocator = per_thread<synchronized_caching_devi
 
 static_assert(stream_resource_with<caching_device_allocator, device_accessible>);
 static_assert(stream_resource_with<caching_pinned_host_allocator, device_accessible, host_accessible>);
-static_assert(cuda::mr::async_resource_with<synchronized_caching_device_allocator, cuda::mr::device_accessible>);
+static_assert(detail::cuda_mr_stream_resource_with<synchronized_caching_device_allocator, cuda::mr::device_accessible>);
 static_assert(stream_resource_with<expandable_device_allocator, device_accessible> && has_record_use<expandable_device_allocator>);
-static_assert(cuda::mr::async_resource_with<synchronized_expandable_device_allocator, cuda::mr::device_accessible>);
-static_assert(cuda::mr::async_resource_with<per_thread_caching_device_allocator, cuda::mr::device_accessible> &&
+static_assert(detail::cuda_mr_stream_resource_with<synchronized_expandable_device_allocator, cuda::mr::device_accessible>);
+static_assert(detail::cuda_mr_stream_resource_with<per_thread_caching_device_allocator, cuda::mr::device_accessible> &&
               has_record_use<per_thread_caching_device_allocator>);
 #endif
 

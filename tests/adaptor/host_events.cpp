@@ -69,7 +69,7 @@ TEST_CASE("host_events: the per-thread handle names a stream of its own on each 
     const stream_ref mine = host_events::per_thread_stream();
     CHECK(host_events::per_thread(mine));
     CHECK_FALSE(host_events::per_thread(events.make_stream()));
-    CHECK_FALSE(host_events::per_thread(stream_ref{}));
+    CHECK_FALSE(host_events::per_thread(default_stream));
     const auto here = events.identity(mine);
     CHECK(events.identity(mine) == here);
     std::uint64_t there = here;

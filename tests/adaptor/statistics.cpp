@@ -175,9 +175,9 @@ TEST_CASE("statistics: failed allocations count as OOMs and propagate") {
 TEST_CASE("statistics: stream-ordered calls are counted like the plain ones") {
     simulated_resource addresses{{.capacity = 64 * MiB}};
     statistics<ref<simulated_resource>> stats{addresses};
-    void* p = stats.allocate_async(4096, 256, stream_ref{});
+    void* p = stats.allocate_async(4096, 256, default_stream);
     CHECK(stats.figures().requested_bytes.current == 4096);
-    stats.deallocate_async(p, 4096, 256, stream_ref{});
+    stats.deallocate_async(p, 4096, 256, default_stream);
     CHECK(stats.figures().requested_bytes.current == 0);
     CHECK(stats.figures().allocations.freed == 1);
 }

@@ -103,9 +103,9 @@ TEST_CASE("resource_ref: equal when the referenced resources are equal and of on
 TEST_CASE("stream_resource_ref forwards the stream-ordered calls") {
     simulated_resource simulated{{.capacity = 1 << 20}};
     stream_resource_ref<> erased{simulated};
-    void* p = erased.allocate_async(1000, 256, stream_ref{});
+    void* p = erased.allocate_async(1000, 256, default_stream);
     CHECK(simulated.live_allocations() == 1);
-    erased.deallocate_async(p, 1000, 256, stream_ref{});
+    erased.deallocate_async(p, 1000, 256, default_stream);
     CHECK(simulated.live_allocations() == 0);
     resource_ref<> plain_view{erased};
     CHECK(plain_view == resource_ref<>{simulated});

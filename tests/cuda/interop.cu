@@ -1,6 +1,8 @@
 // Thrust, cuda::mr, the device registry and std::pmr on a real GPU.
+#include "../support/cuda_mr.hpp"
 #include "support.hpp"
 
+#include <poolkit/interop/cuda_mr_upstream.hpp>
 #include <poolkit/interop/device_registry.hpp>
 #include <poolkit/interop/pmr_adaptor.hpp>
 #include <poolkit/interop/thrust_allocator.hpp>
@@ -9,7 +11,6 @@
 #include <poolkit/upstream/cuda_async_resource.hpp>
 #include <poolkit/upstream/cuda_pinned_resource.hpp>
 
-#include <cuda/memory_resource>
 #include <thrust/device_vector.h>
 #include <thrust/execution_policy.h>
 #include <thrust/functional.h>
@@ -91,16 +92,29 @@ TEST_CASE("thrust::sort of 10 million keys takes its temporary storage from a po
 
 TEST_CASE("any cuda::mr resource serves as a poolkit upstream, and poolkit pools as cuda::mr resources") {
     cuda_async_resource async;
-    cuda::mr::async_resource_ref<cuda::mr::device_accessible> cccl_ref{async};
-    best_fit<cuda::mr::async_resource_ref<cuda::mr::device_accessible>> pool{cccl_ref};
+    test::cuda_mr_referable<cuda_async_resource> async_handle{async};  // move-only: a ref from CCCL 3.2 on
+    using cccl_ref = test::cuda_mr_stream_resource_ref<cuda::mr::device_accessible>;
+    cccl_ref cccl{async_handle};
+    best_fit<cuda_mr_upstream<cccl_ref>> pool{cccl};
     void* p = pool.allocate(1 << 20);
     CHECK(cudaMemset(p, 0, 1 << 20) == cudaSuccess);
     pool.deallocate(p, 1 << 20);
+    cuda_mr_upstream<cccl_ref> ordered{cccl};
+    void* o = ordered.allocate_async(1 << 20, 256, stream_ref{cudaStreamPerThread});
+    CHECK(cudaMemsetAsync(o, 0, 1 << 20, cudaStreamPerThread) == cudaSuccess);
+    ordered.deallocate_async(o, 1 << 20, 256, stream_ref{cudaStreamPerThread});
+#if !POOLKIT_CUDA_MR_ALLOCATE_SYNC
+    // CCCL 3.0's resources already have poolkit's spelling: they serve unwrapped.
+    best_fit<cccl_ref> direct{cccl};
+    void* d = direct.allocate(1 << 20);
+    direct.deallocate(d, 1 << 20);
+#endif
 
     caching_device_allocator caching;
-    cuda::mr::async_resource_ref<cuda::mr::device_accessible> as_cccl{caching};
-    void* q = as_cccl.allocate_async(4096, 256, ::cuda::stream_ref{cudaStreamPerThread});
-    as_cccl.deallocate_async(q, 4096, 256, ::cuda::stream_ref{cudaStreamPerThread});
+    test::cuda_mr_referable<caching_device_allocator> caching_handle{caching};
+    test::cuda_mr_stream_resource_ref<cuda::mr::device_accessible> as_cccl{caching_handle};
+    void* q = test::cuda_mr_allocate_async(as_cccl, 4096, 256, ::cuda::stream_ref{cudaStreamPerThread});
+    test::cuda_mr_deallocate_async(as_cccl, q, 4096, 256, ::cuda::stream_ref{cudaStreamPerThread});
     REQUIRE(cudaStreamSynchronize(cudaStreamPerThread) == cudaSuccess);
 }
 

@@ -1,4 +1,5 @@
 // What is special about each CUDA upstream, on a real device.
+#include "../support/cuda_mr.hpp"
 #include "support.hpp"
 
 #include <poolkit/core/resource_ref.hpp>
@@ -6,8 +7,6 @@
 #include <poolkit/upstream/cuda_device_resource.hpp>
 #include <poolkit/upstream/cuda_managed_resource.hpp>
 #include <poolkit/upstream/cuda_pinned_resource.hpp>
-
-#include <cuda/memory_resource>
 
 #include <cstring>
 #include <string>
@@ -29,21 +28,52 @@ TEST_CASE("CUDA upstreams bind to CCCL's cuda::mr resource references") {
     cuda_device_resource device;
     cuda_async_resource async;
     cuda_pinned_resource pinned;
-    cuda::mr::async_resource_ref<cuda::mr::device_accessible> device_ref{device};
-    cuda::mr::async_resource_ref<cuda::mr::device_accessible> async_ref{async};
-    cuda::mr::resource_ref<cuda::mr::host_accessible, cuda::mr::device_accessible> pinned_ref{pinned};
+    test::cuda_mr_referable<cuda_async_resource> async_handle{async};  // move-only: a ref from CCCL 3.2 on
+    test::cuda_mr_stream_resource_ref<cuda::mr::device_accessible> device_ref{device};
+    test::cuda_mr_stream_resource_ref<cuda::mr::device_accessible> async_ref{async_handle};
+    test::cuda_mr_resource_ref<cuda::mr::host_accessible, cuda::mr::device_accessible> pinned_ref{pinned};
     scoped_stream stream;
     for (auto* r : {&device_ref, &async_ref}) {
-        void* pointer = r->allocate_async(1 << 20, 256, ::cuda::stream_ref{stream.handle});
+        void* pointer = test::cuda_mr_allocate_async(*r, 1 << 20, 256, ::cuda::stream_ref{stream.handle});
         REQUIRE(pointer != nullptr);
         CHECK(cudaMemsetAsync(pointer, 1, 1 << 20, stream.handle) == cudaSuccess);
-        r->deallocate_async(pointer, 1 << 20, 256, ::cuda::stream_ref{stream.handle});
+        test::cuda_mr_deallocate_async(*r, pointer, 1 << 20, 256, ::cuda::stream_ref{stream.handle});
     }
-    void* host = pinned_ref.allocate(4096, 256);
+    void* host = test::cuda_mr_allocate(pinned_ref, 4096, 256);
     std::memset(host, 7, 4096);
-    pinned_ref.deallocate(host, 4096, 256);
+    test::cuda_mr_deallocate(pinned_ref, host, 4096, 256);
     CHECK(cudaStreamSynchronize(stream.handle) == cudaSuccess);
 }
+
+#if POOLKIT_CUDA_MR_ALLOCATE_SYNC
+TEST_CASE("CCCL 3.1 spelling: allocate(stream, ...) and allocate_sync through cuda::mr refs to CUDA upstreams") {
+    cuda_device_resource device;
+    cuda_async_resource async;
+    cuda_managed_resource managed;
+    test::cuda_mr_referable<cuda_async_resource> async_handle{async};
+    cuda::mr::resource_ref<cuda::mr::device_accessible> device_ref{device};
+    cuda::mr::resource_ref<cuda::mr::device_accessible> async_ref{async_handle};
+    cuda::mr::synchronous_resource_ref<cuda::mr::device_accessible, cuda::mr::host_accessible> managed_ref{managed};
+    scoped_stream stream;
+    for (auto* r : {&device_ref, &async_ref}) {
+        void* on_stream = r->allocate(::cuda::stream_ref{stream.handle}, 1 << 20, 256);
+        REQUIRE(on_stream != nullptr);
+        CHECK(cudaMemsetAsync(on_stream, 1, 1 << 20, stream.handle) == cudaSuccess);
+        r->deallocate(::cuda::stream_ref{stream.handle}, on_stream, 1 << 20, 256);
+        void* plain = r->allocate_sync(4096, 512);
+        CHECK(is_aligned(plain, 512));
+        CHECK(cudaMemset(plain, 0, 4096) == cudaSuccess);
+        r->deallocate_sync(plain, 4096, 512);
+    }
+    void* both = managed_ref.allocate_sync(4096, 256);
+    std::memset(both, 3, 4096);
+    CHECK(cudaMemset(both, 4, 4096) == cudaSuccess);
+    CHECK(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(static_cast<unsigned char*>(both)[4095] == 4);
+    managed_ref.deallocate_sync(both, 4096, 256);
+    CHECK(cudaStreamSynchronize(stream.handle) == cudaSuccess);
+}
+#endif
 
 TEST_CASE("alignments beyond 256 are met by over-allocating, and the base is freed") {
     cuda_device_resource device;

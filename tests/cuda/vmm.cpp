@@ -1,11 +1,10 @@
 // What is special about cuda_vmm_resource, on a real device: the reservation and its granules,
 // data that survives mapping and unmapping around it, physical memory that really comes and goes,
 // exhaustion, and the resource face written and read through the runtime.
+#include "../support/cuda_mr.hpp"
 #include "support.hpp"
 
 #include <poolkit/upstream/cuda_vmm_resource.hpp>
-
-#include <cuda/memory_resource>
 
 #include <cstdint>
 #include <stdexcept>
@@ -275,10 +274,11 @@ TEST_CASE("cuda_vmm_resource: the resource face writes and reads like cudaMalloc
     CHECK(cudaStreamSynchronize(stream.handle) == cudaSuccess);
     CHECK(vm.mapped_bytes() == 0);
 
-    cuda::mr::async_resource_ref<cuda::mr::device_accessible> reference{vm};
-    void* through_ref = reference.allocate_async(MiB, 256, ::cuda::stream_ref{stream.handle});
+    test::cuda_mr_referable<cuda_vmm_resource> handle{vm};  // not copyable: a ref from CCCL 3.2 on
+    test::cuda_mr_stream_resource_ref<cuda::mr::device_accessible> reference{handle};
+    void* through_ref = test::cuda_mr_allocate_async(reference, MiB, 256, ::cuda::stream_ref{stream.handle});
     CHECK(cudaMemsetAsync(through_ref, 0, MiB, stream.handle) == cudaSuccess);
-    reference.deallocate_async(through_ref, MiB, 256, ::cuda::stream_ref{stream.handle});
+    test::cuda_mr_deallocate_async(reference, through_ref, MiB, 256, ::cuda::stream_ref{stream.handle});
     vm.check_invariants();
 }
 

@@ -274,11 +274,11 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
 
     SUBCASE("stream-ordered calls on the default stream round-trip") {
         if constexpr (stream_resource<std::remove_reference_t<decltype(r)>>) {
-            void* pointer = r.allocate_async(1000, 512, stream_ref{});
+            void* pointer = r.allocate_async(1000, 512, default_stream);
             REQUIRE(pointer != nullptr);
             CHECK(is_aligned(pointer, 512));
-            r.deallocate_async(pointer, 1000, 512, stream_ref{});
-            CHECK(r.allocate_async(0, 512, stream_ref{}) == nullptr);
+            r.deallocate_async(pointer, 1000, 512, default_stream);
+            CHECK(r.allocate_async(0, 512, default_stream) == nullptr);
         }
     }
 

@@ -44,7 +44,7 @@ public:
     // Waits kept in waits(); older ones are dropped (wait_count() counts them all).
     static constexpr std::size_t log_limit = 4096;
 
-    // The default stream (stream_ref{}) exists from the start; make_stream() adds others.
+    // The default stream (default_stream) exists from the start; make_stream() adds others.
     host_events() : timeline_(std::make_shared<timeline>()) { timeline_->streams.emplace_back(); }
 
     // A new simulated stream. Its handle stays valid as long as any copy of this object lives.

@@ -257,7 +257,7 @@ private:
 
     // One stream's free blocks, by size class.
     struct stream_set {
-        stream_ref stream{};
+        stream_ref stream = default_stream;
         std::uint64_t identity = plain_identity;
         std::uint64_t last_use = 0;
         std::size_t bytes = 0;

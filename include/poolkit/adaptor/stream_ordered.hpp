@@ -56,6 +56,7 @@
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/config.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/errors.hpp>
@@ -181,7 +182,7 @@ public:
     void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
-        return allocate_in(lane_for(stream_ref{}, plain_key()), stream_ref{}, bytes, alignment);
+        return allocate_in(lane_for(default_stream, plain_key()), default_stream, bytes, alignment);
     }
 
     // The caller promises no work still uses the block.
@@ -189,6 +190,7 @@ public:
         if (pointer == nullptr) return;
         free_from(pointer, bytes, alignment, nullptr);
     }
+    POOLKIT_CUDA_MR_MEMBERS(stream_ordered);
 
     // The block at `pointer` is also used by work on `stream` (PyTorch's record_stream): its reuse
     // waits until the work issued there before its deallocation is done. The deallocation records

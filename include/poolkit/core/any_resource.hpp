@@ -6,6 +6,7 @@
 // guarantee are those of the held resource. Equal when they hold equal resources of one type.
 #pragma once
 
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/resource_ref.hpp>
 
 #include <utility>
@@ -67,6 +68,7 @@ public:
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         table_->deallocate(checked_object(), pointer, bytes, alignment);
     }
+    POOLKIT_CUDA_MR_MEMBERS(any_resource);
 
     // A template, so that no argument converts implicitly (which would make the concepts recurse).
     template <std::same_as<any_resource> Other>
@@ -96,6 +98,7 @@ public:
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept {
         table_->deallocate_async(checked_object(), pointer, bytes, alignment, stream);
     }
+    POOLKIT_CUDA_MR_MEMBERS(any_stream_resource);
 
     // A template, so that no argument converts implicitly (which would make the concepts recurse).
     template <std::same_as<any_stream_resource> Other>

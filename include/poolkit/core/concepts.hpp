@@ -1,7 +1,10 @@
 // The concepts every poolkit block is written against. docs/concepts.md has them as tables.
 //
 // They are CCCL 3.0's cuda::mr spellings, so with CUDA a poolkit resource is a cuda::mr::resource
-// and a poolkit stream_resource is a cuda::mr::async_resource.
+// and a poolkit stream_resource is a cuda::mr::async_resource. Under CCCL 3.1 and later, which
+// renamed them (synchronous_resource with allocate_sync; resource with allocate(stream, ...)),
+// each block adds those members as well, forwarding to these (core/cuda_mr_spelling.hpp): poolkit
+// models the cuda::mr concepts of whichever CCCL CCCL_VERSION names.
 #pragma once
 
 #include <poolkit/core/properties.hpp>

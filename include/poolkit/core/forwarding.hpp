@@ -31,6 +31,7 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/core/walk.hpp>
@@ -47,7 +48,7 @@ struct allocation_request {
     std::size_t bytes;
     std::size_t alignment;
     allocation_kind kind;
-    stream_ref stream{};  // for allocate_async
+    stream_ref stream = default_stream;  // for allocate_async
 
     // A failure of the try_ forms is nullptr, not an exception.
     [[nodiscard]] constexpr bool may_fail_quietly() const noexcept {
@@ -60,7 +61,7 @@ struct deallocation_request {
     std::size_t bytes;
     std::size_t alignment;
     bool on_stream = false;  // deallocate_async
-    stream_ref stream{};
+    stream_ref stream = default_stream;
 };
 
 template <class Derived, class Upstream>
@@ -87,6 +88,7 @@ public:
         self().around_deallocate(deallocation_request{pointer, bytes, alignment, true, stream},
                                  [&]() noexcept { up().deallocate_async(pointer, bytes, alignment, stream); });
     }
+    POOLKIT_CUDA_MR_MEMBERS(Derived);
 
     [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept
         requires has_try_allocate<Upstream>

@@ -43,11 +43,12 @@ struct with_properties<Derived, Property, Rest...> : with_properties<Derived, Re
 };
 
 // Gives Derived every stateless property that Upstream has. Adaptors that do not change where
-// memory lives derive from it.
+// memory lives derive from it. A property with a value_type is not forwarded: CCCL 3.4's
+// dynamic_accessibility_property has a default for every resource, which this would make ambiguous.
 template <class Derived, class Upstream>
 struct forward_properties {
     template <class Property>
-        requires has_property<Upstream, Property>
+        requires has_property<Upstream, Property> && (!requires { typename Property::value_type; })
     friend constexpr void get_property(const Derived&, Property) noexcept {}
 };
 

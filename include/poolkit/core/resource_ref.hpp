@@ -10,6 +10,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/erasure.hpp>
 
 #include <memory>
@@ -86,6 +87,7 @@ public:
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         table_->deallocate(object_, pointer, bytes, alignment);
     }
+    POOLKIT_CUDA_MR_MEMBERS(resource_ref);
 
     // A template, so that no argument converts implicitly (which would make the concepts recurse).
     template <std::same_as<resource_ref> Other>
@@ -120,6 +122,7 @@ public:
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept {
         table_->deallocate_async(object_, pointer, bytes, alignment, stream);
     }
+    POOLKIT_CUDA_MR_MEMBERS(stream_resource_ref);
 
     // A template, so that no argument converts implicitly (which would make the concepts recurse).
     template <std::same_as<stream_resource_ref> Other>

@@ -2,7 +2,7 @@
 //
 // With CUDA it is cuda::stream_ref, so CCCL and poolkit pass streams to each other at no cost.
 // Without CUDA it is a plain handle with the same shape; the simulated streams of the CPU tests
-// use it. Its default value is the default stream (handle 0).
+// use it. Its default value is the default stream (handle 0), also named default_stream.
 #pragma once
 
 #include <poolkit/core/config.hpp>
@@ -40,6 +40,10 @@ private:
     value_type handle_ = nullptr;
 };
 #endif
+
+// The default stream (handle 0). Name it so rather than with stream_ref{}: CCCL 3.1 deprecates
+// cuda::stream_ref's default constructor.
+inline constexpr stream_ref default_stream{stream_handle{}};
 
 // The handle's bits as an integer: for hashing, printing and trace files.
 [[nodiscard]] inline std::uintptr_t stream_id(stream_ref stream) noexcept {

@@ -41,7 +41,7 @@ public:
         using other = thrust_allocator<U, R>;
     };
 
-    explicit thrust_allocator(R& resource, stream_ref stream = {}) noexcept
+    explicit thrust_allocator(R& resource, stream_ref stream = default_stream) noexcept
         : resource_(std::addressof(resource)), stream_(stream) {}
     template <class U>
     thrust_allocator(const thrust_allocator<U, R>& other) noexcept  // NOLINT: implicit rebind
@@ -74,12 +74,12 @@ private:
 };
 
 template <stream_resource R>
-[[nodiscard]] auto thrust_policy(R& resource, stream_ref stream = {}) {
+[[nodiscard]] auto thrust_policy(R& resource, stream_ref stream = default_stream) {
     return thrust::cuda::par(thrust_allocator<char, R>(resource, stream)).on(stream.get());
 }
 
 template <stream_resource R>
-[[nodiscard]] auto thrust_policy_nosync(R& resource, stream_ref stream = {}) {
+[[nodiscard]] auto thrust_policy_nosync(R& resource, stream_ref stream = default_stream) {
     return thrust::cuda::par_nosync(thrust_allocator<char, R>(resource, stream)).on(stream.get());
 }
 

@@ -53,7 +53,7 @@ struct ignore_events {
 template <resource R, class Observer = ignore_events>
 replay_result replay(const trace& t, R& resource, std::span<const stream_ref> streams = {}, Observer&& observe = {}) {
     const auto stream_of = [streams](std::uint32_t index) noexcept {
-        return index < streams.size() ? streams[index] : stream_ref{};
+        return index < streams.size() ? streams[index] : default_stream;
     };
     std::vector<void*> slots(t.slots, nullptr);
     std::vector<std::uint32_t> slot_stream(stream_resource<R> ? t.slots : 0, 0);

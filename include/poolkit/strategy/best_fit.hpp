@@ -22,6 +22,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/errors.hpp>
@@ -229,6 +230,7 @@ public:
         }
         free_.insert(*freed);
     }
+    POOLKIT_CUDA_MR_MEMBERS(best_fit);
 
     // Returns every wholly free chunk to the upstream. O(chunks).
     void release() noexcept {

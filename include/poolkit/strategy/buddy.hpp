@@ -23,6 +23,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/errors.hpp>
@@ -197,6 +198,7 @@ public:
         }
         free_[b->order].push_front(*b);
     }
+    POOLKIT_CUDA_MR_MEMBERS(buddy);
 
     // Returns every wholly free chunk to the upstream. O(chunks).
     void release() noexcept {

@@ -21,6 +21,7 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/errors.hpp>
@@ -110,6 +111,7 @@ public:
         if (rounded == 0) return;
         pool_for(rounded).deallocate(pointer, forwarded(bytes, rounded), alignment);
     }
+    POOLKIT_CUDA_MR_MEMBERS(caching_pool);
 
     void release() noexcept {
         small_.release();

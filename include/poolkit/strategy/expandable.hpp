@@ -50,6 +50,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
@@ -428,6 +429,7 @@ public:
             }
         }
     }
+    POOLKIT_CUDA_MR_MEMBERS(expandable);
 
     // Unmaps every cached granule, after the upstream's synchronize() (PyTorch's empty_cache).
     void release() { trim(std::numeric_limits<std::size_t>::max()); }

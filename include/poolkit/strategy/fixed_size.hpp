@@ -25,6 +25,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/errors.hpp>
@@ -141,6 +142,7 @@ public:
         POOLKIT_ASSERT(freed, "deallocate of a pointer fixed_size did not hand out (or freed twice, or a size "
                               "other than the one allocated)");
     }
+    POOLKIT_CUDA_MR_MEMBERS(fixed_size);
 
     // Returns every wholly free slab to the upstream.
     void release() noexcept { engine_.release(upstream_); }

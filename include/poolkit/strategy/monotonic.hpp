@@ -26,6 +26,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/errors.hpp>
@@ -172,6 +173,7 @@ public:
         while (!c->blocks.empty() && c->blocks.back().bytes == 0) c->blocks.pop_back();
         c->high_water = c->blocks.empty() ? c->address : c->blocks.back().address + c->blocks.back().bytes;
     }
+    POOLKIT_CUDA_MR_MEMBERS(monotonic);
 
     // Returns every wholly free chunk to the upstream. O(chunks).
     void release() noexcept {

@@ -11,6 +11,7 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/properties.hpp>
@@ -69,6 +70,7 @@ public:
             large_.deallocate_async(pointer, bytes, alignment, stream);
         }
     }
+    POOLKIT_CUDA_MR_MEMBERS(segregator);
 
     [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept
         requires has_try_allocate<Small> && has_try_allocate<Large>

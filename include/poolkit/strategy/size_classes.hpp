@@ -29,6 +29,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/detail/walk_merge.hpp>
@@ -231,6 +232,7 @@ public:
                        "deallocate of a pointer size_classes did not hand out for this size (wrong pointer, "
                        "a size other than the one allocated, or freed twice)");
     }
+    POOLKIT_CUDA_MR_MEMBERS(size_classes);
 
     // Returns every wholly free slab to the upstream, and Large's cache where it has one.
     void release() noexcept {

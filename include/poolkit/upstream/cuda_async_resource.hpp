@@ -13,6 +13,7 @@
 #pragma once
 
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/upstream/detail/cuda_runtime.hpp>
 
 #include <cstdint>
@@ -106,19 +107,20 @@ public:
     }
 
     void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        void* pointer = allocate_async(bytes, alignment, stream_ref{});
+        void* pointer = allocate_async(bytes, alignment, default_stream);
         if (pointer == nullptr) return nullptr;
         const cudaError_t status = cudaStreamSynchronize(nullptr);
         if (status != cudaSuccess) {
-            deallocate_async(pointer, bytes, alignment, stream_ref{});
+            deallocate_async(pointer, bytes, alignment, default_stream);
             detail::throw_cuda_error(status, "cudaStreamSynchronize");
         }
         return pointer;
     }
 
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
-        deallocate_async(pointer, bytes, alignment, stream_ref{});
+        deallocate_async(pointer, bytes, alignment, default_stream);
     }
+    POOLKIT_CUDA_MR_MEMBERS(cuda_async_resource);
 
     // Returns the pool's free memory to the device (cudaMemPoolTrimTo 0). Frees still pending on
     // a stream are returned once that stream reaches them and the pool is trimmed again.
@@ -170,6 +172,6 @@ private:
 };
 
 static_assert(stream_resource_with<cuda_async_resource, device_accessible>);
-static_assert(cuda::mr::async_resource_with<cuda_async_resource, cuda::mr::device_accessible>);
+static_assert(detail::cuda_mr_stream_resource_with<cuda_async_resource, cuda::mr::device_accessible>);
 
 }  // namespace poolkit

@@ -29,6 +29,6 @@ private:
 
 static_assert(stream_resource_with<cuda_device_resource, device_accessible>);
 static_assert(!has_property<cuda_device_resource, host_accessible>);
-static_assert(cuda::mr::async_resource_with<cuda_device_resource, cuda::mr::device_accessible>);
+static_assert(detail::cuda_mr_stream_resource_with<cuda_device_resource, cuda::mr::device_accessible>);
 
 }  // namespace poolkit

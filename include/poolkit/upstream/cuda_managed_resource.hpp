@@ -29,6 +29,6 @@ private:
 };
 
 static_assert(stream_resource_with<cuda_managed_resource, device_accessible, host_accessible>);
-static_assert(cuda::mr::async_resource_with<cuda_managed_resource, cuda::mr::device_accessible, cuda::mr::host_accessible>);
+static_assert(detail::cuda_mr_stream_resource_with<cuda_managed_resource, cuda::mr::device_accessible, cuda::mr::host_accessible>);
 
 }  // namespace poolkit

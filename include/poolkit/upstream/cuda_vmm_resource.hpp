@@ -34,6 +34,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/upstream/detail/cuda_driver.hpp>
@@ -272,6 +273,7 @@ public:
         const current_device scope(device_);
         release_block(pointer, bytes, alignment);
     }
+    POOLKIT_CUDA_MR_MEMBERS(cuda_vmm_resource);
 
     // Whether `pointer` lies inside a live block from allocate.
     [[nodiscard]] bool owns(const void* pointer) const {
@@ -444,6 +446,6 @@ static_assert(virtual_memory<cuda_vmm_resource>);
 static_assert(stream_resource_with<cuda_vmm_resource, device_accessible>);
 static_assert(!has_property<cuda_vmm_resource, host_accessible>);
 static_assert(has_owns<cuda_vmm_resource> && has_check_invariants<cuda_vmm_resource>);
-static_assert(cuda::mr::async_resource_with<cuda_vmm_resource, cuda::mr::device_accessible>);
+static_assert(detail::cuda_mr_stream_resource_with<cuda_vmm_resource, cuda::mr::device_accessible>);
 
 }  // namespace poolkit

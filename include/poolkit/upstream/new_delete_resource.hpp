@@ -7,6 +7,7 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/errors.hpp>
 
 #include <new>
@@ -35,6 +36,7 @@ public:
         static_cast<void>(bytes);  // the sized form needs -fsized-deallocation under clang
         ::operator delete(pointer, std::align_val_t{alignment});
     }
+    POOLKIT_CUDA_MR_MEMBERS(new_delete_resource);
 
     friend constexpr bool operator==(const new_delete_resource&, const new_delete_resource&) noexcept { return true; }
     friend constexpr void get_property(const new_delete_resource&, host_accessible) noexcept {}

@@ -15,6 +15,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/errors.hpp>
 
 #include <cerrno>
@@ -112,6 +113,7 @@ public:
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref) noexcept {
         deallocate(pointer, bytes, alignment);
     }
+    POOLKIT_CUDA_MR_MEMBERS(simulated_resource);
 
     // Whether `pointer` lies inside a live allocation.
     [[nodiscard]] bool owns(const void* pointer) const {

@@ -19,6 +19,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/upstream/virtual_memory.hpp>
 
@@ -157,6 +158,7 @@ public:
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref) noexcept {
         deallocate(pointer, bytes, alignment);
     }
+    POOLKIT_CUDA_MR_MEMBERS(simulated_vmm_resource);
 
     // Whether `pointer` lies inside a live block from allocate.
     [[nodiscard]] bool owns(const void* pointer) const {

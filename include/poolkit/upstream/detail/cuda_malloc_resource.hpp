@@ -9,6 +9,7 @@
 #pragma once
 
 #include <poolkit/core/concepts.hpp>
+#include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/upstream/detail/cuda_runtime.hpp>
 
 namespace poolkit::detail {
@@ -48,6 +49,7 @@ public:
         check_cuda_in_deallocate(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
         deallocate(pointer, bytes, alignment);
     }
+    POOLKIT_CUDA_MR_MEMBERS(Derived);
 
 private:
     const Derived& derived() const noexcept { return static_cast<const Derived&>(*this); }
