@@ -64,7 +64,8 @@ public:
     [[nodiscard]] std::size_t device_allocations() const { return static_cast<std::size_t>(stats().num_device_alloc); }
 
 private:
-    [[nodiscard]] auto stats() const { return c10::cuda::CUDACachingAllocator::getDeviceStats(device_); }
+    using device_stats = decltype(c10::cuda::CUDACachingAllocator::getDeviceStats(c10::DeviceIndex{}));  // its name moved
+    [[nodiscard]] device_stats stats() const { return c10::cuda::CUDACachingAllocator::getDeviceStats(device_); }
     c10::DeviceIndex device_;
 };
 
