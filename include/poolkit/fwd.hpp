@@ -13,6 +13,7 @@
 
 #include <concepts>
 #include <cstddef>
+#include <type_traits>
 
 namespace poolkit {
 
@@ -130,6 +131,10 @@ class device_registry;
 template <class R>
     requires detail::cuda_mr_resource_with<R>
 class cuda_mr_upstream;
+class device_buffer;
+template <class T>
+    requires std::is_trivially_copyable_v<T>
+class device_uvector;
 #endif
 
 // observe

@@ -46,7 +46,9 @@
 #if POOLKIT_HAS_CUDA
 #  include <poolkit/adaptor/cuda_events.hpp>
 #  include <poolkit/interop/cuda_mr_upstream.hpp>
+#  include <poolkit/interop/device_buffer.hpp>
 #  include <poolkit/interop/device_registry.hpp>
+#  include <poolkit/interop/device_uvector.hpp>
 #  include <poolkit/upstream/cuda_async_resource.hpp>
 #  include <poolkit/upstream/cuda_device_resource.hpp>
 #  include <poolkit/upstream/cuda_managed_resource.hpp>
