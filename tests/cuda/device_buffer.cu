@@ -23,12 +23,7 @@ namespace {
 
 using namespace poolkit;
 
-struct scoped_stream {
-    cudaStream_t handle{};
-    scoped_stream() { REQUIRE(cudaStreamCreateWithFlags(&handle, cudaStreamNonBlocking) == cudaSuccess); }
-    ~scoped_stream() { cudaStreamDestroy(handle); }
-    operator stream_ref() const { return stream_ref{handle}; }  // NOLINT: implicit, for the calls below
-};
+using test::scoped_stream;
 
 // What the buffers took and gave back: live bytes must be 0 once they are gone.
 using counted_pool = statistics<caching_device_allocator>;

@@ -51,11 +51,7 @@ namespace {
 using namespace poolkit;
 using test::counting;
 
-struct scoped_stream {
-    cudaStream_t handle{};
-    scoped_stream() { REQUIRE(cudaStreamCreateWithFlags(&handle, cudaStreamNonBlocking) == cudaSuccess); }
-    ~scoped_stream() { cudaStreamDestroy(handle); }
-};
+using test::scoped_stream;
 
 }  // namespace
 

@@ -21,4 +21,14 @@ struct device_touch {
     }
 };
 
+// A non-blocking stream destroyed with the test; converts to the stream_ref of its handle.
+struct scoped_stream {
+    cudaStream_t handle{};
+    scoped_stream() { REQUIRE(cudaStreamCreateWithFlags(&handle, cudaStreamNonBlocking) == cudaSuccess); }
+    scoped_stream(const scoped_stream&) = delete;
+    scoped_stream& operator=(const scoped_stream&) = delete;
+    ~scoped_stream() { cudaStreamDestroy(handle); }
+    operator stream_ref() const { return stream_ref{handle}; }  // NOLINT: implicit, as a stream argument
+};
+
 }  // namespace poolkit::test

@@ -14,13 +14,7 @@
 namespace {
 
 using namespace poolkit;
-
-// A stream that is destroyed with the test.
-struct scoped_stream {
-    cudaStream_t handle{};
-    scoped_stream() { REQUIRE(cudaStreamCreateWithFlags(&handle, cudaStreamNonBlocking) == cudaSuccess); }
-    ~scoped_stream() { cudaStreamDestroy(handle); }
-};
+using test::scoped_stream;
 
 }  // namespace
 

@@ -17,11 +17,7 @@ using namespace poolkit;
 
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
-struct scoped_stream {
-    cudaStream_t handle{};
-    scoped_stream() { REQUIRE(cudaStreamCreateWithFlags(&handle, cudaStreamNonBlocking) == cudaSuccess); }
-    ~scoped_stream() { cudaStreamDestroy(handle); }
-};
+using test::scoped_stream;
 
 std::size_t device_free_bytes() {
     std::size_t free_bytes = 0;
