@@ -8,11 +8,13 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/walk.hpp>
 #include <poolkit/observe/fragmentation.hpp>
+#include <poolkit/observe/mapped_walk.hpp>
 #include <poolkit/observe/memory_summary.hpp>
 #include <poolkit/observe/snapshot.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
 #include <poolkit/strategy/caching_pool.hpp>
+#include <poolkit/strategy/expandable.hpp>
 #include <poolkit/strategy/fallback.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
 #include <poolkit/strategy/monotonic.hpp>
@@ -20,6 +22,7 @@
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
 
 #include <doctest/doctest.h>
 
@@ -392,4 +395,47 @@ TEST_CASE("walk: memory_summary adds the fragmentation line for a strategy under
     CHECK(table.find("Free blocks: 2") != std::string::npos);
     CHECK(table.find("Reserved / live: 1024.000") != std::string::npos);
     observed.deallocate(b, 1000);
+}
+
+TEST_CASE("walk: mapped_walk cuts expandable's spans to their mapped granules") {
+    constexpr std::size_t granule = 2 * MiB;
+    simulated_vmm_resource memory(simulated_vmm_options{.capacity = std::size_t{16} << 30, .granularity = granule,
+                                                        .physical_limit = std::size_t{4} << 30});
+    expandable<ref<simulated_vmm_resource>> pool(ref<simulated_vmm_resource>(memory), expandable_options{.cache_fraction = 0});
+    void* a = pool.allocate(3 * MiB);
+    void* b = pool.allocate(10 * MiB + 512);
+    void* c = pool.allocate(5 * MiB);
+    pool.deallocate(b, 10 * MiB + 512);
+    pool.release();  // unmaps the granules wholly inside b; those it shares with a and c stay
+
+    const auto visits = walk(mapped_walk(pool, memory));
+    CHECK(walk(pool).size() == 4);  // a, b (free), c and the free rest of the span
+    std::size_t shown = 0, chunks = 0;
+    std::uintptr_t last_chunk = 0;
+    for (const visit& v : visits) {
+        if (v.chunk.address != last_chunk) {
+            shown += v.chunk.bytes;
+            ++chunks;
+        }
+        last_chunk = v.chunk.address;
+        CHECK(v.chunk.address % granule == 0);
+        CHECK(v.chunk.bytes % granule == 0);
+        if (!v.block.live) {
+            for (std::uintptr_t at = v.block.address; at < v.block.address + v.block.bytes; at += 4096) {
+                CHECK(memory.is_mapped(reinterpret_cast<const void*>(at)));
+            }
+        }
+    }
+    CHECK(shown == memory.mapped_bytes());
+    CHECK(chunks == 2);  // b's unmapped granules split the span's mapped memory in two
+    CHECK(block_at(visits, address(a)).live);
+    CHECK(block_at(visits, address(c)).live);
+    const auto figures = fragmentation(mapped_walk(pool, memory));
+    CHECK(figures.reserved_bytes == memory.mapped_bytes());
+    CHECK(figures.live_bytes == 3 * MiB + 5 * MiB);
+
+    pool.deallocate(a, 3 * MiB);
+    pool.deallocate(c, 5 * MiB);
+    pool.release();
+    CHECK(walk(mapped_walk(pool, memory)).empty());
 }

@@ -48,6 +48,12 @@ public:
         std::lock_guard lock(mutex_);
         return std::forward<Action>(action)(upstream_);
     }
+    // The same for reading: `action(const upstream&)` under the lock (a walk for snapshot()).
+    template <class Action>
+    decltype(auto) locked(Action&& action) const {
+        std::lock_guard lock(mutex_);
+        return std::forward<Action>(action)(std::as_const(upstream_));
+    }
 
     // Unsynchronized access: only where no other thread can be using the resource.
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }

@@ -113,6 +113,10 @@ public:
         std::lock_guard lock(mutex_);
         return granules_.peak_mapped_bytes();
     }
+    void reset_peak_mapped_bytes() {
+        std::lock_guard lock(mutex_);
+        granules_.reset_peak_mapped_bytes();
+    }
     [[nodiscard]] std::size_t map_calls() const {
         std::lock_guard lock(mutex_);
         return granules_.map_calls();

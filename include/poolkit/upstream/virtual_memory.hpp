@@ -65,6 +65,8 @@ public:
     [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
     [[nodiscard]] std::size_t mapped_bytes() const noexcept { return mapped_bytes_; }
     [[nodiscard]] std::size_t peak_mapped_bytes() const noexcept { return peak_mapped_bytes_; }
+    // The peak becomes what is mapped now (torch.cuda.reset_peak_memory_stats()).
+    void reset_peak_mapped_bytes() noexcept { peak_mapped_bytes_ = mapped_bytes_; }
     [[nodiscard]] std::size_t map_calls() const noexcept { return map_calls_; }
     [[nodiscard]] std::size_t unmap_calls() const noexcept { return unmap_calls_; }
     [[nodiscard]] std::size_t block_count() const noexcept { return blocks_.size(); }

@@ -1,0 +1,106 @@
+"""What poolkit.torch and poolkit.cupy share: the statistics, summary and snapshot of the plugin's
+pools, in the shapes of torch.cuda's functions. Each framework passes how it names the current
+device."""
+import collections
+import pickle
+
+from . import _plugin
+
+
+def _segment(device, segment, expandable):
+    # PyTorch's keys, in its order; every block keeps its address, size, requested size and state.
+    return {
+        "device": device,
+        "address": segment["address"],
+        "total_size": segment["total_size"],
+        "allocated_size": segment["allocated_size"],
+        "active_size": segment["active_size"],
+        "requested_size": segment["requested_size"],
+        "stream": segment["stream"],
+        "segment_type": segment["segment_type"],
+        "segment_pool_id": (0, 0),
+        "is_expandable": expandable,
+        "frames": [],
+        "blocks": [{
+            "address": block["address"],
+            "size": block["size"],
+            "requested_size": block["requested_size"],
+            "state": block["state"],
+            "frames": [],
+        } for block in segment["blocks"]],
+    }
+
+
+class Frontend:
+    """The functions of one framework's module; `current_device()` gives the device an omitted
+    argument means, `as_index(device)` turns the framework's device into an index."""
+
+    FUNCTIONS = ("memory_stats", "memory_summary", "memory_allocated", "max_memory_allocated", "memory_reserved",
+                 "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "snapshot", "dump_snapshot")
+
+    def __init__(self, current_device, as_index=int):
+        self._current_device = current_device
+        self._as_index = as_index
+
+    def export(self, namespace):
+        """Puts FUNCTIONS into a module's namespace (its globals())."""
+        for name in self.FUNCTIONS:
+            namespace[name] = getattr(self, name)
+
+    def _device(self, device):
+        return self._current_device() if device is None else self._as_index(device)
+
+    def memory_stats(self, device=None):
+        """torch.cuda.memory_stats() of poolkit's pool: the same keys where poolkit keeps the
+        figure (allocated, active, requested and reserved bytes, allocations, segments, device
+        allocs and frees, OOMs), sorted; empty for a device nothing was allocated on yet."""
+        stats = _plugin.load().memory_stats(self._device(device))
+        return collections.OrderedDict(sorted(stats.items()))
+
+    def memory_summary(self, device=None, abbreviated=False):
+        """The table of torch.cuda.memory_summary() for poolkit's pool, with its fragmentation."""
+        del abbreviated  # one form only; accepted for torch.cuda's signature
+        return _plugin.load().memory_summary(self._device(device))
+
+    def memory_allocated(self, device=None):
+        return self.memory_stats(device).get("allocated_bytes.all.current", 0)
+
+    def max_memory_allocated(self, device=None):
+        return self.memory_stats(device).get("allocated_bytes.all.peak", 0)
+
+    def memory_reserved(self, device=None):
+        return self.memory_stats(device).get("reserved_bytes.all.current", 0)
+
+    def max_memory_reserved(self, device=None):
+        return self.memory_stats(device).get("reserved_bytes.all.peak", 0)
+
+    def reset_peak_memory_stats(self, device=None):
+        _plugin.load().reset_peak_stats(self._device(device))
+
+    def empty_cache(self):
+        """Returns every cached, wholly free chunk (caching) or mapped granule (expandable) of
+        every device to the driver."""
+        _plugin.load().empty_cache()
+
+    def snapshot(self):
+        """torch.cuda.memory._snapshot()'s structure for poolkit's pools of every device in use:
+        "segments" (device, address, total_size, allocated/active/requested sizes, stream,
+        blocks with address, size, requested_size and state active_allocated, active_pending_free
+        or inactive), "device_traces" (empty: poolkit records no history). For the expandable
+        allocator each run of mapped granules is a segment with is_expandable True."""
+        plugin = _plugin.load()
+        expandable = plugin.allocator == "expandable"
+        devices = plugin.device_count
+        segments = [_segment(device, s, expandable) for device in range(devices) for s in plugin.segments(device)]
+        return {
+            "segments": segments,
+            "device_traces": [[] for _ in range(devices)],
+            "allocator_settings": {"poolkit_allocator": plugin.allocator},
+            "external_annotations": [],
+        }
+
+    def dump_snapshot(self, path):
+        """Writes snapshot() as the pickle that PyTorch's viewer reads:
+        python -m torch.cuda._memory_viz segment_plot PATH -o out.html (or stats PATH)."""
+        with open(path, "wb") as f:
+            pickle.dump(self.snapshot(), f)

@@ -1,0 +1,167 @@
+"""The plugin's C ABI (include/poolkit/interop/c_api.h) through ctypes.
+
+One plugin per process: PyTorch and CuPy load the same file, so they share its pools. The file is
+POOLKIT_PLUGIN when set, else the libpoolkit_plugin.so installed inside this package.
+"""
+import ctypes
+import json
+import os
+import threading
+
+
+class PoolkitError(RuntimeError):
+    """A call into the plugin failed; the message is the plugin's own."""
+
+
+_LIBRARY = "libpoolkit_plugin.so"
+
+
+def find_plugin():
+    """The path of the plugin this process will load."""
+    named = os.environ.get("POOLKIT_PLUGIN")
+    if named:
+        if not os.path.isfile(named):
+            raise PoolkitError(f"POOLKIT_PLUGIN={named} names no file")
+        return os.path.abspath(named)
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIBRARY)
+    if os.path.isfile(bundled):
+        return bundled
+    raise PoolkitError(
+        f"no {_LIBRARY}: install the package with `pip install ./python` (it builds the plugin), "
+        "or build it (cmake --build build --target poolkit_plugin) and set POOLKIT_PLUGIN to its path")
+
+
+class Plugin:
+    """The C ABI of one loaded plugin, in Python's terms: errors raise PoolkitError."""
+
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        try:
+            lib = ctypes.CDLL(self.path)
+        except OSError as error:
+            raise PoolkitError(f"cannot load {self.path}: {error}") from None
+        self._lib = lib
+        self.configured = None  # (preset, options) of the last configure() that succeeded
+        c = ctypes
+        self._bind("poolkit_alloc", c.c_void_p, [c.c_ssize_t, c.c_int, c.c_void_p])
+        self._bind("poolkit_free", None, [c.c_void_p, c.c_ssize_t, c.c_int, c.c_void_p])
+        self._bind("poolkit_record_stream", None, [c.c_void_p, c.c_int, c.c_void_p])
+        self._bind("poolkit_empty_cache", None, [])
+        self._bind("poolkit_reset_peak_stats", c.c_int, [c.c_int])
+        for text in ("poolkit_memory_stats_json", "poolkit_memory_summary", "poolkit_snapshot_json"):
+            self._bind(text, c.c_long, [c.c_int, c.c_char_p, c.c_size_t])
+        self._bind("poolkit_set_allocator", c.c_int, [c.c_char_p])
+        self._bind("poolkit_set_option", c.c_int, [c.c_char_p, c.c_char_p])
+        self._bind("poolkit_allocator_name", c.c_char_p, [])
+        self._bind("poolkit_device_count", c.c_int, [])
+        self._bind("poolkit_backend", c.c_char_p, [])
+        self._bind("poolkit_last_error", c.c_char_p, [])
+
+    def _bind(self, name, result, arguments):
+        try:
+            function = getattr(self._lib, name)
+        except AttributeError:
+            raise PoolkitError(f"{self.path} has no {name}: it is older than this package; rebuild it") from None
+        function.restype = result
+        function.argtypes = arguments
+
+    def _error(self, what):
+        message = self._lib.poolkit_last_error().decode()
+        return PoolkitError(message or what)
+
+    @property
+    def backend(self):
+        """'cuda', or 'simulated' for the plugin over simulated memory (tests without a GPU)."""
+        return self._lib.poolkit_backend().decode()
+
+    @property
+    def device_count(self):
+        return self._lib.poolkit_device_count()
+
+    @property
+    def allocator(self):
+        """'caching' or 'expandable': the kind in use, or the one the first pool would have."""
+        name = self._lib.poolkit_allocator_name()
+        if name is None:
+            raise self._error("poolkit_allocator_name failed")
+        return name.decode()
+
+    def configure(self, preset, options):
+        """Chooses the allocator kind and its options; only before the first pool is made, unless
+        they are those already chosen through this object (PyTorch and CuPy sharing the pools)."""
+        if self.configured == (preset, dict(options)):
+            return
+        self.configured = None
+        if self._lib.poolkit_set_allocator(str(preset).encode()) != 0:
+            raise self._error(f"cannot choose allocator {preset!r}")
+        for name, value in options.items():
+            if isinstance(value, bool):
+                text = "true" if value else "false"
+            elif isinstance(value, (int, float)):
+                text = repr(value)
+            else:
+                raise PoolkitError(f"option {name}={value!r}: expected a number or a bool")
+            if self._lib.poolkit_set_option(name.encode(), text.encode()) != 0:
+                raise self._error(f"cannot set option {name}")
+        self.configured = (preset, dict(options))
+
+    def alloc(self, size, device, stream):
+        """The address of `size` bytes usable by work on `stream` (a cudaStream_t as an int);
+        raises MemoryError when the device is out of memory, PoolkitError for other failures."""
+        pointer = self._lib.poolkit_alloc(size, device, stream)
+        if not pointer:
+            message = self._lib.poolkit_last_error().decode()
+            if "out of memory" in message or not message:
+                raise MemoryError(message or f"poolkit: out of memory allocating {size} bytes on device {device}")
+            raise PoolkitError(message)
+        return pointer
+
+    def free(self, pointer, size, device, stream):
+        self._lib.poolkit_free(pointer, size, device, stream)
+
+    def record_stream(self, pointer, device, stream):
+        self._lib.poolkit_record_stream(pointer, device, stream)
+
+    def empty_cache(self):
+        self._lib.poolkit_empty_cache()
+
+    def reset_peak_stats(self, device):
+        if self._lib.poolkit_reset_peak_stats(device) != 0:
+            raise self._error(f"cannot reset the peaks of device {device}")
+
+    def _text(self, function, device):
+        # The text can grow between the sizing call and the copy: retry until it fits.
+        size = function(device, None, 0)
+        while size >= 0:
+            buffer = ctypes.create_string_buffer(size + 1)
+            written = function(device, buffer, size + 1)
+            if 0 <= written <= size:
+                return buffer.value.decode()
+            size = written
+        raise self._error(f"no pool for device {device}")
+
+    def memory_stats(self, device):
+        return json.loads(self._text(self._lib.poolkit_memory_stats_json, device))
+
+    def memory_summary(self, device):
+        return self._text(self._lib.poolkit_memory_summary, device)
+
+    def segments(self, device):
+        return json.loads(self._text(self._lib.poolkit_snapshot_json, device))["segments"]
+
+
+_lock = threading.Lock()
+_loaded = None
+
+
+def load(path=None):
+    """The process's plugin, loaded on first call (from `path`, or find_plugin()); a later call
+    naming another file raises PoolkitError, since pools cannot move between plugins."""
+    global _loaded
+    with _lock:
+        wanted = os.path.abspath(path) if path else None
+        if _loaded is None:
+            _loaded = Plugin(wanted or find_plugin())
+        elif wanted and wanted != _loaded.path:
+            raise PoolkitError(f"poolkit is already loaded from {_loaded.path}; cannot switch to {wanted}")
+        return _loaded

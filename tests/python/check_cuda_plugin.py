@@ -1,0 +1,94 @@
+"""The CUDA plugin's C ABI through the Python package, on a GPU: memory written and read back
+through the CUDA runtime, both presets, statistics, snapshot, out of memory. Exits 77 (ctest:
+skipped) where the plugin sees no GPU.
+
+    PYTHONPATH=python/src python3 tests/python/check_cuda_plugin.py build/plugins/libpoolkit_plugin.so
+"""
+import ctypes
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+from poolkit import _plugin
+
+MiB = 1 << 20
+PLUGIN = None  # the path under test, from argv
+
+
+def fresh_plugin():
+    folder = tempfile.mkdtemp(prefix="poolkit-cuda-plugin-")
+    path = os.path.join(folder, "libpoolkit_plugin.so")
+    shutil.copyfile(PLUGIN, path)
+    return _plugin.Plugin(path)
+
+
+def cudart():
+    for name in ("libcudart.so.13", "libcudart.so.12", "libcudart.so"):
+        try:
+            return ctypes.CDLL(name)  # the one the plugin loaded
+        except OSError:
+            continue
+    raise unittest.SkipTest("no libcudart to check memory with")
+
+
+class CudaPlugin(unittest.TestCase):
+    def round_trip(self, plugin, size, stream):
+        runtime = cudart()
+        pointer = plugin.alloc(size, 0, stream)
+        self.assertEqual(runtime.cudaMemsetAsync(ctypes.c_void_p(pointer), 0x5A, ctypes.c_size_t(size), ctypes.c_void_p(stream)), 0)
+        back = (ctypes.c_ubyte * size)()
+        self.assertEqual(runtime.cudaStreamSynchronize(ctypes.c_void_p(stream)), 0)
+        self.assertEqual(runtime.cudaMemcpy(back, ctypes.c_void_p(pointer), ctypes.c_size_t(size), 2), 0)  # device to host
+        self.assertTrue(all(b == 0x5A for b in back))
+        return pointer
+
+    def test_both_presets_hand_out_device_memory(self):
+        for preset in ("caching", "expandable"):
+            with self.subTest(preset=preset):
+                plugin = fresh_plugin()
+                plugin.configure(preset, {})
+                runtime = cudart()
+                stream = ctypes.c_void_p()
+                self.assertEqual(runtime.cudaStreamCreate(ctypes.byref(stream)), 0)
+                sizes = [4096, 3 * MiB + 1, 96 * MiB]
+                pointers = [self.round_trip(plugin, size, stream.value or 0) for size in sizes[:2]]
+                pointers.append(plugin.alloc(sizes[2], 0, stream.value))
+                plugin.record_stream(pointers[0], 0, 0)
+                stats = plugin.memory_stats(0)
+                self.assertEqual(stats["allocation.all.current"], 3)
+                self.assertEqual(stats["requested_bytes.all.current"], sum(sizes))
+                segments = plugin.segments(0)
+                self.assertEqual(sum(s["total_size"] for s in segments), stats["reserved_bytes.all.current"])
+                live = {b["address"] for s in segments for b in s["blocks"] if b["state"] == "active_allocated"}
+                self.assertEqual(live, set(pointers))
+                for pointer, size in zip(pointers, sizes):
+                    plugin.free(pointer, size, 0, stream.value)
+                self.assertEqual(runtime.cudaStreamSynchronize(stream), 0)
+                plugin.empty_cache()
+                self.assertEqual(plugin.memory_stats(0)["allocated_bytes.all.current"], 0)
+                self.assertIn("Allocated memory", plugin.memory_summary(0))
+                self.assertEqual(runtime.cudaStreamDestroy(stream), 0)
+
+    def test_more_than_the_device_has_is_a_memory_error(self):
+        plugin = fresh_plugin()
+        with self.assertRaisesRegex(MemoryError, "out of memory"):
+            plugin.alloc(1 << 50, 0, 0)
+        self.assertEqual(plugin.memory_stats(0)["num_ooms"], 1)
+
+
+def main():
+    global PLUGIN
+    if len(sys.argv) < 2:
+        sys.exit("usage: check_cuda_plugin.py PATH/libpoolkit_plugin.so")
+    PLUGIN = os.path.abspath(sys.argv.pop(1))
+    if _plugin.Plugin(PLUGIN).device_count == 0:
+        print("SKIP: the CUDA plugin sees no GPU on this machine")
+        return 77
+    result = unittest.main(exit=False, verbosity=2).result
+    return 0 if result.wasSuccessful() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,298 @@
+"""The plugin's C ABI and the Python package over it, on libpoolkit_plugin_simulated.so: the same
+pools and C ABI as the CUDA plugin over simulated memory, so these run without a GPU.
+
+    POOLKIT_TEST_PLUGIN=build/plugins/libpoolkit_plugin_simulated.so PYTHONPATH=python/src \
+        python3 -m unittest discover -s tests/python -v
+
+Each test loads its own copy of the plugin (a copy of the file is a separate library with its own
+pools), since the allocator kind is fixed once a pool is made. Addresses from the simulated
+plugin are never touched.
+"""
+import os
+import pickle
+import shutil
+import tempfile
+import unittest
+
+import poolkit
+from poolkit import _frontend, _plugin
+
+MiB = 1 << 20
+GiB = 1 << 30
+STREAM_A = 0x1000  # simulated streams: handles that are only compared
+STREAM_B = 0x2000
+
+
+def fresh_plugin(memory=None, devices=None):
+    """A new instance of the simulated plugin: its own pools, kind and options."""
+    source = os.environ.get("POOLKIT_TEST_PLUGIN")
+    if not source:
+        raise unittest.SkipTest("POOLKIT_TEST_PLUGIN is not set")
+    folder = tempfile.mkdtemp(prefix="poolkit-plugin-")
+    path = os.path.join(folder, "libpoolkit_plugin_simulated.so")
+    shutil.copyfile(source, path)
+    for name, value in (("POOLKIT_SIMULATED_MEMORY", memory), ("POOLKIT_SIMULATED_DEVICES", devices)):
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+    plugin = _plugin.Plugin(path)
+    plugin.device_count  # the registry reads POOLKIT_SIMULATED_DEVICES now
+    return plugin
+
+
+def check_tiling(test, snapshot):
+    """Blocks tile their segment, and the segment's figures are its blocks' (what PyTorch's
+    _memory_viz stats asserts: free + allocated == total for every segment)."""
+    for segment in snapshot["segments"]:
+        address = segment["address"]
+        for block in segment["blocks"]:
+            test.assertEqual(block["address"], address)
+            address += block["size"]
+        test.assertEqual(address - segment["address"], segment["total_size"])
+        allocated = [b for b in segment["blocks"] if b["state"] == "active_allocated"]
+        test.assertEqual(segment["allocated_size"], sum(b["size"] for b in allocated))
+        test.assertEqual(segment["requested_size"], sum(b["requested_size"] for b in allocated))
+        for block in allocated:
+            test.assertLessEqual(block["requested_size"], block["size"])
+
+
+class CApi(unittest.TestCase):
+    def test_identity(self):
+        plugin = fresh_plugin(devices=3)
+        self.assertEqual(plugin.backend, "simulated")
+        self.assertEqual(plugin.device_count, 3)
+        self.assertEqual(plugin.allocator, "caching")
+
+    def test_allocations_show_in_the_stats(self):
+        plugin = fresh_plugin()
+        sizes = [1000, 3 * MiB + 7, 300 * MiB]
+        pointers = [plugin.alloc(size, 0, STREAM_A) for size in sizes]
+        self.assertEqual(len(set(pointers)), len(pointers))
+        stats = plugin.memory_stats(0)
+        self.assertEqual(stats["allocation.all.current"], 3)
+        self.assertEqual(stats["requested_bytes.all.current"], sum(sizes))
+        self.assertGreaterEqual(stats["allocated_bytes.all.current"], sum(sizes))
+        self.assertGreaterEqual(stats["reserved_bytes.all.current"], stats["allocated_bytes.all.current"])
+        self.assertGreater(stats["num_device_alloc"], 0)
+        for pointer, size in zip(pointers, sizes):
+            plugin.free(pointer, size, 0, STREAM_A)
+        stats = plugin.memory_stats(0)
+        self.assertEqual(stats["allocation.all.current"], 0)
+        self.assertEqual(stats["allocated_bytes.all.current"], 0)
+        self.assertEqual(stats["allocation.all.freed"], 3)
+        self.assertEqual(stats["requested_bytes.all.peak"], sum(sizes))
+
+    def test_devices_have_their_own_pools(self):
+        plugin = fresh_plugin()
+        pointer = plugin.alloc(4 * MiB, 1, STREAM_A)
+        self.assertEqual(plugin.memory_stats(1)["allocation.all.current"], 1)
+        self.assertEqual(plugin.memory_stats(0), {})  # no pool made on device 0
+        plugin.free(pointer, 4 * MiB, 1, STREAM_A)
+
+    def test_a_device_that_does_not_exist_is_an_error(self):
+        plugin = fresh_plugin(devices=2)
+        with self.assertRaisesRegex(poolkit.PoolkitError, r"no device 5 \(this simulated plugin sees 2\)"):
+            plugin.alloc(1024, 5, STREAM_A)
+        with self.assertRaisesRegex(poolkit.PoolkitError, "no device -1"):
+            plugin.memory_stats(-1)
+        with self.assertRaisesRegex(poolkit.PoolkitError, "no device 2"):
+            plugin.reset_peak_stats(2)
+
+    def test_out_of_memory_raises_memory_error_and_counts(self):
+        plugin = fresh_plugin(memory=GiB)
+        with self.assertRaisesRegex(MemoryError, "out of memory"):
+            plugin.alloc(2 * GiB, 0, STREAM_A)
+        self.assertEqual(plugin.memory_stats(0)["num_ooms"], 1)
+        pointer = plugin.alloc(256 * MiB, 0, STREAM_A)  # the pool still serves what fits
+        plugin.free(pointer, 256 * MiB, 0, STREAM_A)
+
+    def test_the_kind_and_options_are_fixed_by_the_first_pool(self):
+        plugin = fresh_plugin()
+        plugin.memory_stats(0)  # looking makes no pool
+        plugin.configure("expandable", {"cache_fraction": 0.05, "mapping_bytes": 32 * MiB})
+        self.assertEqual(plugin.allocator, "expandable")
+        pointer = plugin.alloc(MiB, 0, STREAM_A)
+        plugin.configure("expandable", {"cache_fraction": 0.05, "mapping_bytes": 32 * MiB})  # the same: nothing to do
+        with self.assertRaisesRegex(poolkit.PoolkitError, "before the first pool"):
+            plugin.configure("caching", {})
+        plugin.free(pointer, MiB, 0, STREAM_A)
+
+    def test_bad_presets_and_options_say_what_is_wrong(self):
+        plugin = fresh_plugin()
+        with self.assertRaisesRegex(poolkit.PoolkitError, r'no allocator named "buddy" \(expected caching or expandable\)'):
+            plugin.configure("buddy", {})
+        with self.assertRaisesRegex(poolkit.PoolkitError, r'caching allocator has no option "cache_fraction" \(it has rounding, '):
+            plugin.configure("caching", {"cache_fraction": 0.1})
+        with self.assertRaisesRegex(poolkit.PoolkitError, r"option power2_divisions=-4 is not a number of at least 0"):
+            plugin.configure("caching", {"power2_divisions": -4})
+        with self.assertRaisesRegex(poolkit.PoolkitError, r"expected a number or a bool"):
+            plugin.configure("caching", {"power2_divisions": "four"})
+        with self.assertRaisesRegex(poolkit.PoolkitError, "not a power of two"):  # checked when the pool is made
+            plugin.configure("expandable", {"mapping_bytes": 3 * MiB})
+            plugin.alloc(MiB, 0, STREAM_A)
+
+    def test_caching_options_take_effect(self):
+        plugin = fresh_plugin()
+        plugin.configure("caching", {"large_chunk": 0, "release_before_growth": False})
+        pointer = plugin.alloc(5 * MiB, 0, STREAM_A)
+        # as needed in 2 MiB steps: 6 MiB, not the default 256 MiB chunk
+        self.assertEqual(plugin.memory_stats(0)["reserved_bytes.all.current"], 6 * MiB)
+        plugin.free(pointer, 5 * MiB, 0, STREAM_A)
+
+    def test_empty_cache_returns_free_chunks(self):
+        plugin = fresh_plugin()
+        pointer = plugin.alloc(300 * MiB, 0, STREAM_A)
+        plugin.free(pointer, 300 * MiB, 0, STREAM_A)
+        self.assertGreater(plugin.memory_stats(0)["reserved_bytes.all.current"], 0)
+        plugin.empty_cache()
+        stats = plugin.memory_stats(0)
+        self.assertEqual(stats["reserved_bytes.all.current"], 0)
+        self.assertGreater(stats["num_device_free"], 0)
+
+    def test_reset_peak_stats(self):
+        plugin = fresh_plugin()
+        pointer = plugin.alloc(64 * MiB, 0, STREAM_A)
+        plugin.free(pointer, 64 * MiB, 0, STREAM_A)
+        small = plugin.alloc(MiB, 0, STREAM_A)
+        plugin.reset_peak_stats(0)
+        stats = plugin.memory_stats(0)
+        self.assertEqual(stats["allocated_bytes.all.peak"], stats["allocated_bytes.all.current"])
+        self.assertEqual(stats["reserved_bytes.all.peak"], stats["reserved_bytes.all.current"])
+        plugin.free(small, MiB, 0, STREAM_A)
+
+    def test_summary_is_a_table_of_the_stats(self):
+        plugin = fresh_plugin()
+        empty = plugin.memory_summary(0)
+        self.assertIn("poolkit memory summary", empty)
+        pointer = plugin.alloc(3 * MiB, 0, STREAM_A)
+        text = plugin.memory_summary(0)
+        self.assertIn("Allocated memory", text)
+        self.assertIn("3.00 MiB", text)
+        plugin.free(pointer, 3 * MiB, 0, STREAM_A)
+
+    def test_snapshot_shows_each_block(self):
+        plugin = fresh_plugin()
+        live = {plugin.alloc(size, 0, STREAM_A): size for size in (1000, 2 * MiB, 40 * MiB)}
+        freed = plugin.alloc(8 * MiB, 0, STREAM_A)
+        plugin.free(freed, 8 * MiB, 0, STREAM_A)
+        segments = plugin.segments(0)
+        blocks = {b["address"]: b for s in segments for b in s["blocks"]}
+        for pointer, size in live.items():
+            self.assertEqual(blocks[pointer]["state"], "active_allocated")
+            self.assertEqual(blocks[pointer]["requested_size"], size)
+        self.assertNotIn(freed, [a for a, b in blocks.items() if b["state"] == "active_allocated"])
+        check_tiling(self, {"segments": segments})
+        self.assertEqual(sum(s["total_size"] for s in segments), plugin.memory_stats(0)["reserved_bytes.all.current"])
+        for pointer, size in live.items():
+            plugin.free(pointer, size, 0, STREAM_A)
+
+    def test_a_block_freed_on_another_stream_is_pending_until_it_returns(self):
+        plugin = fresh_plugin()
+        pointer = plugin.alloc(2 * MiB, 0, STREAM_A)
+        plugin.free(pointer, 2 * MiB, 0, STREAM_B)  # parked on B's lane until its batch goes home
+        states = {b["address"]: b["state"] for s in plugin.segments(0) for b in s["blocks"]}
+        self.assertIn(states[pointer], ("active_pending_free", "inactive"))
+        self.assertEqual(plugin.memory_stats(0)["allocation.all.current"], 0)
+
+    def test_expandable_segments_are_the_mapped_granules(self):
+        plugin = fresh_plugin()
+        plugin.configure("expandable", {})
+        sizes = [3 * MiB, 10 * MiB + 5, 100, 64 * MiB]
+        pointers = [plugin.alloc(size, 0, STREAM_A) for size in sizes]
+        plugin.free(pointers[1], sizes[1], 0, STREAM_A)
+        segments = plugin.segments(0)
+        check_tiling(self, {"segments": segments})
+        mapped = plugin.memory_stats(0)["reserved_bytes.all.current"]
+        self.assertEqual(sum(s["total_size"] for s in segments), mapped)
+        self.assertLess(mapped, GiB)  # the spans' address space is not shown
+        for segment in segments:
+            self.assertEqual(segment["total_size"] % (2 * MiB), 0)
+        for pointer, size in zip(pointers, sizes):
+            if size != sizes[1]:
+                plugin.free(pointer, size, 0, STREAM_A)
+        plugin.empty_cache()
+        self.assertEqual(plugin.segments(0), [])
+        self.assertEqual(plugin.memory_stats(0)["reserved_bytes.all.current"], 0)
+
+
+class Frontend(unittest.TestCase):
+    """The module functions of poolkit.torch / poolkit.cupy, with the framework's current device
+    replaced by device 0."""
+
+    def setUp(self):
+        self.plugin = fresh_plugin()
+        self.saved, _plugin._loaded = _plugin._loaded, self.plugin
+        self.front = _frontend.Frontend(lambda: 0)
+
+    def tearDown(self):
+        _plugin._loaded = self.saved
+
+    def test_functions_read_the_plugin(self):
+        pointer = self.plugin.alloc(5 * MiB, 0, STREAM_A)
+        self.assertEqual(self.front.memory_allocated(), self.plugin.memory_stats(0)["allocated_bytes.all.current"])
+        self.assertEqual(list(self.front.memory_stats()), sorted(self.front.memory_stats()))
+        self.assertGreaterEqual(self.front.memory_reserved(), self.front.memory_allocated())
+        self.assertEqual(self.front.max_memory_allocated(0), self.front.memory_allocated(0))
+        self.plugin.free(pointer, 5 * MiB, 0, STREAM_A)
+        self.front.reset_peak_memory_stats()
+        self.assertEqual(self.front.max_memory_allocated(), 0)
+        self.assertEqual(self.front.memory_allocated(1), 0)  # no pool on device 1
+        self.front.empty_cache()
+        self.assertEqual(self.front.memory_reserved(), 0)
+        self.assertGreater(self.front.max_memory_reserved(), 0)  # a peak stays until reset
+
+    def test_snapshot_has_pytorchs_structure(self):
+        pointers = [(self.plugin.alloc(size, device, STREAM_A), size, device) for size, device in ((MiB, 0), (7 * MiB, 1))]
+        snapshot = self.front.snapshot()
+        self.assertEqual(set(snapshot), {"segments", "device_traces", "allocator_settings", "external_annotations"})
+        self.assertEqual(snapshot["device_traces"], [[], []])
+        self.assertEqual({s["device"] for s in snapshot["segments"]}, {0, 1})
+        for segment in snapshot["segments"]:
+            self.assertEqual(list(segment), ["device", "address", "total_size", "allocated_size", "active_size", "requested_size",
+                                             "stream", "segment_type", "segment_pool_id", "is_expandable", "frames", "blocks"])
+            self.assertFalse(segment["is_expandable"])
+            for block in segment["blocks"]:
+                self.assertEqual(list(block), ["address", "size", "requested_size", "state", "frames"])
+        check_tiling(self, snapshot)
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "snap.pickle")
+            self.front.dump_snapshot(path)
+            with open(path, "rb") as f:
+                self.assertEqual(pickle.load(f), snapshot)
+        for pointer, size, device in pointers:
+            self.plugin.free(pointer, size, device, STREAM_A)
+
+
+class Loading(unittest.TestCase):
+    def test_a_missing_plugin_says_how_to_get_one(self):
+        saved = os.environ.pop("POOLKIT_PLUGIN", None)
+        try:
+            os.environ["POOLKIT_PLUGIN"] = "/nonexistent/libpoolkit_plugin.so"
+            with self.assertRaisesRegex(poolkit.PoolkitError, "names no file"):
+                poolkit.find_plugin()
+            del os.environ["POOLKIT_PLUGIN"]
+            if not os.path.isfile(os.path.join(os.path.dirname(poolkit.__file__), "libpoolkit_plugin.so")):
+                with self.assertRaisesRegex(poolkit.PoolkitError, "pip install ./python"):
+                    poolkit.find_plugin()
+        finally:
+            if saved is not None:
+                os.environ["POOLKIT_PLUGIN"] = saved
+
+    def test_a_file_that_is_not_the_plugin_is_refused(self):
+        with tempfile.NamedTemporaryFile(suffix=".so") as f:
+            f.write(b"not a library")
+            f.flush()
+            with self.assertRaisesRegex(poolkit.PoolkitError, "cannot load"):
+                _plugin.Plugin(f.name)
+
+    def test_unknown_presets_are_refused_before_a_framework_is_imported(self):
+        import poolkit.cupy
+        import poolkit.torch
+        for module in (poolkit.torch, poolkit.cupy):
+            with self.assertRaisesRegex(poolkit.PoolkitError, r"no preset 'fast' \(expected one of caching, expandable\)"):
+                module.use("fast")
+            self.assertIsNone(module.in_use())
+
+if __name__ == "__main__":
+    unittest.main()
