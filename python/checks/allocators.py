@@ -1,0 +1,100 @@
+"""What the PyTorch checks share: the allocators they compare, each run in a process of its own
+(PyTorch's allocator can only be replaced before its first CUDA allocation), and the checks of
+poolkit's figures against its own snapshot.
+
+A check script calls compare(__file__, args) in its main process; each child runs
+`script --child NAME ...`, calls install(NAME) first thing, does its work and prints one JSON
+line of results.
+"""
+import json
+import os
+import subprocess
+import sys
+
+# name: (environment, poolkit preset or None, options)
+ALLOCATORS = {
+    "pytorch": ({}, None, {}),
+    "pytorch expandable_segments": ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, None, {}),
+    "poolkit caching": ({}, "caching", {}),
+    "poolkit expandable": ({}, "expandable", {}),
+    # Up to 20% kept mapped where following live memory remaps often, 32 MiB physical allocations
+    # (docs/virtual_memory.md): fewer driver calls for a slightly larger footprint.
+    "poolkit expandable/adaptive": ({}, "expandable", {"max_peak_slack": 0.2, "mapping_bytes": 32 << 20}),
+}
+
+
+def install(name):
+    """In a child, before anything touches CUDA: makes the named allocator PyTorch's."""
+    _, preset, options = ALLOCATORS[name]
+    if preset is not None:
+        import poolkit.torch
+        poolkit.torch.use(preset, **options)
+
+
+def snapshot_name(name):
+    """A file name for the snapshot of a poolkit run: "caching", "expandable-adaptive"."""
+    return name.removeprefix("poolkit ").replace("/", "-")
+
+
+def figures(name):
+    """Peak allocated and reserved bytes of the allocator in use, from PyTorch's statistics or
+    poolkit's, and for poolkit the checks of its statistics against its snapshot."""
+    import torch
+    if ALLOCATORS[name][1] is None:
+        stats = torch.cuda.memory_stats()
+        return {"peak_allocated": stats["allocated_bytes.all.peak"], "peak_reserved": stats["reserved_bytes.all.peak"]}
+    import poolkit.torch
+    torch.cuda.synchronize()
+    stats = poolkit.torch.memory_stats()
+    return {"peak_allocated": stats["allocated_bytes.all.peak"], "peak_reserved": stats["reserved_bytes.all.peak"],
+            "consistency": consistency(stats, poolkit.torch.snapshot())}
+
+
+def consistency(stats, snapshot):
+    """Statements about poolkit's stats and snapshot that must all hold; returns those that do not."""
+    segments = snapshot["segments"]
+    live = [b for s in segments for b in s["blocks"] if b["state"] == "active_allocated"]
+    checks = {
+        "segments add up to reserved_bytes.all.current": sum(s["total_size"] for s in segments) == stats["reserved_bytes.all.current"],
+        # A block may keep a remainder too small to split off; allocated_bytes counts the rounded
+        # request, so the blocks hold at least that, and not much more.
+        "live blocks hold allocated_bytes.all.current, at most 1% more":
+            stats["allocated_bytes.all.current"] <= sum(b["size"] for b in live) <= 1.01 * stats["allocated_bytes.all.current"] + (1 << 20),
+        "live blocks are allocation.all.current": len(live) == stats["allocation.all.current"],
+        "requested sizes add up to requested_bytes.all.current":
+            sum(b["requested_size"] for b in live) == stats["requested_bytes.all.current"],
+        "blocks tile their segments": all(sum(b["size"] for b in s["blocks"]) == s["total_size"] for s in segments),
+        "peaks are at least the current figures": all(
+            stats[f"{m}.all.peak"] >= stats[f"{m}.all.current"] for m in ("allocated_bytes", "reserved_bytes")),
+    }
+    return [statement for statement, holds in checks.items() if not holds]
+
+
+def run_child(script, name, arguments):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF",)}
+    env.update(ALLOCATORS[name][0])
+    env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    child = subprocess.run([sys.executable, script, "--child", name, *arguments], env=env, capture_output=True, text=True)
+    if child.returncode != 0:
+        sys.stderr.write(child.stdout[-4000:] + child.stderr[-8000:])
+        raise SystemExit(f"{name}: the child run failed (exit {child.returncode})")
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+def mib(count):
+    return f"{count / 2**20:,.1f} MiB"
+
+
+def table(runs):
+    """Peak allocated, peak reserved, their ratio and the step time of each run."""
+    lines = [f"{'allocator':30} {'peak allocated':>15} {'peak reserved':>15} {'ratio':>7} {'ms/step':>9}"]
+    for name, run in runs.items():
+        f = run["figures"]
+        lines.append(f"{name:30} {mib(f['peak_allocated']):>15} {mib(f['peak_reserved']):>15} "
+                     f"{f['peak_reserved'] / max(f['peak_allocated'], 1):7.3f} {run['ms_per_step']:9.2f}")
+    return "\n".join(lines)
+
+
+def inconsistencies(runs):
+    """Each poolkit run's failed consistency statements, as lines."""
+    return [f"{name}: {statement}" for name, run in runs.items() for statement in run["figures"].get("consistency", [])]
