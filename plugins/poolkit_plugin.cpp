@@ -442,6 +442,9 @@ device_pool& existing_pool(int device) {
     return *registry::instance().pool(device);
 }
 
+// The C ABI's stream (a cudaStream_t) as poolkit's; without CUDA, handles the caller only compares.
+stream_ref stream_of(poolkit_stream stream) noexcept { return stream_ref{reinterpret_cast<stream_handle>(stream)}; }
+
 // Runs `call`, turning an exception into last_error and `failed`.
 template <class Result, class Call>
 Result guarded(Result failed, Call&& call) noexcept {
@@ -477,7 +480,7 @@ void* poolkit_alloc(ssize_t size, int device, poolkit_stream stream) {
     return guarded<void*>(nullptr, [&] {
         device_pool& pool = existing_pool(device);
         backend::device_scope scope(device);
-        return pool.allocate(static_cast<std::size_t>(size), stream_ref{stream});
+        return pool.allocate(static_cast<std::size_t>(size), stream_of(stream));
     });
 }
 
@@ -486,7 +489,7 @@ void poolkit_free(void* pointer, ssize_t size, int device, poolkit_stream stream
     guarded(0, [&] {
         device_pool& pool = existing_pool(device);
         backend::device_scope scope(device);
-        pool.deallocate(pointer, static_cast<std::size_t>(size), stream_ref{stream});
+        pool.deallocate(pointer, static_cast<std::size_t>(size), stream_of(stream));
         return 0;
     });
 }
@@ -495,7 +498,7 @@ void poolkit_record_stream(void* pointer, int device, poolkit_stream stream) {
     guarded(0, [&] {
         device_pool& pool = existing_pool(device);
         backend::device_scope scope(device);
-        pool.record_use(pointer, stream_ref{stream});
+        pool.record_use(pointer, stream_of(stream));
         return 0;
     });
 }

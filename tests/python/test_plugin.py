@@ -83,6 +83,12 @@ class CApi(unittest.TestCase):
         self.assertEqual(stats["allocation.all.freed"], 3)
         self.assertEqual(stats["requested_bytes.all.peak"], sum(sizes))
 
+    def test_zero_bytes_are_no_allocation(self):
+        plugin = fresh_plugin()
+        self.assertEqual(plugin.alloc(0, 0, STREAM_A), 0)
+        plugin.free(0, 0, 0, STREAM_A)
+        self.assertEqual(plugin.memory_stats(0), {})
+
     def test_devices_have_their_own_pools(self):
         plugin = fresh_plugin()
         pointer = plugin.alloc(4 * MiB, 1, STREAM_A)

@@ -107,7 +107,10 @@ class Plugin:
 
     def alloc(self, size, device, stream):
         """The address of `size` bytes usable by work on `stream` (a cudaStream_t as an int);
-        raises MemoryError when the device is out of memory, PoolkitError for other failures."""
+        raises MemoryError when the device is out of memory, PoolkitError for other failures.
+        0 bytes are no allocation: the address is 0 (and freeing it does nothing)."""
+        if size <= 0:
+            return 0
         pointer = self._lib.poolkit_alloc(size, device, stream)
         if not pointer:
             message = self._lib.poolkit_last_error().decode()

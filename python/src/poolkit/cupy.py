@@ -43,11 +43,15 @@ class _Allocator:
             pointer = self._plugin.alloc(size, device, stream)
         except MemoryError:
             raise cupy.cuda.memory.OutOfMemoryError(size, 0, 0) from None
+        if pointer == 0:
+            return 0
         with self._lock:
             self._live[pointer] = (size, device, stream)
         return pointer
 
     def free(self, pointer, device):
+        if pointer == 0:
+            return  # a 0-byte allocation
         with self._lock:
             size, device, stream = self._live.pop(pointer)
         self._plugin.free(pointer, size, device, stream)
