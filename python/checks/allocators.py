@@ -8,8 +8,10 @@ line of results.
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
+import time
 
 # name: (environment, poolkit preset or None, options)
 ALLOCATORS = {
@@ -34,6 +36,27 @@ def install(name):
 def snapshot_name(name):
     """A file name for the snapshot of a poolkit run: "caching", "expandable-adaptive"."""
     return name.removeprefix("poolkit ").replace("/", "-")
+
+
+def train_steps(model, steps, batch, seed):
+    """ResNet-18-style training steps on random 224x224 images from a seeded generator: the losses
+    and the median milliseconds per step after the first two."""
+    import torch
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    losses, times = [], []
+    for _ in range(steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        images = torch.randn(batch, 3, 224, 224, device="cuda", generator=generator)
+        labels = torch.randint(0, 10, (batch,), device="cuda", generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+        times.append(time.perf_counter() - start)
+    return losses, 1e3 * statistics.median(times[2:])
 
 
 def figures(name):

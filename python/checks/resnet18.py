@@ -15,9 +15,7 @@ check fails.
 """
 import json
 import os
-import statistics
 import sys
-import time
 
 import allocators
 
@@ -34,21 +32,8 @@ def train(name, out_dir):
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.benchmark = False
     model = torchvision.models.resnet18(num_classes=10).cuda()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    generator = torch.Generator(device="cuda").manual_seed(1)
-    losses, times = [], []
-    for _ in range(STEPS):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        images = torch.randn(BATCH, 3, 224, 224, device="cuda", generator=generator)
-        labels = torch.randint(0, 10, (BATCH,), device="cuda", generator=generator)
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
-        times.append(time.perf_counter() - start)
-    result = {"losses": losses, "ms_per_step": 1e3 * statistics.median(times[2:]), "figures": allocators.figures(name)}
+    losses, ms_per_step = allocators.train_steps(model, STEPS, BATCH, seed=1)
+    result = {"losses": losses, "ms_per_step": ms_per_step, "figures": allocators.figures(name)}
     if allocators.ALLOCATORS[name][1] is not None:
         import poolkit.torch
         result["summary"] = poolkit.torch.memory_summary()

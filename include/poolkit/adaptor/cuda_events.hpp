@@ -2,9 +2,11 @@
 //
 // Events are created with cudaEventDisableTiming and pooled: record() takes one from the pool (or
 // creates one) and records it, recycle() puts it back. wait() is cudaStreamWaitEvent (no host
-// synchronization); done() is cudaEventQuery; synchronize() is cudaEventSynchronize. Events belong
-// to the device that was current when they were created: use one stream_ordered per device. Not
-// thread-safe (stream_ordered is not either; synchronized<> guards both).
+// synchronization); done() is cudaEventQuery; synchronize() is cudaEventSynchronize. An event is
+// made on the device of the stream it is recorded on (cudaStreamGetDevice) and pooled per device,
+// so one pool may serve streams of several devices: pinned host memory used by all of them
+// (cudaHostAllocPortable). synchronize_all() waits for every device an event was recorded on.
+// Not thread-safe (stream_ordered is not either; synchronized<> guards both).
 // cudaStreamPerThread — and the default stream 0 where this translation unit was compiled for the
 // per-thread default stream — names a different stream on each host thread: per_thread() says so,
 // and stream_ordered keeps such lanes apart by thread.
@@ -25,58 +27,79 @@ namespace poolkit {
 
 class cuda_events {
 public:
-    using event_type = cudaEvent_t;
+    struct event_type {
+        cudaEvent_t handle = nullptr;
+        int device = 0;  // the device it was made on, whose pool takes it back
+    };
 
     cuda_events() = default;
     cuda_events(const cuda_events&) = delete;
     cuda_events& operator=(const cuda_events&) = delete;
-    cuda_events(cuda_events&& other) noexcept : free_(std::move(other.free_)) {}
+    cuda_events(cuda_events&& other) noexcept : free_(std::move(other.free_)), seen_(std::move(other.seen_)) {}
     cuda_events& operator=(cuda_events&& other) noexcept {
         std::swap(free_, other.free_);
+        std::swap(seen_, other.seen_);
         return *this;
     }
     ~cuda_events() {
-        for (cudaEvent_t event : free_) detail::check_cuda_in_deallocate(cudaEventDestroy(event), "cudaEventDestroy");
+        for (std::size_t device = 0; device < free_.size(); ++device) {
+            for (cudaEvent_t event : free_[device]) detail::check_cuda_in_deallocate(cudaEventDestroy(event), "cudaEventDestroy");
+        }
     }
 
     event_type record(stream_ref stream) {
+        const int device = device_of(stream);
+        std::vector<cudaEvent_t>& pool = pool_of(device);
         cudaEvent_t event{};
-        if (free_.empty()) {
+        if (pool.empty()) {
+            const detail::device_scope on(device);
+            on.check();
             detail::check_cuda(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
         } else {
-            event = free_.back();
-            free_.pop_back();
+            event = pool.back();
+            pool.pop_back();
         }
         const cudaError_t status = cudaEventRecord(event, stream.get());
         if (status != cudaSuccess) {
-            free_.push_back(event);
+            pool.push_back(event);
             detail::throw_cuda_error(status, "cudaEventRecord");
         }
-        return event;
+        return {event, device};
     }
 
     void wait(stream_ref waiter, event_type event) {
-        detail::check_cuda(cudaStreamWaitEvent(waiter.get(), event, 0), "cudaStreamWaitEvent");
+        detail::check_cuda(cudaStreamWaitEvent(waiter.get(), event.handle, 0), "cudaStreamWaitEvent");
     }
 
     [[nodiscard]] bool done(event_type event) {
-        const cudaError_t status = cudaEventQuery(event);
+        const cudaError_t status = cudaEventQuery(event.handle);
         if (status == cudaErrorNotReady) return false;
         detail::check_cuda(status, "cudaEventQuery");
         return true;
     }
 
-    void synchronize(event_type event) { detail::check_cuda(cudaEventSynchronize(event), "cudaEventSynchronize"); }
+    void synchronize(event_type event) { detail::check_cuda(cudaEventSynchronize(event.handle), "cudaEventSynchronize"); }
 
-    // The host waits for all work on the current device (for streams no event can reach).
-    void synchronize_all() { detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+    // The host waits for all work of every device an event was recorded on, or of the current
+    // device before any was (for streams no event can reach).
+    void synchronize_all() {
+        bool any = false;
+        for (std::size_t device = 0; device < free_.size(); ++device) {
+            if (!seen_[device]) continue;
+            any = true;
+            const detail::device_scope on(static_cast<int>(device));
+            on.check();
+            detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        }
+        if (!any) detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    }
 
     // The event may be recorded again at once: a wait already issued keeps the state it saw.
     void recycle(event_type event) noexcept {
         try {
-            free_.push_back(event);
+            pool_of(event.device).push_back(event.handle);
         } catch (...) {
-            detail::check_cuda_in_deallocate(cudaEventDestroy(event), "cudaEventDestroy");
+            detail::check_cuda_in_deallocate(cudaEventDestroy(event.handle), "cudaEventDestroy");
         }
     }
 
@@ -110,10 +133,36 @@ public:
         return false;
     }
 
-    // Pooled events on hand (for tests).
-    [[nodiscard]] std::size_t pooled() const noexcept { return free_.size(); }
+    // Pooled events on hand, of every device (for tests).
+    [[nodiscard]] std::size_t pooled() const noexcept {
+        std::size_t count = 0;
+        for (const auto& pool : free_) count += pool.size();
+        return count;
+    }
+
+    // The device of `stream`: cudaStreamGetDevice (CUDA 12.8+), else the current device; the
+    // legacy and per-thread default streams are the current device's.
+    [[nodiscard]] static int device_of(stream_ref stream) {
+        int device = 0;
+#if CUDART_VERSION >= 12080
+        if (cudaStreamGetDevice(stream.get(), &device) == cudaSuccess) return device;
+        static_cast<void>(cudaGetLastError());
+#endif
+        detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+        return device;
+    }
 
 private:
+    std::vector<cudaEvent_t>& pool_of(int device) {
+        const auto index = static_cast<std::size_t>(device);
+        if (index >= free_.size()) {
+            free_.resize(index + 1);
+            seen_.resize(index + 1, false);
+        }
+        seen_[index] = true;
+        return free_[index];
+    }
+
     // cuStreamGetId from the runtime's entry point table, once per process; nullptr where the
     // driver has none.
     static PFN_cuStreamGetId_v12000 driver_stream_get_id() noexcept {
@@ -125,7 +174,8 @@ private:
         return function;
     }
 
-    std::vector<cudaEvent_t> free_;
+    std::vector<std::vector<cudaEvent_t>> free_;  // by device
+    std::vector<bool> seen_;                       // by device: an event was recorded there
 };
 
 }  // namespace poolkit

@@ -88,7 +88,7 @@ public:
         if (device_ >= devices) {
             throw std::invalid_argument("poolkit: cuda_vmm_resource: there is no device " + std::to_string(device_));
         }
-        const current_device scope(device_);
+        const detail::device_scope scope(device_);
         scope.check();
 
         CUdevice handle{};
@@ -155,7 +155,7 @@ public:
         detail::report_leaks("cuda_vmm_resource (granules mapped by map())",
                              (granules_.mapped_bytes() - granules_.block_bytes()) / granularity_,
                              granules_.mapped_bytes() - granules_.block_bytes());
-        const current_device scope(device_);
+        const detail::device_scope scope(device_);
         if (granules_.mapped_bytes() != 0) {
             detail::check_cuda_in_deallocate(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
             granules_.for_each_mapped_run([this](std::uintptr_t at, std::size_t bytes) { unmap_mappings(at, bytes); });
@@ -190,7 +190,7 @@ public:
         const char* violation = granules_.unmap_violation(address, bytes);
         POOLKIT_ASSERT(violation == nullptr, violation);  // says which rule the call broke
         if (violation != nullptr) return;
-        const current_device scope(device_);
+        const detail::device_scope scope(device_);
         unmap_mappings(address, bytes);
         granules_.mark_unmapped(address, bytes);
     }
@@ -204,7 +204,7 @@ public:
     }
     // Waits for all work of the device, so that memory unmapped afterwards is used by none.
     void synchronize() {
-        const current_device scope(device_);
+        const detail::device_scope scope(device_);
         detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     }
 
@@ -262,7 +262,7 @@ public:
     // Waits for the device (as cudaFree does), then unmaps the block.
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
-        const current_device scope(device_);
+        const detail::device_scope scope(device_);
         detail::check_cuda_in_deallocate(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
         release_block(pointer, bytes, alignment);
     }
@@ -274,7 +274,7 @@ public:
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept {
         if (pointer == nullptr) return;
         detail::check_cuda_in_deallocate(cudaStreamSynchronize(stream.get()), "cudaStreamSynchronize");
-        const current_device scope(device_);
+        const detail::device_scope scope(device_);
         release_block(pointer, bytes, alignment);
     }
     POOLKIT_CUDA_MR_MEMBERS(cuda_vmm_resource);
@@ -299,26 +299,6 @@ public:
     friend constexpr void get_property(const cuda_vmm_resource&, device_accessible) noexcept {}
 
 private:
-    // Makes `device` current for a scope and restores the previous device: the driver calls run
-    // in the device's primary context. Never throws; check() reports a failure to switch.
-    class current_device {
-    public:
-        explicit current_device(int device) noexcept : device_(device) {
-            status_ = cudaGetDevice(&previous_);
-            if (status_ == cudaSuccess && previous_ != device_) status_ = cudaSetDevice(device_);
-        }
-        current_device(const current_device&) = delete;
-        current_device& operator=(const current_device&) = delete;
-        ~current_device() {
-            if (status_ == cudaSuccess && previous_ != device_) static_cast<void>(cudaSetDevice(previous_));
-        }
-        void check() const { detail::check_cuda(status_, "cudaSetDevice"); }
-
-    private:
-        int device_;
-        int previous_ = -1;
-        cudaError_t status_;
-    };
 
     static CUmemAccessDesc read_write(int device) noexcept {
         CUmemAccessDesc access{};
@@ -360,7 +340,7 @@ private:
     void map_locked(std::uintptr_t at, std::size_t bytes, mapping kind, std::size_t alignment, std::size_t asked = 0) {
         if (asked == 0) asked = bytes;
         if (bytes > physical_limit_ - granules_.mapped_bytes()) throw out_of_memory(name, figures(asked, alignment, false));
-        const current_device scope(device_);
+        const detail::device_scope scope(device_);
         scope.check();
         const std::size_t piece = kind == mapping::whole ? bytes : granularity_;
         std::size_t done = 0;

@@ -9,8 +9,11 @@
 Once PyTorch uses a pluggable allocator its own torch.cuda.memory_stats(), memory_summary() and
 memory._snapshot() know nothing of it: ask this module instead. PyTorch's pluggable interface
 does not pass Tensor.record_stream() on: for a tensor used on a stream other than the one it was
-allocated on, call poolkit.torch.record_stream(tensor, stream).
+allocated on, call poolkit.torch.record_stream(tensor, stream). For torch.distributed, use() sets
+TORCH_NCCL_AVOID_RECORD_STREAMS=1 (unless set): NCCL's collectives then hold their tensors until
+done instead of calling record_stream.
 """
+import os
 import threading
 
 from . import PRESETS, _frontend, _plugin
@@ -60,6 +63,9 @@ def use(preset="caching", *, plugin=None, **options):
         if loaded.backend != "cuda":
             raise PoolkitError(f"{loaded.path} is the {loaded.backend} plugin: PyTorch needs the CUDA one")
         loaded.configure(preset, options)
+        # ProcessGroupNCCL calls record_stream on collective inputs unless told to hold them until
+        # the collective is done; record_stream never reaches a pluggable allocator.
+        os.environ.setdefault("TORCH_NCCL_AVOID_RECORD_STREAMS", "1")
         allocator = torch.cuda.memory.CUDAPluggableAllocator(loaded.path, "poolkit_alloc", "poolkit_free")
         try:
             torch.cuda.memory.change_current_allocator(allocator)

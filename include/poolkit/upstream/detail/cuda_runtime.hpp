@@ -97,4 +97,26 @@ private:
     std::unordered_map<void*, void*> bases_;
 };
 
+// Makes `device` current for a scope and restores the previous device (the driver's calls run in
+// the current device's primary context; events are made on the current device). Never throws;
+// check() reports a failure to switch.
+class device_scope {
+public:
+    explicit device_scope(int device) noexcept : device_(device) {
+        status_ = cudaGetDevice(&previous_);
+        if (status_ == cudaSuccess && previous_ != device_) status_ = cudaSetDevice(device_);
+    }
+    device_scope(const device_scope&) = delete;
+    device_scope& operator=(const device_scope&) = delete;
+    ~device_scope() {
+        if (status_ == cudaSuccess && previous_ != device_) static_cast<void>(cudaSetDevice(previous_));
+    }
+    void check() const { check_cuda(status_, "cudaSetDevice"); }
+
+private:
+    int device_;
+    int previous_ = -1;
+    cudaError_t status_;
+};
+
 }  // namespace poolkit::detail
