@@ -10,6 +10,14 @@
 // stream; the plain deallocate frees on the default stream (the caller promises no work still
 // uses the memory). Exhaustion: out_of_memory with the pool's used and reserved bytes; other CUDA
 // failures: cuda_error. Equal when they use the same pool.
+//
+// Between processes (CUDA IPC, Linux): a pool made with `shareable` exports its handle as a POSIX
+// file descriptor (export_handle(); pass it over a Unix socket with SCM_RIGHTS) and each
+// allocation as 64 bytes of plain data (export_pointer()). The other process imports the pool
+// (import_handle(fd): a pool that cannot allocate) and the allocation (import_pointer(data)), uses
+// it, and frees it with deallocate / deallocate_async on the imported pool. CUDA's rules: the
+// importer may touch the memory only after the exporter's allocation completed, and must have
+// freed it (a cudaFreeAsync completed) before the exporter frees it; the exporter owns the memory.
 #pragma once
 
 #include <poolkit/core/concepts.hpp>
@@ -19,6 +27,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 
 namespace poolkit {
@@ -29,6 +38,8 @@ struct cuda_async_options {
     // Bytes the pool keeps reserved across synchronizations. Empty: keep everything (the driver's
     // default of 0 would return memory at every synchronization and make allocations slow).
     std::optional<std::size_t> release_threshold;
+    // Another process may import the pool and its allocations (cudaMemHandleTypePosixFileDescriptor).
+    bool shareable = false;
 };
 
 class cuda_async_resource {
@@ -44,7 +55,7 @@ public:
         if (device < 0) detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
         cudaMemPoolProps properties{};
         properties.allocType = cudaMemAllocationTypePinned;
-        properties.handleTypes = cudaMemHandleTypeNone;
+        properties.handleTypes = options.shareable ? cudaMemHandleTypePosixFileDescriptor : cudaMemHandleTypeNone;
         properties.location.type = cudaMemLocationTypeDevice;
         properties.location.id = device;
         detail::check_cuda(cudaMemPoolCreate(&pool_, &properties), "cudaMemPoolCreate");
@@ -68,10 +79,13 @@ public:
     }
 
     cuda_async_resource(cuda_async_resource&& other) noexcept
-        : pool_(std::exchange(other.pool_, nullptr)), owned_(std::exchange(other.owned_, false)) {}
+        : pool_(std::exchange(other.pool_, nullptr)),
+          owned_(std::exchange(other.owned_, false)),
+          imported_(std::exchange(other.imported_, false)) {}
     cuda_async_resource& operator=(cuda_async_resource other) noexcept {
         std::swap(pool_, other.pool_);
         std::swap(owned_, other.owned_);
+        std::swap(imported_, other.imported_);
         return *this;
     }
     cuda_async_resource(const cuda_async_resource&) = delete;
@@ -81,9 +95,63 @@ public:
         if (owned_ && pool_ != nullptr) detail::check_cuda_in_deallocate(cudaMemPoolDestroy(pool_), "cudaMemPoolDestroy");
     }
 
+    // The pool another process exported (export_handle()), owned: allocations cannot be made
+    // from it, only imported (import_pointer). The descriptor may be closed once this returns.
+    // Throws cuda_error for a descriptor that is not such a pool.
+    [[nodiscard]] static cuda_async_resource import_handle(int descriptor) {
+        cudaMemPool_t pool{};
+        detail::check_cuda(cudaMemPoolImportFromShareableHandle(&pool, reinterpret_cast<void*>(static_cast<std::intptr_t>(descriptor)),
+                                                                cudaMemHandleTypePosixFileDescriptor, 0),
+                           "cudaMemPoolImportFromShareableHandle (is the descriptor a pool exported by export_handle()?)");
+        cuda_async_resource imported(pool);
+        imported.owned_ = true;
+        imported.imported_ = true;
+        return imported;
+    }
+
+    // A new descriptor of this pool for another process; the caller closes it. Throws cuda_error
+    // for a pool not made with cuda_async_options::shareable.
+    [[nodiscard]] int export_handle() const {
+        int descriptor = -1;
+        detail::check_cuda(cudaMemPoolExportToShareableHandle(&descriptor, pool_, cudaMemHandleTypePosixFileDescriptor, 0),
+                           "cudaMemPoolExportToShareableHandle (was the pool made with cuda_async_options::shareable?)");
+        return descriptor;
+    }
+
+    // What another process needs to import `pointer`, an allocation of this shareable pool made with
+    // an alignment of at most 256 (plain data: send it any way).
+    [[nodiscard]] cudaMemPoolPtrExportData export_pointer(void* pointer) const {
+        cudaMemPoolPtrExportData data{};
+        detail::check_cuda(cudaMemPoolExportPointer(&data, pointer), "cudaMemPoolExportPointer");
+        return data;
+    }
+
+    // The allocation `data` names, in this imported pool; free it with deallocate or
+    // deallocate_async (with an alignment of at most 256) before the exporter frees it. Throws
+    // std::logic_error on a pool that is not imported, cuda_error for data this pool did not export.
+    [[nodiscard]] void* import_pointer(cudaMemPoolPtrExportData data) const {
+        if (!imported_) throw std::logic_error("poolkit: import_pointer on a pool that was not imported (import_handle)");
+        void* pointer = nullptr;
+        detail::check_cuda(cudaMemPoolImportPointer(&pointer, pool_, &data), "cudaMemPoolImportPointer");
+        return pointer;
+    }
+
+    [[nodiscard]] bool imported() const noexcept { return imported_; }
+
+    // Lets kernels on `device` read and write the pool's memory (cudaMemPoolSetAccess): a peer of
+    // the pool's device, or the importing process's device for a pool imported from another GPU.
+    void grant_access(int device) {
+        cudaMemAccessDesc access{};
+        access.location.type = cudaMemLocationTypeDevice;
+        access.location.id = device;
+        access.flags = cudaMemAccessFlagsProtReadWrite;
+        detail::check_cuda(cudaMemPoolSetAccess(pool_, &access, 1), "cudaMemPoolSetAccess");
+    }
+
     void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
+        if (imported_) throw std::logic_error("poolkit: an imported pool cannot allocate (import_pointer its allocations)");
         const auto padded = detail::over_aligned_registry::padded_size(bytes, alignment, native_alignment);
         if (!padded) throw out_of_memory("cuda_async_resource", memory_figures::request(bytes, alignment));
         void* base = nullptr;
@@ -169,6 +237,7 @@ private:
 
     cudaMemPool_t pool_ = nullptr;
     bool owned_ = false;
+    bool imported_ = false;  // by import_handle: frees imported pointers, allocates nothing
 };
 
 static_assert(stream_resource_with<cuda_async_resource, device_accessible>);
