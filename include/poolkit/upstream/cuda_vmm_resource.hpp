@@ -29,6 +29,9 @@
 // code(). A device without virtual memory support: cuda_error at construction.
 // Equality is identity. Destruction unmaps and releases everything; in builds with assertions it
 // reports blocks and mapped granules still live.
+// Between processes (Linux): with options.shareable, export_block(block) gives a POSIX descriptor
+// of a block's physical memory, which imported_block maps in the other process; the physical
+// memory lives until no process maps it, so either side may free, or exit, first.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
@@ -48,6 +51,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace poolkit {
@@ -69,6 +73,9 @@ struct cuda_vmm_options {
     // Other devices granted read-write access to every mapping (each must be able to access this
     // device's memory: cudaDeviceCanAccessPeer).
     std::vector<int> peers;
+    // Physical memory another process may map (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR): blocks of
+    // the resource face then export_block() to imported_block in that process.
+    bool shareable = false;
 };
 
 class cuda_vmm_resource {
@@ -104,7 +111,7 @@ public:
         }
 
         properties_.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-        properties_.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        properties_.requestedHandleTypes = options.shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
         properties_.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         properties_.location.id = device_;
         granularity_ = choose_granularity(options.granularity);
@@ -279,6 +286,31 @@ public:
     }
     POOLKIT_CUDA_MR_MEMBERS(cuda_vmm_resource);
 
+    // A new POSIX descriptor of the physical memory of `block`, a block of the resource face
+    // (allocate) of a shareable resource, for another process to map with imported_block; send
+    // it with the block's size rounded up to granularity() (SCM_RIGHTS over a Unix socket), then
+    // close it. Throws std::invalid_argument for a pointer that does not start a block,
+    // cuda_error for a resource not made shareable.
+    [[nodiscard]] int export_block(const void* block) const {
+        {
+            std::lock_guard lock(mutex_);
+            const auto at = reinterpret_cast<std::uintptr_t>(block);
+            if (!granules_.in_block(at) || !granules_.whole_at(at)) {
+                throw std::invalid_argument("poolkit: cuda_vmm_resource::export_block: not the start of a block from allocate()");
+            }
+        }
+        const detail::device_scope scope(device_);
+        scope.check();
+        CUmemGenericAllocationHandle handle{};
+        driver_->check(driver_->mem_retain_allocation_handle(&handle, const_cast<void*>(block)), "cuMemRetainAllocationHandle");
+        int descriptor = -1;
+        const CUresult exported =
+            driver_->mem_export_to_shareable_handle(&descriptor, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        detail::cuda_driver::check_in_deallocate(driver_->mem_release(handle), "cuMemRelease");
+        driver_->check(exported, "cuMemExportToShareableHandle (was the resource made with cuda_vmm_options::shareable?)");
+        return descriptor;
+    }
+
     // Whether `pointer` lies inside a live block from allocate.
     [[nodiscard]] bool owns(const void* pointer) const {
         std::lock_guard lock(mutex_);
@@ -427,6 +459,69 @@ private:
 };
 
 static_assert(virtual_memory<cuda_vmm_resource>);
+// Physical memory another process exported (cuda_vmm_resource::export_block), mapped into this
+// one at an address of its own for as long as this object lives, readable and writable by
+// `device` (the current one when negative). The physical memory lives until every process that
+// maps it has unmapped it: the exporter may free its block, or exit, while an import is mapped.
+// The descriptor may be closed once the constructor returns. Throws cuda_error for a descriptor
+// that is not exported physical memory or a size that is not the block's; move-only.
+class imported_block {
+public:
+    imported_block(int descriptor, std::size_t bytes, int device = -1) : driver_(&detail::cuda_driver::get()), bytes_(bytes) {
+        if (device < 0) detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
+        const detail::device_scope scope(device);
+        scope.check();
+        CUmemGenericAllocationHandle handle{};
+        driver_->check(driver_->mem_import_from_shareable_handle(&handle, reinterpret_cast<void*>(static_cast<std::intptr_t>(descriptor)),
+                                                                 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+                       "cuMemImportFromShareableHandle (is the descriptor from cuda_vmm_resource::export_block?)");
+        CUdeviceptr at = 0;
+        CUresult status = driver_->mem_address_reserve(&at, bytes_, 0, 0, 0);
+        if (status == CUDA_SUCCESS) {
+            status = driver_->mem_map(at, bytes_, 0, handle, 0);
+            if (status != CUDA_SUCCESS) detail::cuda_driver::check_in_deallocate(driver_->mem_address_free(at, bytes_), "cuMemAddressFree");
+        }
+        detail::cuda_driver::check_in_deallocate(driver_->mem_release(handle), "cuMemRelease");  // the mapping keeps it
+        driver_->check(status, "cuMemAddressReserve / cuMemMap of the imported block (is bytes the exported block's size?)");
+        address_ = at;
+        CUmemAccessDesc access{};
+        access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access.location.id = device;
+        access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        status = driver_->mem_set_access(address_, bytes_, &access, 1);
+        if (status != CUDA_SUCCESS) {
+            unmap();
+            driver_->throw_error(status, "cuMemSetAccess");
+        }
+    }
+    imported_block(imported_block&& other) noexcept
+        : driver_(other.driver_), address_(std::exchange(other.address_, 0)), bytes_(std::exchange(other.bytes_, 0)) {}
+    imported_block& operator=(imported_block other) noexcept {
+        std::swap(driver_, other.driver_);
+        std::swap(address_, other.address_);
+        std::swap(bytes_, other.bytes_);
+        return *this;
+    }
+    imported_block(const imported_block&) = delete;
+    // Unmaps: no work may still use the memory.
+    ~imported_block() { unmap(); }
+
+    [[nodiscard]] void* data() const noexcept { return reinterpret_cast<void*>(address_); }
+    [[nodiscard]] std::size_t size() const noexcept { return bytes_; }
+
+private:
+    void unmap() noexcept {
+        if (address_ == 0) return;
+        detail::cuda_driver::check_in_deallocate(driver_->mem_unmap(address_, bytes_), "cuMemUnmap");
+        detail::cuda_driver::check_in_deallocate(driver_->mem_address_free(address_, bytes_), "cuMemAddressFree");
+        address_ = 0;
+    }
+
+    const detail::cuda_driver* driver_;
+    CUdeviceptr address_ = 0;
+    std::size_t bytes_ = 0;
+};
+
 static_assert(stream_resource_with<cuda_vmm_resource, device_accessible>);
 static_assert(!has_property<cuda_vmm_resource, host_accessible>);
 static_assert(has_owns<cuda_vmm_resource> && has_check_invariants<cuda_vmm_resource>);

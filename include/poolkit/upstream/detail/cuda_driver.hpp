@@ -31,6 +31,9 @@ struct cuda_driver {
     PFN_cuMemMap_v10020 mem_map = nullptr;
     PFN_cuMemUnmap_v10020 mem_unmap = nullptr;
     PFN_cuMemSetAccess_v10020 mem_set_access = nullptr;
+    PFN_cuMemRetainAllocationHandle_v11000 mem_retain_allocation_handle = nullptr;
+    PFN_cuMemExportToShareableHandle_v10020 mem_export_to_shareable_handle = nullptr;
+    PFN_cuMemImportFromShareableHandle_v10020 mem_import_from_shareable_handle = nullptr;
 
     // The process's table. Throws cuda_error when the runtime cannot hand out an entry point.
     static const cuda_driver& get() {
@@ -79,6 +82,9 @@ private:
         entry(driver.mem_map, "cuMemMap", 10020);
         entry(driver.mem_unmap, "cuMemUnmap", 10020);
         entry(driver.mem_set_access, "cuMemSetAccess", 10020);
+        entry(driver.mem_retain_allocation_handle, "cuMemRetainAllocationHandle", 11000);
+        entry(driver.mem_export_to_shareable_handle, "cuMemExportToShareableHandle", 10020);
+        entry(driver.mem_import_from_shareable_handle, "cuMemImportFromShareableHandle", 10020);
         return driver;
     }
 
