@@ -357,12 +357,11 @@ public:
 
     [[nodiscard]] bool exists(int device) const noexcept { return device >= 0 && static_cast<std::size_t>(device) < pools_.size(); }
 
-    // Chooses the kind of every pool (and forgets options set for another); false once a pool
-    // exists.
+    // Chooses the kind of every pool and forgets the options set before; false once a pool exists.
     bool choose(allocator_kind kind) {
         std::lock_guard lock(mutex_);
         if (any_pool()) return false;
-        if (kind_ != kind) settings_ = {};
+        settings_ = {};
         kind_ = kind;
         return true;
     }

@@ -146,6 +146,15 @@ class CApi(unittest.TestCase):
         self.assertEqual(plugin.memory_stats(0)["reserved_bytes.all.current"], 6 * MiB)
         plugin.free(pointer, 5 * MiB, 0, STREAM_A)
 
+    def test_a_failed_configuration_leaves_no_option_behind(self):
+        plugin = fresh_plugin()
+        with self.assertRaisesRegex(poolkit.PoolkitError, 'no option "bogus"'):
+            plugin.configure("caching", {"large_chunk": 0, "bogus": 1})
+        plugin.configure("caching", {})
+        pointer = plugin.alloc(5 * MiB, 0, STREAM_A)
+        self.assertEqual(plugin.memory_stats(0)["reserved_bytes.all.current"], 256 * MiB)  # the default chunk, not 6 MiB
+        plugin.free(pointer, 5 * MiB, 0, STREAM_A)
+
     def test_empty_cache_returns_free_chunks(self):
         plugin = fresh_plugin()
         pointer = plugin.alloc(300 * MiB, 0, STREAM_A)

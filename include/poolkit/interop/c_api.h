@@ -70,7 +70,7 @@ POOLKIT_C_API int poolkit_set_allocator(const char* name);
  * caching_options or expandable_options (poolkit/strategy/caching_pool.hpp, expandable.hpp):
  * numbers in decimal, flags as true/false; for the caching kind large_chunk is the growth step in
  * bytes (0: as needed, PyTorch's rule). Choose the kind first: poolkit_set_allocator() forgets the
- * options of another kind. Returns 0; -1 (see poolkit_last_error) for an option the kind does not
+ * options set before it. Returns 0; -1 (see poolkit_last_error) for an option the kind does not
  * have (the message lists those it has), a bad value, or once a pool exists. */
 POOLKIT_C_API int poolkit_set_option(const char* name, const char* value);
 
