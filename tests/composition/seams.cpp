@@ -49,7 +49,7 @@ static_assert(lane_pool<statistics<best_fit<base>>> && lane_pool<size_classes<ba
 static_assert(lane_pool<synchronized<tracking<best_fit<base>>>>);
 static_assert(!lane_pool<instrumented<>>);  // no try_allocate_cached: it cannot serve a lane
 static_assert(std::same_as<stream_ordered<statistics<best_fit<base>>, host_events>::lane_pool_type,
-                           statistics<best_fit<ref<base>>>>);
+                           statistics<best_fit<detail::gated_upstream<base>>>>);
 #if !POOLKIT_HAS_CUDA
 static_assert(std::same_as<stream_ordered<best_fit<base>>, stream_ordered<best_fit<base>, completed_events>>);
 #endif

@@ -1,7 +1,7 @@
 // stream_ordered<Pool, Events>: stream-ordered reuse over any caching strategy.
 //
-// Every stream that allocates gets a lane: its own Pool (rebound onto a poolkit::ref to one shared
-// upstream), so a block freed on stream A is reusable on A at once, with no event. Plain
+// Every stream that allocates gets a lane: its own Pool (rebound onto a gated reference to one
+// shared upstream), so a block freed on stream A is reusable on A at once, with no event. Plain
 // allocate/deallocate use a lane of their own whose free blocks are idle.
 // Events are recorded only where a reuse needs one. A free records nothing; it marks its lane's
 // free blocks uncovered. On a miss in its own lane, a request takes a free block from another lane
@@ -14,7 +14,11 @@
 // times the bytes out of them. When the upstream is exhausted, every lane's work is waited for,
 // every lane releases its wholly free chunks, and the request is tried once more before
 // out_of_memory. So no stream strands memory, and no stream is touched after the call that named
-// it: a stream may be destroyed once its work is issued.
+// it: a stream may be destroyed once its work is issued. No memory leaves a lane before the work
+// that may use it is done, by any path: a lane's pool reaches the upstream only through its gate
+// (detail/gated_upstream.hpp), which waits first for the work before the lane's frees (an event
+// on the lane's stream when the call is on it, else the whole device) — so a strategy's own
+// release before growth, a retry after the upstream ran out, a trim or an unmap are all safe.
 // A block freed on another stream than its lane's is parked in the freeing stream's lane: a
 // request there of the same size and alignment takes it, before its own pool, with no event (the
 // freeing stream's order covers it). So is a block a lane took from another and freed on its own
@@ -42,7 +46,7 @@
 // forget_stream(s) before destroying s makes them idle (taken with no wait).
 // Exhaustion: out_of_memory with live, reserved and cached bytes summed over lanes.
 //
-// Pool requirements: the lane_pool concept below: rebuilt over a ref to one shared upstream, each
+// Pool requirements: the lane_pool concept below: rebuilt over a gated ref to one shared upstream, each
 // lane serves from what it holds with `try_allocate_cached(bytes, alignment) noexcept` and gives
 // chunks back with `release()`; it need not be movable. The constructor takes the shared upstream
 // and the lane options (lane_options_t<Pool>: the strategy's options, through any adaptors).
@@ -51,6 +55,7 @@
 #pragma once
 
 #include <poolkit/adaptor/completed_events.hpp>
+#include <poolkit/adaptor/detail/gated_upstream.hpp>
 #include <poolkit/adaptor/detail/pointer_map.hpp>
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
@@ -105,12 +110,14 @@ concept events_policy = requires(E& e, stream_ref stream, typename E::event_type
     { e.identity(stream) } -> std::convertible_to<std::uint64_t>;
 };
 
-// What stream_ordered needs of its Pool: rebuilt over a ref to the upstream all lanes share
-// (core/rebind.hpp: rebind_t, lane_upstream_t, lane_options_t, build_over), each lane a
-// cached_pool. Every strategy, combinator and adaptor-over-strategy stack of poolkit is one.
+// What stream_ordered needs of its Pool: rebuilt over a gated reference to the upstream all lanes
+// share (core/rebind.hpp: rebind_t, lane_upstream_t, lane_options_t, build_over;
+// detail/gated_upstream.hpp), each lane a cached_pool. Every strategy, combinator and
+// adaptor-over-strategy stack of poolkit is one.
 template <class Pool>
-concept lane_pool = cached_pool<rebind_t<Pool, ref<lane_upstream_t<Pool>>>> &&
-                    buildable_over<rebind_t<Pool, ref<lane_upstream_t<Pool>>>, ref<lane_upstream_t<Pool>>>;
+using lane_pool_t = rebind_t<Pool, detail::gated_upstream<lane_upstream_t<Pool>>>;
+template <class Pool>
+concept lane_pool = cached_pool<lane_pool_t<Pool>> && buildable_over<lane_pool_t<Pool>, detail::gated_upstream<lane_upstream_t<Pool>>>;
 
 // Streams are CUDA's where the toolkit is; without it no work runs on a stream, so every event is
 // complete.
@@ -124,7 +131,7 @@ template <lane_pool Pool, events_policy Events = default_events>
 class stream_ordered : public forward_properties<stream_ordered<Pool, Events>, lane_upstream_t<Pool>> {
 public:
     using upstream_type = lane_upstream_t<Pool>;
-    using lane_pool_type = rebind_t<Pool, ref<upstream_type>>;
+    using lane_pool_type = lane_pool_t<Pool>;
     using pool_options = lane_options_t<lane_pool_type>;
     using event_type = typename Events::event_type;
 
@@ -162,19 +169,23 @@ public:
         try {
             wait_for_deferred();
             return_all_parked();
+            settle_frees();  // so that the lanes' pools may return everything
         } catch (...) {
             POOLKIT_ASSERT(false, "stream_ordered could not wait for its deferred blocks on destruction");
         }
+        closing_ = true;
     }
 
     void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
+        const call_on on{*this, &stream};
         return allocate_in(stream_lane(stream), stream, bytes, alignment);
     }
 
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept {
         if (pointer == nullptr) return;
+        const call_on on{*this, &stream};
         free_from(pointer, bytes, alignment, &stream);
     }
 
@@ -395,9 +406,17 @@ private:
         bool adopted = false;
     };
 
-    struct lane {
-        lane(stream_ref stream_, const lane_key& key_, ref<upstream_type> upstream, const pool_options& options)
-            : stream(stream_), key(key_), plain(key_.plain), pool(build_over<lane_pool_type>(upstream, options)) {}
+    // A lane is its pool's return gate: memory leaves the pool only after secure(lane).
+    struct lane final : detail::return_gate {
+        lane(stream_ordered& owner_, stream_ref stream_, const lane_key& key_, const pool_options& options)
+            : owner(&owner_), stream(stream_), key(key_), plain(key_.plain),
+              pool(build_over<lane_pool_type>(detail::gated_upstream<upstream_type>(owner_.upstream_, *this), options)) {}
+        lane(const lane&) = delete;
+        lane& operator=(const lane&) = delete;
+        ~lane() = default;
+        void before_return() noexcept override { owner->secure(*this); }
+
+        stream_ordered* owner;
         stream_ref stream;       // the handle it was made with (for the walk's views)
         lane_key key;
         bool plain;              // the lane of allocate/deallocate: its free blocks are idle
@@ -488,7 +507,7 @@ private:
         if (!lanes_.empty()) start_tracking();
         lanes_.reserve(lanes_.size() + 1);
         for (auto& bucket : donors_) bucket.reserve(lanes_.size() + 1);  // filing never allocates
-        auto made = std::make_unique<lane>(stream, key, ref<upstream_type>(upstream_), options_);
+        auto made = std::make_unique<lane>(*this, stream, key, options_);
         if (is_plain_stream_key(key)) {
             stream_index_.reserve(lanes_.size() + 1);  // first: if it throws, nothing else changed
         } else {
@@ -725,12 +744,57 @@ private:
     // A block was just freed on `l`'s own stream, which is alive during this call. No event is
     // recorded unless a taker wants one: most frees are reused on their own stream.
     void note_free(lane& l, stream_ref stream) noexcept {
-        l.uncovered = true;
-        l.idle = false;  // a forgotten stream in use again: its frees are ordered like any other's
+        mark_freed(l);
         // Only on the lane's own stream: a new stream that got a destroyed one's handle frees here
         // too, and an event on it would not cover the destroyed stream's work.
         if (l.wanted && key_of(stream) == l.key) cover(l, stream);
     }
+
+    void mark_freed(lane& l) noexcept {
+        l.uncovered = true;
+        l.idle = false;  // a forgotten stream in use again: its frees are ordered like any other's
+    }
+
+    // The gate of `l`'s pool (detail/gated_upstream.hpp): memory is about to leave it — to the
+    // upstream, by whatever path the pool takes. Its free blocks may still be used by work queued
+    // on its stream, so the host waits for that work first: for an event recorded now when this
+    // call is on that stream, for the event that covers its frees, or for the whole device when
+    // its stream is not at hand (it may be gone). Touches no pool: the lane's is mid-call.
+    void secure(lane& l) noexcept {
+        if (closing_ || l.plain || l.idle || (!l.uncovered && !l.freed)) return;
+        try {
+            if (l.uncovered) {
+                if (call_stream_ == nullptr || key_of(*call_stream_) != l.key) {
+                    events_.synchronize_all();
+                    for (auto& other : lanes_) forget_frees(*other);
+                    return;
+                }
+                cover(l, *call_stream_);
+                if (l.uncovered) throw std::bad_alloc();  // no event could be recorded
+            }
+            events_.synchronize(*l.freed);
+            forget_frees(l);
+        } catch (...) {
+            try {
+                events_.synchronize_all();
+                for (auto& other : lanes_) forget_frees(*other);
+            } catch (...) {
+                POOLKIT_ASSERT(false, "stream_ordered could not wait before memory left a lane");
+            }
+        }
+    }
+
+    // The stream of the public call in progress, for secure(): alive during the call.
+    struct call_on {
+        call_on(stream_ordered& self_, const stream_ref* stream) noexcept : self(self_), saved(self_.call_stream_) {
+            self.call_stream_ = stream;
+        }
+        ~call_on() { self.call_stream_ = saved; }
+        call_on(const call_on&) = delete;
+        call_on& operator=(const call_on&) = delete;
+        stream_ordered& self;
+        const stream_ref* saved;
+    };
 
     // Records `l`'s event on its stream (alive during this call): every free so far is covered.
     [[gnu::noinline]] void cover(lane& l, stream_ref stream) noexcept {
@@ -802,6 +866,7 @@ private:
         if ((stream == nullptr || own_stream) && streams.empty()) {
             if (tracked_) live_.erase(pointer);
             --live_count_;
+            if (own_stream) mark_freed(*owner);  // before the pool may return it (secure)
             give_back(*owner, pointer, bytes, alignment);
             if (own_stream) note_free(*owner, *stream);
             return;
@@ -823,6 +888,7 @@ private:
         }
         --live_count_;
         if (parking == owner) {  // another handle of the lane's own stream (0 and cudaStreamLegacy)
+            mark_freed(*owner);
             give_back(*owner, pointer, bytes, alignment);
             note_free(*owner, *stream);
             return;
@@ -850,6 +916,7 @@ private:
             }
         }
         if (streams.empty()) {
+            if (own_stream) mark_freed(*owner);
             give_back(*owner, pointer, bytes, alignment);
             if (own_stream) note_free(*owner, *stream);
             return;
@@ -1014,6 +1081,8 @@ private:
     std::size_t held_bytes_ = 0;      // requested bytes of the blocks out of their pools: live, parked, deferred
     std::size_t reserved_bytes_ = 0;  // what the lane pools reserve, where they count it
     std::size_t growth_slack_ = default_growth_slack;
+    const stream_ref* call_stream_ = nullptr;  // the stream of the call in progress (call_on)
+    bool closing_ = false;                      // destroyed: everything was waited for
     // donors_[k]: the lanes that may serve a request of bucket k from what they hold.
     std::array<std::vector<lane*>, donor_buckets> donors_;
 };

@@ -37,4 +37,25 @@ inline constexpr bool is_ref_v = false;
 template <class R>
 inline constexpr bool is_ref_v<ref<R>> = true;
 
+namespace detail {
+// What a chain of refs refers to in the end, or the resource itself.
+template <class U>
+struct referent {
+    using type = U;
+    static U& get(U& u) noexcept { return u; }
+};
+template <class U>
+    requires requires(const U& u) {
+        typename U::resource_type;
+        u.get();
+    }
+struct referent<U> {
+    using type = typename referent<typename U::resource_type>::type;
+    static type& get(const U& u) noexcept { return referent<typename U::resource_type>::get(u.get()); }
+};
+}  // namespace detail
+
+template <class U>
+using referent_t = typename detail::referent<U>::type;
+
 }  // namespace poolkit

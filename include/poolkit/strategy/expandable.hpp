@@ -54,6 +54,7 @@
 #include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/core/ref.hpp>
 #include <poolkit/core/virtual_memory.hpp>
 #include <poolkit/core/walk.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
@@ -271,23 +272,10 @@ struct span {
     }
 };
 
-// What a chain of refs refers to in the end, or the resource itself.
-template <class U>
-struct referent {
-    using type = U;
-    static U& get(U& u) noexcept { return u; }
-};
-template <class U>
-    requires requires(const U& u) { typename U::resource_type; u.get(); }
-struct referent<U> {
-    using type = typename referent<typename U::resource_type>::type;
-    static type& get(const U& u) noexcept { return referent<typename U::resource_type>::get(u.get()); }
-};
-
 }  // namespace detail::expandable_parts
 
 template <class Upstream>
-    requires virtual_memory<typename detail::expandable_parts::referent<Upstream>::type>
+    requires virtual_memory<typename detail::referent<Upstream>::type>
 class expandable : public forward_properties<expandable<Upstream>, Upstream> {
 public:
     using upstream_type = Upstream;
@@ -551,7 +539,7 @@ private:
     using span = detail::expandable_parts::span;
     using by_size = detail::expandable_parts::by_size;
     using by_address = detail::expandable_parts::by_address;
-    using memory_type = typename detail::expandable_parts::referent<Upstream>::type;
+    using memory_type = typename detail::referent<Upstream>::type;
 
     static constexpr int max_candidates = 64;
 
@@ -571,9 +559,9 @@ private:
         std::size_t last = 0;
     };
 
-    memory_type& memory() noexcept { return detail::expandable_parts::referent<Upstream>::get(upstream_); }
+    memory_type& memory() noexcept { return detail::referent<Upstream>::get(upstream_); }
     const memory_type& memory() const noexcept {
-        return detail::expandable_parts::referent<Upstream>::get(const_cast<Upstream&>(upstream_));
+        return detail::referent<Upstream>::get(const_cast<Upstream&>(upstream_));
     }
     static std::size_t limit_of(const memory_type& m) noexcept {
         if constexpr (requires { m.physical_limit(); }) return m.physical_limit();
