@@ -147,6 +147,9 @@ public:
     // growth_slack() times the bytes out of their pools (live, parked, deferred): a lane that took
     // from others at every miss would pay for it at every miss. Past it, memory is shared first.
     static constexpr std::size_t default_growth_slack = 2;
+    // Idle lanes (streams forgotten, or settled after a wait for the device) kept as lanes of their
+    // own, donors to every stream; past this many, a new stream takes over the oldest with its pool.
+    static constexpr std::size_t max_idle_lanes = 16;
 
     // The upstream is built in place here (it need not move: cuda_vmm_resource).
     stream_ordered()
@@ -247,17 +250,13 @@ public:
         forget_frees(*forgotten);
         return_parked(*forgotten);  // freed on `stream`, whose work is done
         if (last_ == forgotten) last_ = nullptr;
+        note_idle(*forgotten);
     }
 
     // Waits for every deferred block and for the work before every lane's last free, then returns
-    // every wholly free chunk upstream (PyTorch's empty_cache).
-    void release() {
-        wait_for_deferred();
-        return_all_parked();
-        settle_frees();
-        for (auto& l : lanes_) l->pool.release();
-        if constexpr (counts_reserved) reserved_bytes_ = reserved_bytes();
-    }
+    // every wholly free chunk upstream (PyTorch's empty_cache) and drops every lane that has no
+    // block out: a stream that comes back gets a new one.
+    void release() { release_all(nullptr); }
 
     [[nodiscard]] bool owns(const void* pointer) const
         requires has_owns<lane_pool_type>
@@ -435,6 +434,8 @@ private:
         // memory since (the lane is out of donors_[k]); its place in each donors_[k] it is in.
         std::uint64_t refused = 0;
         std::array<std::uint32_t, donor_buckets> donor_slot{};
+        std::size_t out_blocks = 0;    // blocks of its pool handed out and not back (live, parked, deferred)
+        std::size_t taken_blocks = 0;  // live blocks of other lanes' pools it took
         lane_pool_type pool;
     };
 
@@ -505,14 +506,27 @@ private:
             return *found;
         }
         if (!lanes_.empty()) start_tracking();
-        lanes_.reserve(lanes_.size() + 1);
-        for (auto& bucket : donors_) bucket.reserve(lanes_.size() + 1);  // filing never allocates
-        auto made = std::make_unique<lane>(*this, stream, key, options_);
-        if (is_plain_stream_key(key)) {
-            stream_index_.reserve(lanes_.size() + 1);  // first: if it throws, nothing else changed
-        } else {
-            lane_index_.emplace(key, made.get());
+        // Streams destroyed without forget_stream leave lanes whose frees no event covers: once the
+        // lanes double, the host waits for the device once and their lanes become idle, to be
+        // taken over by new streams (one wait per doubling).
+        if (lanes_.size() >= settle_lanes_at_) {
+            settle_all(nullptr);
+            settle_lanes_at_ = std::max(settle_lanes_at_, 2 * (lanes_.size() - std::min(lanes_.size(), idle_lanes_.size())));
         }
+        // Room for one more lane everywhere, grown geometrically: a new lane costs O(1) amortized.
+        const std::size_t room = lanes_.size() < lanes_.capacity() ? lanes_.capacity() : std::max<std::size_t>(8, 2 * lanes_.capacity());
+        lanes_.reserve(room);
+        for (auto& bucket : donors_) bucket.reserve(room);  // filing never allocates
+        if (is_plain_stream_key(key)) {
+            stream_index_.reserve(room);  // first: if it throws, nothing else changed
+        } else {
+            lane_index_.reserve(lane_index_.size() + 1);
+        }
+        if (!key.plain) {
+            if (lane* recycled = recycle_idle_lane(stream, key)) return *(last_ = recycled);
+        }
+        auto made = std::make_unique<lane>(*this, stream, key, options_);
+        if (!is_plain_stream_key(key)) lane_index_.emplace(key, made.get());
         lanes_.push_back(std::move(made));  // room was reserved
         if (is_plain_stream_key(key)) stream_index_.insert(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(key.stream)), lanes_.back().get());
         lane& filed = *lanes_.back();
@@ -552,7 +566,7 @@ private:
         if (grow_first) {
             if (void* pointer = take_from_others(own, stream, bytes, alignment)) return pointer;
         }
-        release();
+        release_all(&own);
         if (void* pointer = try_grow(own, bytes, alignment)) return pointer;
         throw out_of_memory("stream_ordered", figures(bytes, alignment));
     }
@@ -614,7 +628,7 @@ private:
         bool skipped = false;
         if (void* pointer = take_from_donors(own, stream, bytes, alignment, skipped)) return pointer;
         if (!skipped || ++stale_misses_ < settle_after) return nullptr;
-        settle_all();
+        settle_all(&own);
         return take_from_donors(own, stream, bytes, alignment, skipped);
     }
 
@@ -659,12 +673,15 @@ private:
         donors_[k].push_back(&l);  // room for every lane was reserved
     }
     void refuse_donor(lane& l, unsigned k) noexcept {
+        unfile_donor(l, k);
+        l.refused |= std::uint64_t{1} << k;
+    }
+    void unfile_donor(lane& l, unsigned k) noexcept {
         std::vector<lane*>& bucket = donors_[k];
         lane* last = bucket.back();
         bucket[l.donor_slot[k]] = last;
         last->donor_slot[k] = l.donor_slot[k];
         bucket.pop_back();
-        l.refused |= std::uint64_t{1} << k;
     }
     // `l`'s pool got memory back (a free, a return, growth): it may serve any bucket again.
     void raise_donor(lane& l) noexcept {
@@ -678,6 +695,7 @@ private:
     // A block back to its own pool, which may serve any request again.
     void give_back(lane& owner, void* pointer, std::size_t bytes, std::size_t alignment) noexcept {
         deallocate_in(owner, pointer, bytes, alignment);
+        --owner.out_blocks;
         held_bytes_ -= bytes;
         raise_donor(owner);
     }
@@ -694,6 +712,8 @@ private:
 
     // `bytes`: what leaves the owner's pool now (0 for a parked block, out of it already).
     void* hand_out(void* pointer, lane& owner, std::size_t bytes, lane* taker = nullptr) noexcept {
+        if (bytes != 0) ++owner.out_blocks;  // 0: a parked block, out of its pool already
+        if (taker != nullptr) ++taker->taken_blocks;
         held_bytes_ += bytes;
         if (tracked_) live_.insert(pointer, live_block{&owner, false, taker});  // room was reserved
         ++live_count_;
@@ -811,13 +831,103 @@ private:
 
     // Waits for the whole device: every lane's frees are covered and every parked block goes back
     // to its lane (their streams may be gone).
-    void settle_all() {
+    // Lanes with no block out become idle then, all but `keep`: their streams may be gone, and a
+    // new stream may take them over (recycle_idle_lane).
+    void settle_all(const lane* keep) {
         events_.synchronize_all();
         for (auto& l : lanes_) {
             forget_frees(*l);
             return_parked(*l);
         }
         stale_misses_ = 0;
+        for (auto& l : lanes_) {
+            if (l.get() != keep && droppable(*l)) note_idle(*l);
+        }
+    }
+
+    // release(), keeping `keep` (the lane of a request in progress) however empty.
+    void release_all(const lane* keep) {
+        wait_for_deferred();
+        return_all_parked();
+        settle_frees();
+        for (auto& l : lanes_) l->pool.release();
+        if constexpr (counts_reserved) reserved_bytes_ = reserved_bytes();
+        drop_empty_lanes(keep);
+    }
+
+    // Whether `l` can go: no block of its pool out (live, parked, deferred), none it took from
+    // others live, none parked in it, and no free that the host has not waited for.
+    [[nodiscard]] static bool droppable(const lane& l) noexcept {
+        return l.out_blocks == 0 && l.taken_blocks == 0 && l.parked.empty() && (l.idle || l.plain || (!l.uncovered && !l.freed));
+    }
+
+    // `l` has no uncovered frees and may belong to a stream that is gone: a new stream may take it
+    // over with its pool (its free blocks need no wait). Checked again when taken.
+    void note_idle(lane& l) noexcept {
+        l.idle = true;
+        if (l.plain || std::find(idle_lanes_.begin(), idle_lanes_.end(), &l) != idle_lanes_.end()) return;
+        try {
+            idle_lanes_.push_back(&l);
+        } catch (...) {  // it stays a lane of its own
+        }
+    }
+
+    // Past max_idle_lanes idle lanes with nothing out, the oldest re-keyed to `stream` (its pool and
+    // what it holds kept); else nullptr. So streams made and forgotten (or destroyed and settled)
+    // one after another reuse a bounded set of lanes instead of adding one each. Requires room in
+    // the indexes (lane_for reserved it).
+    lane* recycle_idle_lane(stream_ref stream, const lane_key& key) {
+        if (idle_lanes_.size() <= max_idle_lanes) return nullptr;
+        std::erase_if(idle_lanes_, [](const lane* l) { return !l->idle || !droppable(*l); });  // in use again, or blocks out
+        while (idle_lanes_.size() > max_idle_lanes) {
+            lane* l = idle_lanes_.front();  // the oldest
+            idle_lanes_.erase(idle_lanes_.begin());
+            unindex(*l);
+            l->stream = stream;
+            l->key = key;
+            if (is_plain_stream_key(key)) {
+                stream_index_.insert(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(key.stream)), l);
+            } else {
+                lane_index_.emplace(key, l);
+            }
+            l->idle = false;
+            forget_frees(*l);
+            return l;
+        }
+        return nullptr;
+    }
+
+    void unindex(const lane& l) noexcept {
+        if (is_plain_stream_key(l.key)) {
+            stream_index_.erase(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(l.key.stream)));
+        } else {
+            lane_index_.erase(l.key);
+        }
+        if (last_ == &l) last_ = nullptr;
+    }
+
+    void drop_empty_lanes(const lane* keep) noexcept {
+        for (std::size_t i = lanes_.size(); i-- > 0;) {
+            lane& l = *lanes_[i];
+            if (&l != keep && droppable(l)) drop_lane(l);
+        }
+    }
+
+    // Removes `l` from every index and destroys it: its pool returns all it holds to the upstream
+    // (its frees were waited for: droppable). O(1) but for the pool's destruction.
+    void drop_lane(lane& l) noexcept {
+        for (unsigned k = 0; k < donor_buckets; ++k) {
+            if ((l.refused >> k & 1) == 0) unfile_donor(l, k);
+        }
+        unindex(l);
+        std::erase(idle_lanes_, &l);
+        forget_frees(l);
+        if constexpr (counts_reserved) reserved_bytes_ -= l.pool.reserved_bytes();
+        const auto found = std::find_if(lanes_.begin(), lanes_.end(), [&](const auto& owned) { return owned.get() == &l; });
+        std::unique_ptr<lane> dropped = std::move(*found);
+        *found = std::move(lanes_.back());
+        lanes_.pop_back();
+        dropped.reset();  // the pool gives everything back now
     }
 
     // The work before every lane's frees is done: the host waits for it.
@@ -849,6 +959,7 @@ private:
             if (found == nullptr) return;
             owner = found->owner;
             taker = found->taker;
+            if (taker != nullptr) --taker->taken_blocks;
             if (found->used_elsewhere) {
                 const auto uses = uses_.find(pointer);
                 streams = std::move(uses->second);
@@ -1082,6 +1193,8 @@ private:
     std::size_t reserved_bytes_ = 0;  // what the lane pools reserve, where they count it
     std::size_t growth_slack_ = default_growth_slack;
     const stream_ref* call_stream_ = nullptr;  // the stream of the call in progress (call_on)
+    std::vector<lane*> idle_lanes_;             // lanes a new stream may take over (note_idle)
+    std::size_t settle_lanes_at_ = 64;          // lanes at which a new one settles all first
     bool closing_ = false;                      // destroyed: everything was waited for
     // donors_[k]: the lanes that may serve a request of bucket k from what they hold.
     std::array<std::vector<lane*>, donor_buckets> donors_;

@@ -25,6 +25,8 @@ struct memory_figures {
     std::optional<std::size_t> cached_bytes;    // reserved but free
     std::optional<std::size_t> limit_bytes;     // the capacity or cap that was hit
     std::optional<std::size_t> available_bytes; // free on the device, as its driver reported it
+    // Set where the address space ran out, not memory: the contiguous address space still free.
+    std::optional<std::size_t> address_space_bytes;
 
     // Figures for a request of `bytes` aligned to `alignment`, everything else unknown.
     static memory_figures request(std::size_t bytes, std::size_t alignment) noexcept {
@@ -72,6 +74,7 @@ inline std::string describe(const char* source, const memory_figures& figures) {
         {"cached", figures.cached_bytes},
         {"limit", figures.limit_bytes},
         {"available on the device", figures.available_bytes},
+        {"address space exhausted: largest free span", figures.address_space_bytes},
     };
     for (const auto& [name, value] : known) {
         if (value) text += std::string("; ") + name + " " + format_bytes(*value);

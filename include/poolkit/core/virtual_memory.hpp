@@ -19,6 +19,7 @@ namespace poolkit {
 // | v.mapped_bytes(), v.peak_mapped_bytes() | size_t | | backed now, most backed at once |
 // | v.map_calls(), v.unmap_calls() | size_t | | calls that mapped or unmapped something |
 // | v.claim(bytes) | std::byte* | out_of_memory | a span of whole granules, unmapped, that allocate never uses: for a strategy that maps inside it |
+// | v.unclaim(at, bytes) | void | never | give a claimed span (or whole granules of one) back, nothing mapped in it |
 // | v.synchronize() | void | cuda_error | waits until no work can use memory unmapped after it (all of the device's work) |
 template <class V>
 concept virtual_memory = requires(V& v, const V& cv, void* at, const void* pointer, std::size_t bytes) {
@@ -34,6 +35,7 @@ concept virtual_memory = requires(V& v, const V& cv, void* at, const void* point
     { cv.map_calls() } -> std::same_as<std::size_t>;
     { cv.unmap_calls() } -> std::same_as<std::size_t>;
     { v.claim(bytes) } -> std::same_as<std::byte*>;
+    { v.unclaim(at, bytes) } noexcept -> std::same_as<void>;
     v.synchronize();
 };
 

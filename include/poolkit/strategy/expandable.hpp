@@ -41,10 +41,13 @@
 // unmap it on an H200, almost whatever its size (docs/virtual_memory.md).
 // Thread safety: none; wrap in synchronized<>. Alignment: any power of two; blocks start on
 // options.rounding. Stream semantics: none; a freed block is reusable at once. Put stream_ordered<>
-// around it: each lane claims spans of its own over the shared virtual memory.
+// around it: each lane claims spans of its own over the shared virtual memory, and gives them back
+// at release() and when the lane is dropped.
 // Exhaustion: when mapping fails, every cached granule is unmapped and the mapping tried once
 // more; then out_of_memory with the live, mapped and cached bytes. When the address space has no
-// span left to claim, out_of_memory from the upstream's claim.
+// span left to claim (spans come back at release() and destruction), a smaller span is claimed,
+// down to what the request needs; then out_of_memory that says the address space ran out. A
+// request larger than the whole address space is refused at once, with no bookkeeping built.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
@@ -310,8 +313,8 @@ public:
     expandable(const expandable&) = delete;
     expandable& operator=(const expandable&) = delete;
 
-    // Every mapped granule is unmapped (after the upstream's synchronize()); the spans stay
-    // claimed: address space only.
+    // Every mapped granule is unmapped (after the upstream's synchronize()), and every span's
+    // address space given back.
     ~expandable() {
         detail::report_leaks("expandable", live_.size(), live_bytes_);
         live_.clear();
@@ -330,7 +333,10 @@ public:
                 });
             }
         }
-        for (const auto& s : spans_) s->blocks.clear_and_dispose([this](block* b) { blocks_.destroy(b); });
+        for (const auto& s : spans_) {
+            s->blocks.clear_and_dispose([this](block* b) { blocks_.destroy(b); });
+            memory().unclaim(reinterpret_cast<void*>(s->address), s->bytes);
+        }
     }
 
     // Requires: alignment a power of two (else std::invalid_argument). Returns nullptr for 0 bytes.
@@ -419,8 +425,12 @@ public:
     }
     POOLKIT_CUDA_MR_MEMBERS(expandable);
 
-    // Unmaps every cached granule, after the upstream's synchronize() (PyTorch's empty_cache).
-    void release() { trim(std::numeric_limits<std::size_t>::max()); }
+    // Unmaps every cached granule, after the upstream's synchronize() (PyTorch's empty_cache), and
+    // gives back the address space of every span left empty.
+    void release() {
+        trim(std::numeric_limits<std::size_t>::max());
+        give_back_empty_spans();
+    }
 
     // Whether `pointer` lies inside a live block of this pool. O(log n).
     [[nodiscard]] bool owns(const void* pointer) const noexcept {
@@ -890,29 +900,66 @@ private:
         }
     }
 
-    // Claims a span for a request and files it as one free block.
+    // Claims a span for a request and files it as one free block: options' span size where the
+    // address space has it, else the largest that does down to what the request needs (so that
+    // many pools over one address space — stream lanes — share it to the end). A request larger
+    // than the whole address space is refused at once: the span's bookkeeping (a bit per granule)
+    // is built only after the claim succeeded.
     block& claim_span(std::size_t rounded, std::size_t alignment) {
         const bool small = is_small(rounded);
         const std::size_t wanted = small ? options_.small_span_bytes : options_.span_bytes;
         const auto padded = checked_add(rounded, alignment > granularity_ ? alignment : 0);
-        if (!padded) throw out_of_memory("expandable", figures(rounded, alignment));
-        const std::size_t bytes = std::max(wanted, round_to_granule(*padded));
+        const auto needed = padded ? checked_align_up(std::max(*padded, granularity_), granularity_) : std::nullopt;
+        if (!needed || *needed > memory().capacity()) {
+            memory_figures refused = figures(rounded, alignment);
+            refused.limit_bytes = memory().capacity();
+            refused.address_space_bytes = memory().capacity();
+            throw out_of_memory("expandable (request larger than the whole address space)", refused);
+        }
         spans_.reserve(spans_.size() + 1);
-        auto fresh = std::make_unique<span>(0, bytes, granularity_, small);
-        block* whole = blocks_.make(std::uintptr_t{0}, bytes, fresh.get());
+        // At most a 32nd of what is left to claim, where the memory says: many pools over it
+        // (stream lanes) then fit, each span smaller as space runs short (a hundred lanes before
+        // spans shrink to a 32nd of their size), and a claim that fails halves down to the request.
+        std::size_t share = wanted;
+        if constexpr (requires(const memory_type& m) { m.largest_claimable(); }) {
+            share = std::min(wanted, round_to_granule(memory().largest_claimable() / 32));
+        }
+        std::size_t bytes = std::max(share, *needed);
         std::byte* claimed = nullptr;
+        for (;;) {
+            try {
+                claimed = memory().claim(bytes);
+                break;
+            } catch (const out_of_memory&) {
+                if (bytes == *needed) throw;  // says the address space ran out, and what is left
+                bytes = std::max(*needed, round_to_granule(bytes / 2));
+            }
+        }
+        std::unique_ptr<span> fresh;
+        block* whole = nullptr;
         try {
-            claimed = memory().claim(bytes);
+            fresh = std::make_unique<span>(reinterpret_cast<std::uintptr_t>(claimed), bytes, granularity_, small);
+            whole = blocks_.make(fresh->address, bytes, fresh.get());
         } catch (...) {
-            blocks_.destroy(whole);
+            memory().unclaim(claimed, bytes);
             throw;
         }
-        fresh->address = reinterpret_cast<std::uintptr_t>(claimed);
-        whole->address = fresh->address;
         fresh->blocks.push_back(*whole);
         spans_.push_back(std::move(fresh));
         file_free(*whole);
         return *whole;
+    }
+
+    // Gives back the address space of every span that holds no block and no mapped granule.
+    void give_back_empty_spans() noexcept {
+        std::erase_if(spans_, [this](const std::unique_ptr<span>& s) {
+            block& only = s->blocks.front();
+            if (!only.free || only.bytes != s->bytes || s->count(0, s->bytes / granularity_, true) != 0) return false;
+            forget_free(only);
+            s->blocks.clear_and_dispose([this](block* b) { blocks_.destroy(b); });
+            memory().unclaim(reinterpret_cast<void*>(s->address), s->bytes);
+            return true;
+        });
     }
 
     // Files a free block in its size index and, with its cached granules counted, in the cache.

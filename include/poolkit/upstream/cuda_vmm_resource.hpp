@@ -203,11 +203,22 @@ public:
     }
 
     // A span of `bytes` (rounded up to whole granules) of the range, unmapped, that allocate never
-    // uses: a strategy maps and unmaps inside it itself. Taken from the top of the range; never
-    // given back. out_of_memory when the range has no such span left.
+    // uses: a strategy maps and unmaps inside it itself, and gives it back with unclaim(). Taken from
+    // the top of the range. out_of_memory, saying the address space ran out, when no such span is left.
     [[nodiscard]] std::byte* claim(std::size_t bytes) {
         std::lock_guard lock(mutex_);
         return reinterpret_cast<std::byte*>(granules_.claim_or_throw(bytes, name));
+    }
+    // The largest span claim() could give now.
+    [[nodiscard]] std::size_t largest_claimable() const {
+        std::lock_guard lock(mutex_);
+        return granules_.largest_claimable();
+    }
+    // Gives back a span from claim() (or whole granules of one) with nothing mapped in it: address
+    // space only. It may be claimed again.
+    void unclaim(void* at, std::size_t bytes) noexcept {
+        std::lock_guard lock(mutex_);
+        granules_.unclaim(reinterpret_cast<std::uintptr_t>(at), bytes);
     }
     // Waits for all work of the device, so that memory unmapped afterwards is used by none.
     void synchronize() {

@@ -124,26 +124,89 @@ public:
         return std::nullopt;
     }
 
-    // Takes `bytes` (whole granules) of unmapped space from the top of the range for a caller that
-    // maps inside it itself; find_unmapped never offers it. Spans are never given back (address
-    // space only). Nothing when the top of the range is not that free.
-    [[nodiscard]] std::optional<std::uintptr_t> claim(std::size_t bytes) noexcept {
-        if (bytes == 0 || bytes % granularity_ != 0 || bytes > claim_floor_ - base_) return std::nullopt;
+    // Takes `bytes` (whole granules) of unmapped space for a caller that maps inside it itself;
+    // find_unmapped never offers it. Claims come from the top of the range: the smallest span
+    // given back (unclaim) that fits, else below the lowest claim. Nothing when neither has room.
+    // O(log n) in the spans given back. Strong guarantee: on std::bad_alloc nothing changed.
+    [[nodiscard]] std::optional<std::uintptr_t> claim(std::size_t bytes) {
+        if (bytes == 0 || bytes % granularity_ != 0) return std::nullopt;
+        if (const auto fit = unclaimed_by_size_.lower_bound({bytes, 0}); fit != unclaimed_by_size_.end()) {
+            const auto [free_bytes, start] = *fit;
+            if (free_bytes > bytes) unclaimed_insert(start + bytes, free_bytes - bytes);  // first: it may throw
+            unclaimed_by_size_.erase({free_bytes, start});
+            unclaimed_.erase(start);
+            return start;
+        }
+        if (bytes > claim_floor_ - base_) return std::nullopt;
         const std::uintptr_t start = claim_floor_ - bytes;
         const auto hole = hole_containing(start);
         if (hole == holes_by_address_.end() || hole->first + hole->second < claim_floor_) return std::nullopt;
         claim_floor_ = start;
         return start;
     }
+    // Gives back a span from claim (or a run of whole granules of one), with nothing mapped in it:
+    // it may be claimed again, and once the spans below the top of the range come back, allocate
+    // may use it too. Coalesces with spans given back beside it. Never throws: a span that cannot
+    // be recorded (no host memory) stays claimed.
+    void unclaim(std::uintptr_t at, std::size_t bytes) noexcept {
+        if (bytes == 0) return;
+        POOLKIT_ASSERT(at >= claim_floor_ && at + bytes <= base_ + capacity_ && at % granularity_ == 0 && bytes % granularity_ == 0,
+                       "unclaim of a range that was not claimed");
+        POOLKIT_ASSERT(is_unmapped(at, bytes), "unclaim of a span with granules still mapped");
+        if (const auto after = unclaimed_.find(at + bytes); after != unclaimed_.end()) {
+            bytes += after->second;
+            unclaimed_by_size_.erase({after->second, after->first});
+            unclaimed_.erase(after);
+        }
+        if (const auto before = unclaimed_.lower_bound(at); before != unclaimed_.begin()) {
+            const auto previous = std::prev(before);
+            if (previous->first + previous->second == at) {
+                at = previous->first;
+                bytes += previous->second;
+                unclaimed_by_size_.erase({previous->second, previous->first});
+                unclaimed_.erase(previous);
+            }
+        }
+        if (at == claim_floor_) {
+            claim_floor_ += bytes;  // the lowest claims came back: the range below is free for allocate
+            return;
+        }
+        try {
+            unclaimed_insert(at, bytes);
+        } catch (...) {
+            POOLKIT_ASSERT(false, "no host memory to record a span given back; it stays claimed");
+        }
+    }
     [[nodiscard]] std::uintptr_t claim_floor() const noexcept { return claim_floor_; }
-    // claim() of `bytes` rounded up to whole granules, or out_of_memory naming `source` with the
-    // address space left to claim as its limit.
+    // Whether no granule of [at, at + bytes) is mapped.
+    [[nodiscard]] bool is_unmapped(std::uintptr_t at, std::size_t bytes) const noexcept {
+        const auto hole = hole_containing(at);
+        return hole != holes_by_address_.end() && at + bytes <= hole->first + hole->second;
+    }
+    // Address space claimed now (spans given back excluded).
+    [[nodiscard]] std::size_t claimed_bytes() const noexcept {
+        std::size_t free = 0;
+        for (const auto& entry : unclaimed_) free += entry.second;
+        return base_ + capacity_ - claim_floor_ - free;
+    }
+    // The largest span claim() could give now.
+    [[nodiscard]] std::size_t largest_claimable() const noexcept {
+        std::size_t largest = unclaimed_by_size_.empty() ? 0 : unclaimed_by_size_.rbegin()->first;
+        const auto hole = claim_floor_ > base_ ? hole_containing(claim_floor_ - granularity_) : holes_by_address_.end();
+        if (hole != holes_by_address_.end() && hole->first + hole->second >= claim_floor_) {
+            largest = std::max(largest, claim_floor_ - hole->first);
+        }
+        return largest;
+    }
+    // claim() of `bytes` rounded up to whole granules, or out_of_memory naming `source` that says
+    // the address space ran out and how large a span is left.
     [[nodiscard]] std::uintptr_t claim_or_throw(std::size_t bytes, const char* source) {
         const auto rounded = checked_round_up(bytes, granularity_);
         const auto start = rounded ? claim(*rounded) : std::nullopt;
         if (!start) {
             memory_figures figures = memory_figures::request(bytes, granularity_);
-            figures.limit_bytes = claim_floor_ - base_;
+            figures.address_space_bytes = largest_claimable();
+            figures.limit_bytes = capacity_;
             throw out_of_memory(source, figures);
         }
         return *start;
@@ -373,7 +436,19 @@ private:
     std::uintptr_t base_;
     std::size_t capacity_;
     std::size_t granularity_;
-    std::uintptr_t claim_floor_ = base_ + capacity_;  // [claim_floor_, top) is claimed
+    void unclaimed_insert(std::uintptr_t at, std::size_t bytes) {
+        unclaimed_by_size_.insert({bytes, at});
+        try {
+            unclaimed_.emplace(at, bytes);
+        } catch (...) {
+            unclaimed_by_size_.erase({bytes, at});
+            throw;
+        }
+    }
+
+    std::uintptr_t claim_floor_ = base_ + capacity_;  // [claim_floor_, top) is claimed or given back
+    std::map<std::uintptr_t, std::size_t> unclaimed_;  // spans above the floor given back: start -> bytes
+    std::set<std::pair<std::size_t, std::uintptr_t>> unclaimed_by_size_;  // (bytes, start): best fit
     std::map<std::uintptr_t, std::size_t> holes_by_address_;              // start -> bytes, unmapped
     std::set<std::pair<std::size_t, std::uintptr_t>> holes_by_size_;      // (bytes, start): best fit
     std::map<std::uintptr_t, std::size_t> blocks_;                        // allocate's blocks: start -> bytes

@@ -108,6 +108,11 @@ public:
     {
         return memory().claim(bytes);
     }
+    [[nodiscard]] std::size_t largest_claimable() const
+        requires virtual_memory<memory_type> && requires(const memory_type& m) { m.largest_claimable(); }
+    {
+        return memory().largest_claimable();
+    }
     // Address space only: every granule of the span was unmapped (through the gate) before.
     void unclaim(void* at, std::size_t bytes) noexcept
         requires virtual_memory<memory_type>
