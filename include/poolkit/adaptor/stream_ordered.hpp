@@ -213,7 +213,7 @@ public:
     // block's uses.
     void record_use(void* pointer, stream_ref stream) {
         start_tracking();
-        live_block* found = live_.find(pointer);
+        live_block* found = find_live(pointer);
         POOLKIT_ASSERT(found != nullptr, "record_use of a pointer stream_ordered did not hand out");
         if (found == nullptr) return;
         auto& streams = uses_[pointer];
@@ -274,7 +274,7 @@ public:
         }
         POOLKIT_VERIFY(lane_index_.size() + stream_index_.size() == lanes_.size(), "the lane index holds a lane that is not there");
         POOLKIT_VERIFY(tracked_ || lanes_.size() <= 1, "several lanes, but live blocks are not tracked");
-        POOLKIT_VERIFY(!tracked_ || live_.size() == live_count_, "the live map lost count");
+        POOLKIT_VERIFY(!tracked_ || live_.size() + untracked_blocks_ == live_count_, "the live map lost count");
         live_.for_each([](const void* pointer, const live_block& block) {
             POOLKIT_VERIFY(block.owner != nullptr, "a live block without a lane");
             if constexpr (has_owns<lane_pool_type>) POOLKIT_VERIFY(block.owner->pool.owns(pointer), "a live block its lane does not own");
@@ -540,7 +540,7 @@ private:
     void* allocate_in(lane& own, stream_ref stream, std::size_t bytes, std::size_t alignment) {
         if (own.wanted) cover(own, stream);  // a taker waits for this lane's frees: its stream is alive now
         if (deferred_count_ > drain_after) drain_deferred(1);  // else only on a miss
-        if (tracked_) live_.reserve(live_.size() + 1);  // so that recording the block below cannot throw
+        if (tracked_) live_.reserve(live_.size() + untracked_blocks_ + 1);  // so that recording it (or find_live) cannot throw
         // A block of this size freed here from another lane first: reused now, it goes nowhere
         // (else it waits for an event to go home) and leaves the pool's blocks to its own frees.
         if ((own.parked_sizes & parked_bit(bytes)) != 0) {
@@ -732,9 +732,24 @@ private:
                     const auto* pointer = reinterpret_cast<const void*>(block.address);
                     if (block.live && !is_deferred(pointer)) live_.insert(pointer, live_block{only, false, nullptr});
                 });
+                // Blocks the walk does not show (passed through to the upstream: fixed_size's
+                // large requests, size_classes' past its largest class) are the only lane's too.
+                untracked_blocks_ = live_count_ - live_.size();
+                untracked_owner_ = only;
             }
         }
         tracked_ = true;
+    }
+
+    // The entry of live block `pointer`. One handed out before tracking started that the walk did
+    // not show is entered now, as the block of the lane of that time. Never allocates: room for
+    // every live block is reserved.
+    live_block* find_live(const void* pointer) noexcept {
+        live_block* found = live_.find(pointer);
+        if (found != nullptr || untracked_blocks_ == 0) return found;
+        live_.insert(pointer, live_block{untracked_owner_, false, nullptr});
+        --untracked_blocks_;
+        return live_.find(pointer);
     }
 
     [[nodiscard]] bool is_deferred(const void* pointer) const noexcept {
@@ -954,7 +969,7 @@ private:
         lane* taker = nullptr;
         std::vector<use> streams;
         if (tracked_) {
-            const live_block* found = live_.find(pointer);
+            const live_block* found = find_live(pointer);
             POOLKIT_ASSERT(found != nullptr, "deallocate of a pointer stream_ordered did not hand out (or freed twice)");
             if (found == nullptr) return;
             owner = found->owner;
@@ -993,7 +1008,9 @@ private:
         // need be, which starts tracking), where its next request of the same size takes it with
         // no event. Lanes that cannot be found or made leave it to the deferred list below.
         lane* parking = stream != nullptr && !own_stream && streams.empty() ? parking_lane(*stream) : nullptr;
-        if (tracked_ && !live_.erase(pointer)) {  // untracked until just now, and not a live block
+        if (tracked_ && find_live(pointer) != nullptr) {
+            live_.erase(pointer);
+        } else if (tracked_) {  // untracked until just now, and not a live block
             POOLKIT_ASSERT(false, "deallocate of a pointer stream_ordered did not hand out");
             return;
         }
@@ -1193,6 +1210,8 @@ private:
     std::size_t reserved_bytes_ = 0;  // what the lane pools reserve, where they count it
     std::size_t growth_slack_ = default_growth_slack;
     const stream_ref* call_stream_ = nullptr;  // the stream of the call in progress (call_on)
+    std::size_t untracked_blocks_ = 0;         // live blocks of untracked_owner_ not in live_ (find_live)
+    lane* untracked_owner_ = nullptr;
     std::vector<lane*> idle_lanes_;             // lanes a new stream may take over (note_idle)
     std::size_t settle_lanes_at_ = 64;          // lanes at which a new one settles all first
     bool closing_ = false;                      // destroyed: everything was waited for
