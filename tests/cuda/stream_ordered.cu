@@ -267,7 +267,9 @@ TEST_CASE("threads that create, use and destroy streams in a loop never see anot
     CHECK(failures.load() == 0);
     CHECK(bad.read() == 0);
     const auto lanes = pool.locked([](auto& p) { return p.lanes(); });
-    CHECK(lanes == threads_count * rounds);  // one per stream, even where handles came back
+    // A lane per stream while they last, even where handles came back; destroyed without
+    // forget_stream, their lanes are settled (one wait for the device per doubling) and reused.
+    CHECK(lanes < threads_count * rounds);
     MESSAGE("lanes: " << lanes);
     pool.locked([](auto& p) { p.check_invariants(); });
     pool.release();

@@ -77,6 +77,7 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -436,6 +437,8 @@ private:
         std::array<std::uint32_t, donor_buckets> donor_slot{};
         std::size_t out_blocks = 0;    // blocks of its pool handed out and not back (live, parked, deferred)
         std::size_t taken_blocks = 0;  // live blocks of other lanes' pools it took
+        bool listed_idle = false;      // in idle_lanes_
+        bool dropping = false;         // being dropped (drop_empty_lanes)
         lane_pool_type pool;
     };
 
@@ -506,13 +509,6 @@ private:
             return *found;
         }
         if (!lanes_.empty()) start_tracking();
-        // Streams destroyed without forget_stream leave lanes whose frees no event covers: once the
-        // lanes double, the host waits for the device once and their lanes become idle, to be
-        // taken over by new streams (one wait per doubling).
-        if (lanes_.size() >= settle_lanes_at_) {
-            settle_all(nullptr);
-            settle_lanes_at_ = std::max(settle_lanes_at_, 2 * (lanes_.size() - std::min(lanes_.size(), idle_lanes_.size())));
-        }
         // Room for one more lane everywhere, grown geometrically: a new lane costs O(1) amortized.
         const std::size_t room = lanes_.size() < lanes_.capacity() ? lanes_.capacity() : std::max<std::size_t>(8, 2 * lanes_.capacity());
         lanes_.reserve(room);
@@ -524,6 +520,15 @@ private:
         }
         if (!key.plain) {
             if (lane* recycled = recycle_idle_lane(stream, key)) return *(last_ = recycled);
+            // Streams destroyed without forget_stream leave lanes whose frees no event covers: past
+            // twice the lanes in use at the last settle (64 at least), the host waits for the
+            // device once and every lane with nothing out becomes idle, for new streams to take.
+            if (lanes_.size() >= settle_lanes_at_) {
+                settle_all(nullptr);
+                const auto in_use = static_cast<std::size_t>(std::count_if(lanes_.begin(), lanes_.end(), [](const auto& l) { return !l->idle; }));
+                settle_lanes_at_ = std::max<std::size_t>(64, 2 * in_use);
+                if (lane* recycled = recycle_idle_lane(stream, key)) return *(last_ = recycled);
+            }
         }
         auto made = std::make_unique<lane>(*this, stream, key, options_);
         if (!is_plain_stream_key(key)) lane_index_.emplace(key, made.get());
@@ -880,9 +885,10 @@ private:
     // over with its pool (its free blocks need no wait). Checked again when taken.
     void note_idle(lane& l) noexcept {
         l.idle = true;
-        if (l.plain || std::find(idle_lanes_.begin(), idle_lanes_.end(), &l) != idle_lanes_.end()) return;
+        if (l.plain || l.listed_idle) return;
         try {
             idle_lanes_.push_back(&l);
+            l.listed_idle = true;
         } catch (...) {  // it stays a lane of its own
         }
     }
@@ -892,11 +898,12 @@ private:
     // one after another reuse a bounded set of lanes instead of adding one each. Requires room in
     // the indexes (lane_for reserved it).
     lane* recycle_idle_lane(stream_ref stream, const lane_key& key) {
-        if (idle_lanes_.size() <= max_idle_lanes) return nullptr;
-        std::erase_if(idle_lanes_, [](const lane* l) { return !l->idle || !droppable(*l); });  // in use again, or blocks out
+        // Oldest first; entries of lanes in use again or with blocks out are dropped as they come up.
         while (idle_lanes_.size() > max_idle_lanes) {
-            lane* l = idle_lanes_.front();  // the oldest
-            idle_lanes_.erase(idle_lanes_.begin());
+            lane* l = idle_lanes_.front();
+            idle_lanes_.pop_front();
+            l->listed_idle = false;
+            if (!l->idle || !droppable(*l)) continue;
             unindex(*l);
             l->stream = stream;
             l->key = key;
@@ -921,28 +928,25 @@ private:
         if (last_ == &l) last_ = nullptr;
     }
 
+    // Drops every droppable lane but `keep`: out of every index, then destroyed — its pool returns
+    // all it holds to the upstream (its frees were waited for: droppable). O(lanes + idle lanes).
     void drop_empty_lanes(const lane* keep) noexcept {
-        for (std::size_t i = lanes_.size(); i-- > 0;) {
-            lane& l = *lanes_[i];
-            if (&l != keep && droppable(l)) drop_lane(l);
+        bool any = false;
+        for (auto& owned : lanes_) {
+            lane& l = *owned;
+            if (&l == keep || !droppable(l)) continue;
+            for (unsigned k = 0; k < donor_buckets; ++k) {
+                if ((l.refused >> k & 1) == 0) unfile_donor(l, k);
+            }
+            unindex(l);
+            forget_frees(l);
+            if constexpr (counts_reserved) reserved_bytes_ -= l.pool.reserved_bytes();
+            l.dropping = true;
+            any = true;
         }
-    }
-
-    // Removes `l` from every index and destroys it: its pool returns all it holds to the upstream
-    // (its frees were waited for: droppable). O(1) but for the pool's destruction.
-    void drop_lane(lane& l) noexcept {
-        for (unsigned k = 0; k < donor_buckets; ++k) {
-            if ((l.refused >> k & 1) == 0) unfile_donor(l, k);
-        }
-        unindex(l);
-        std::erase(idle_lanes_, &l);
-        forget_frees(l);
-        if constexpr (counts_reserved) reserved_bytes_ -= l.pool.reserved_bytes();
-        const auto found = std::find_if(lanes_.begin(), lanes_.end(), [&](const auto& owned) { return owned.get() == &l; });
-        std::unique_ptr<lane> dropped = std::move(*found);
-        *found = std::move(lanes_.back());
-        lanes_.pop_back();
-        dropped.reset();  // the pool gives everything back now
+        if (!any) return;
+        std::erase_if(idle_lanes_, [](const lane* l) { return l->dropping; });
+        std::erase_if(lanes_, [](const std::unique_ptr<lane>& l) { return l->dropping; });  // the pools give everything back now
     }
 
     // The work before every lane's frees is done: the host waits for it.
@@ -1212,7 +1216,7 @@ private:
     const stream_ref* call_stream_ = nullptr;  // the stream of the call in progress (call_on)
     std::size_t untracked_blocks_ = 0;         // live blocks of untracked_owner_ not in live_ (find_live)
     lane* untracked_owner_ = nullptr;
-    std::vector<lane*> idle_lanes_;             // lanes a new stream may take over (note_idle)
+    std::deque<lane*> idle_lanes_;              // lanes a new stream may take over, oldest first (note_idle)
     std::size_t settle_lanes_at_ = 64;          // lanes at which a new one settles all first
     bool closing_ = false;                      // destroyed: everything was waited for
     // donors_[k]: the lanes that may serve a request of bucket k from what they hold.
