@@ -1,6 +1,8 @@
 // per_thread: each thread's cache in front of a shared pool — reuse without the shared pool,
 // blocks that move between threads, the bounds, thread exit, release(), streams (their sets,
-// eviction, a destroyed stream whose handle comes back), exhaustion, and sixteen threads at once.
+// eviction, a destroyed stream whose handle comes back), exhaustion, calls made after a thread's
+// caches are gone (a thread_local or a global freeing at exit), and sixteen threads at once.
+#include "../support/death.hpp"
 #include "../support/instrumented.hpp"
 
 #include <poolkit/adaptor/completed_events.hpp>
@@ -17,12 +19,16 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 #include <vector>
 
 using namespace poolkit;
@@ -50,6 +56,40 @@ struct relabeled_events : completed_events {
 static_assert(events_policy<relabeled_events>);
 
 stream_ref stream_number(std::uintptr_t n) { return stream_ref{reinterpret_cast<stream_handle>(n)}; }
+
+// Blocks a thread_local or static object holds and frees in its destructor, on `stream` where
+// on_stream; first it allocates and frees one more of a size class. Made before its thread's
+// first call to the pool, it is destroyed after that thread's caches. `then` runs last.
+template <class Pool>
+struct freed_at_destruction {
+    Pool* pool = nullptr;
+    bool on_stream = false;
+    stream_ref stream = default_stream;
+    std::vector<std::pair<void*, std::size_t>> blocks;
+    std::function<void()> then;
+
+    freed_at_destruction() = default;
+    freed_at_destruction(const freed_at_destruction&) = delete;
+    freed_at_destruction& operator=(const freed_at_destruction&) = delete;
+    ~freed_at_destruction() {
+        if (pool == nullptr) return;
+        blocks.emplace_back(allocate(700), 700);
+        for (const auto& [block, bytes] : blocks) deallocate(block, bytes);
+        if (then) then();
+    }
+    void* allocate(std::size_t bytes) {
+        if constexpr (stream_resource<Pool>) {
+            if (on_stream) return pool->allocate_async(bytes, 256, stream);
+        }
+        return pool->allocate(bytes);
+    }
+    void deallocate(void* block, std::size_t bytes) {
+        if constexpr (stream_resource<Pool>) {
+            if (on_stream) return pool->deallocate_async(block, bytes, 256, stream);
+        }
+        pool->deallocate(block, bytes);
+    }
+};
 
 }  // namespace
 
@@ -278,6 +318,76 @@ TEST_CASE("per_thread: exhaustion gives the caches back and tries once more, the
     pool.release();
     pool.upstream_resource().release();
     CHECK(upstream.live_bytes() == 0);
+}
+
+TEST_CASE("per_thread: a thread_local object destroyed after its thread's caches frees and allocates through the shared pool") {
+    instrumented<> upstream;
+    front pool{std::in_place, upstream_ref{upstream}};
+    std::thread worker([&] {
+        thread_local freed_at_destruction<front> held;  // made before the thread's first call
+        held.pool = &pool;
+        for (std::size_t bytes : {300, 3000, 3000, 100000, 8 << 20}) held.blocks.emplace_back(pool.allocate(bytes), bytes);
+        void* cached = pool.allocate(3000);
+        pool.deallocate(cached, 3000);  // the cache holds a block when the thread exits
+    });
+    worker.join();
+    CHECK(pool.thread_caches() == 0);
+    CHECK(pool.cached_bytes() == 0);
+    CHECK(pool.live_bytes() == 0);  // the frees after the exit were counted
+    CHECK(pool.misses() == 6);      // the allocation after the exit took its block from the shared pool
+    CHECK(upstream.errors().empty());
+    pool.upstream_resource().release();
+    CHECK(upstream.live_bytes() == 0);
+}
+
+TEST_CASE("per_thread: a free on a stream after the thread's caches are gone goes to the shared pool on that stream") {
+    instrumented<> upstream;
+    host_events events;
+    const stream_ref a = events.make_stream(), b = events.make_stream();
+    ordered_front pool{std::in_place, {}, events, upstream_ref{upstream}, best_fit_options{}, events};
+    void* used_on_a = nullptr;
+    std::thread worker([&] {
+        thread_local freed_at_destruction<ordered_front> held;
+        held.pool = &pool;
+        held.on_stream = true;
+        held.stream = a;
+        used_on_a = pool.allocate_async(1000, 256, a);
+        held.blocks.emplace_back(used_on_a, 1000);
+        events.submit(a);  // work that uses it, not yet done when the thread_local frees it
+    });
+    worker.join();
+    CHECK(pool.live_bytes() == 0);
+    void* on_b = pool.allocate_async(1000, 256, b);
+    CHECK(on_b != used_on_a);  // the shared pool holds it behind a's work
+    pool.deallocate_async(on_b, 1000, 256, b);
+    CHECK(events.synchronizations() == 0);
+    events.complete_all();
+    pool.release();
+    CHECK(upstream.errors().empty());
+    CHECK(upstream.live_bytes() == 0);
+}
+
+// exit() destroys the main thread's thread_locals (its caches among them) before static objects,
+// so a global container of blocks declared after a global per_thread frees them with the
+// thread's caches gone. A forked child stands for the process, its statics for the globals.
+TEST_CASE("per_thread: a global container destroyed at exit frees its blocks through a global per_thread") {
+    const auto outcome = test::run_in_child([] {
+        static instrumented<> upstream;
+        static front pool{std::in_place, upstream_ref{upstream}};
+        static freed_at_destruction<front> held;
+        held.pool = &pool;
+        for (std::size_t bytes : {300, 3000, 100000, 8 << 20}) held.blocks.emplace_back(pool.allocate(bytes), bytes);
+        void* cached = pool.allocate(3000);
+        pool.deallocate(cached, 3000);
+        held.then = [] {
+            std::fprintf(stderr, "live %zu, cached %zu, misuses %zu\n", pool.live_bytes(), pool.cached_bytes(), upstream.errors().size());
+        };
+        std::exit(0);
+    });
+    INFO("the child ended with signal " << outcome.signal << ", exit code " << outcome.exit_code << ":\n" << outcome.error_output);
+    CHECK(outcome.exited_cleanly());
+    CHECK(outcome.said("live 0, cached 0, misuses 0"));
+    CHECK(!outcome.said("still live"));  // every block was back in the shared pool when it was destroyed
 }
 
 // Sixteen threads allocate, write, check and free; a third of the blocks are handed to another

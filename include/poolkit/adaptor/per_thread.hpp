@@ -23,9 +23,14 @@
 // Thread safety: every entry point may be called from any thread. The hot path (a hit, or a free
 // that does not overflow) takes no lock and writes only the calling thread's cache; it reads two
 // shared words that change only at release() and record_use(). A thread's first call makes its
-// cache (under a mutex); its exit gives the cache back. release() gives back the calling thread's cache and
-// makes every other thread give back its own at its next call. Destroying the per_thread while
-// another thread still calls it is undefined, as for any object.
+// cache (under a mutex); its exit gives the cache back. release() gives back the calling thread's
+// cache and makes every other thread give back its own at its next call.
+// Lifetime: a call after the calling thread's caches are destroyed (from a thread_local destroyed
+// after them, or from a static object destroyed at exit(), which destroys the main thread's
+// thread_locals first) skips the caches: a free goes straight to Upstream (deallocate_async on the
+// stream it names, else deallocate), an allocation takes a block of its size class from Upstream.
+// The per_thread itself must outlive every call, as any object: destroying it while another
+// thread still calls it is undefined, and a global container of its blocks is declared after it.
 // Statistics are exact: live_bytes() and cached_bytes() sum per-thread counters that only their
 // thread writes. Upstream sees blocks in thread caches as live.
 // Complexity: a hit or a free is O(1) plus Events::identity (65 ns for a created stream on an
@@ -104,6 +109,11 @@ struct cache_base {
     const std::uint64_t owner;  // the id of the per_thread it belongs to
 };
 
+// Whether the calling thread's registry (below) is gone: set when its thread_local teardown
+// destroys it, at the thread's exit or, for the main thread, at exit() before static objects.
+// Constant-initialized, so reading it is a plain load.
+inline thread_local bool registry_gone = false;
+
 // The caches of one thread, one per per_thread object it used; each gives back its blocks when
 // the thread exits.
 struct registry {
@@ -113,14 +123,17 @@ struct registry {
     registry(const registry&) = delete;
     registry& operator=(const registry&) = delete;
     ~registry() {
+        registry_gone = true;  // a later call (from a thread_local or static) finds no cache
         last = nullptr;
         for (auto& cache : caches) cache->thread_exit();
     }
 };
 
-inline registry& this_thread() noexcept {
+// The calling thread's registry, made at its first call; nullptr once it is gone.
+inline registry* this_thread() noexcept {
+    if (registry_gone) [[unlikely]] return nullptr;
     thread_local registry caches;
-    return caches;
+    return &caches;
 }
 
 // Ids tell per_thread objects apart even where one is made at a dead one's address.
@@ -312,7 +325,8 @@ private:
         std::mutex mutex;
         per_thread* owner = nullptr;
         std::vector<thread_cache*> caches;  // guarded by mutex
-        std::int64_t retired_live = 0, retired_hits = 0, retired_misses = 0;  // of exited threads
+        // Of exited threads, and of calls made after their thread's caches were gone; guarded by mutex.
+        std::int64_t retired_live = 0, retired_hits = 0, retired_misses = 0;
         std::vector<void*> used_elsewhere;  // live blocks given to record_use; guarded by mutex
         std::atomic<std::size_t> used_count{0};
         std::atomic<std::uint64_t> epoch{0};
@@ -334,34 +348,39 @@ private:
         return detail::per_thread_parts::class_of(bytes);
     }
 
+    // The calling thread's cache of this object; nullptr where it has none (or no more).
     [[nodiscard]] thread_cache* find_cache() const noexcept {
-        auto& mine = detail::per_thread_parts::this_thread();
-        if (mine.last != nullptr && mine.last->owner == id_) return static_cast<thread_cache*>(const_cast<detail::per_thread_parts::cache_base*>(mine.last));
-        for (auto& cache : mine.caches) {
+        auto* mine = detail::per_thread_parts::this_thread();
+        if (mine == nullptr) return nullptr;  // its thread_local teardown has run
+        if (mine->last != nullptr && mine->last->owner == id_) return static_cast<thread_cache*>(const_cast<detail::per_thread_parts::cache_base*>(mine->last));
+        for (auto& cache : mine->caches) {
             if (cache->owner == id_) {
-                mine.last = cache.get();
+                mine->last = cache.get();
                 return static_cast<thread_cache*>(cache.get());
             }
         }
         return nullptr;
     }
 
-    // The calling thread's cache, made on its first call (and caches of dead objects dropped).
-    thread_cache& cache() {
-        if (thread_cache* found = find_cache()) return *found;
-        auto& mine = detail::per_thread_parts::this_thread();
-        mine.last = nullptr;  // it may be one of the caches dropped below, and a step below may throw
-        std::erase_if(mine.caches, [](const auto& c) { return c->orphaned(); });
-        mine.caches.reserve(mine.caches.size() + 1);
+    // The calling thread's cache, made on its first call (and caches of dead objects dropped);
+    // nullptr once the thread's caches are gone (a call from a thread_local or static object
+    // destroyed after them), when the call skips the caches.
+    thread_cache* cache() {
+        if (thread_cache* found = find_cache()) return found;
+        auto* mine = detail::per_thread_parts::this_thread();
+        if (mine == nullptr) return nullptr;
+        mine->last = nullptr;  // it may be one of the caches dropped below, and a step below may throw
+        std::erase_if(mine->caches, [](const auto& c) { return c->orphaned(); });
+        mine->caches.reserve(mine->caches.size() + 1);
         auto made = std::make_unique<thread_cache>(id_, core_);
         {
             std::lock_guard lock(core_->mutex);
             core_->caches.push_back(made.get());
         }
         made->epoch = core_->epoch.load(std::memory_order_relaxed);
-        mine.caches.push_back(std::move(made));
-        mine.last = mine.caches.back().get();
-        return static_cast<thread_cache&>(*mine.caches.back());
+        mine->caches.push_back(std::move(made));
+        mine->last = mine->caches.back().get();
+        return static_cast<thread_cache*>(mine->caches.back().get());
     }
 
     // The set of `stream` (of the plain calls where !on_stream), by identity; made where missing,
@@ -424,16 +443,22 @@ private:
     void* around_allocate(const allocation_request& request, Call&& call) {
         validate_alignment(request.alignment);
         const std::size_t index = class_for(request.bytes, request.alignment);
-        thread_cache& c = cache();
+        thread_cache* const mine = cache();
         if (index == no_class) {
             void* pointer = std::forward<Call>(call)();
-            if (pointer != nullptr) c.live.add(static_cast<std::int64_t>(request.bytes));
+            if (pointer != nullptr) count(mine, static_cast<std::int64_t>(request.bytes));
             return pointer;
         }
+        const std::size_t size = detail::per_thread_parts::class_size(index);
+        if (mine == nullptr) {  // the thread's caches are gone: a block of the class from the upstream
+            void* pointer = take_from_upstream(nullptr, request, size);
+            if (pointer != nullptr) count(nullptr, static_cast<std::int64_t>(size), 1);
+            return pointer;
+        }
+        thread_cache& c = *mine;
         catch_up(c);
         const bool on_stream = request.kind == allocation_kind::allocate_async;
         stream_set& set = *set_for(c, on_stream, request.stream);
-        const std::size_t size = detail::per_thread_parts::class_size(index);
         if (set.counts[index] > 0) {
             void* pointer = set.slot(index, --set.counts[index]);
             set.bytes -= size;
@@ -443,14 +468,15 @@ private:
             return pointer;
         }
         c.miss_count.add(1);
-        void* pointer = take_from_upstream(c, request, size);
+        void* pointer = take_from_upstream(&c, request, size);
         if (pointer != nullptr) c.live.add(static_cast<std::int64_t>(size));
         return pointer;
     }
 
     // A block of the class from the upstream, as the request asked (nullptr from the try_ forms);
-    // on exhaustion every cache gives back and the upstream is asked once more.
-    void* take_from_upstream(thread_cache& c, const allocation_request& request, std::size_t size) {
+    // on exhaustion every cache (the calling thread's `c` at once, where it has one) gives back
+    // and the upstream is asked once more.
+    void* take_from_upstream(thread_cache* c, const allocation_request& request, std::size_t size) {
         const auto ask = [&]() -> void* {
             switch (request.kind) {
             case allocation_kind::allocate_async:
@@ -473,9 +499,11 @@ private:
             if (request.may_fail_quietly()) return nullptr;
         }
         core_->epoch.fetch_add(1, std::memory_order_relaxed);
-        bool waited = false;
-        give_back_all(c, waited);
-        c.epoch = core_->epoch.load(std::memory_order_relaxed);
+        if (c != nullptr) {
+            bool waited = false;
+            give_back_all(*c, waited);
+            c->epoch = core_->epoch.load(std::memory_order_relaxed);
+        }
         void* pointer = ask();
         return pointer;
     }
@@ -485,15 +513,16 @@ private:
         const std::size_t index = class_for(request.bytes, request.alignment);
         if (index == no_class) {
             std::forward<Call>(call)();
-            if (thread_cache* c = cache_or_null()) c->live.add(-static_cast<std::int64_t>(request.bytes));
+            count(cache_or_null(), -static_cast<std::int64_t>(request.bytes));
             return;
         }
         const std::size_t size = detail::per_thread_parts::class_size(index);
+        const bool used_elsewhere = forget_use(request.pointer);
         thread_cache* c = cache_or_null();
-        stream_set* set = c != nullptr && !forget_use(request.pointer) ? free_set(*c, request.on_stream, request.stream) : nullptr;
-        if (set == nullptr) {  // used on other streams, or no memory for a cache: straight back
+        stream_set* set = c != nullptr && !used_elsewhere ? free_set(*c, request.on_stream, request.stream) : nullptr;
+        if (set == nullptr) {  // used on other streams, no cache (gone, or no memory): straight back
             hand_back(request, request.pointer, size);
-            if (c != nullptr) c->live.add(-static_cast<std::int64_t>(size));
+            count(c, -static_cast<std::int64_t>(size));
             return;
         }
         c->live.add(-static_cast<std::int64_t>(size));
@@ -522,10 +551,23 @@ private:
 
     thread_cache* cache_or_null() noexcept {
         try {
-            return &cache();
+            return cache();
         } catch (...) {
             return nullptr;
         }
+    }
+
+    // Counts live bytes (negative at a free) and misses on the calling thread's cache `c`, or, where
+    // the thread has none, on the core.
+    void count(thread_cache* c, std::int64_t live, std::int64_t misses = 0) noexcept {
+        if (c != nullptr) {
+            c->live.add(live);
+            if (misses != 0) c->miss_count.add(misses);
+            return;
+        }
+        std::lock_guard lock(core_->mutex);
+        core_->retired_live += live;
+        core_->retired_misses += misses;
     }
 
     // A block straight back to the upstream, on the stream the free named.
