@@ -1,6 +1,7 @@
 // Fuzzes a stack of adaptors over best_fit — statistics over tracking over limiting over
 // retry_on_oom — so that the limit refuses requests, the retry releases and tries again, and the
-// figures of every layer must agree with the pool's after each step and at the end.
+// figures of every layer must agree with the pool's after each step and at the end (the pool's own
+// check_invariants(), which walks every block, runs where the driver samples it).
 // Fuzzers build with NDEBUG; their checks must stay on.
 #define POOLKIT_ENABLE_ASSERTS 1
 
@@ -21,16 +22,32 @@ namespace {
 using pool_type = poolkit::best_fit<poolkit::ref<poolkit::simulated_resource>>;
 using stack_type = poolkit::statistics<poolkit::tracking<poolkit::limiting<poolkit::retry_on_oom<pool_type>>>>;
 
-// The resource the driver runs: the stack, with the layers' figures checked against one another.
+// The resource the driver runs: the stack, with the layers' figures checked against one another
+// after every call, and the pool's invariants as well where the driver checks them.
 struct checked_stack {
     stack_type& stack;
-    void* allocate(std::size_t bytes, std::size_t alignment) { return stack.allocate(bytes, alignment); }
-    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment) noexcept { stack.deallocate(pointer, bytes, alignment); }
+    void* allocate(std::size_t bytes, std::size_t alignment) {
+        try {
+            void* pointer = stack.allocate(bytes, alignment);
+            check_figures();
+            return pointer;
+        } catch (const std::bad_alloc&) {
+            check_figures();
+            throw;
+        }
+    }
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment) noexcept {
+        stack.deallocate(pointer, bytes, alignment);
+        check_figures();
+    }
     void check_invariants() const {
+        stack.upstream_resource().upstream_resource().upstream_resource().upstream_resource().check_invariants();
+        check_figures();
+    }
+    void check_figures() const {
         auto& tracked = stack.upstream_resource();
         auto& limited = tracked.upstream_resource();
         const pool_type& pool = limited.upstream_resource().upstream_resource();
-        pool.check_invariants();
         if (tracked.live_blocks() != pool.live_blocks()) std::abort();
         if (limited.live_bytes() > limited.limit() || limited.live_bytes() != tracked.live_bytes()) std::abort();
         const auto figures = stack.figures();

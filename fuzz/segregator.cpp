@@ -17,7 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     poolkit::simulated_resource addresses{{.capacity = std::size_t{256} << 20}};
     {
         poolkit::segregator<4096, poolkit::size_classes<upstream>, poolkit::best_fit<upstream>> pools{
-            poolkit::size_classes<upstream>{addresses, {.slab_size = std::size_t{32} << 10,
+            poolkit::size_classes<upstream>{addresses, {.largest = 4096,  // the threshold: no larger request reaches it
+                                                        .slab_size = std::size_t{32} << 10,
                                                         .maximum_size = std::size_t{32} << 20}},
             poolkit::best_fit<upstream>{addresses, {.initial_size = std::size_t{256} << 10,
                                                     .maximum_size = std::size_t{96} << 20}}};
