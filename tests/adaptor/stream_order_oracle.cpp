@@ -54,7 +54,9 @@ std::size_t run_over(const Options& options, std::uint64_t seed, std::size_t str
     const test::oracle_report report = test::stream_order_oracle(pool, events, {.seed = seed, .streams = streams, .largest = 1 * MiB});
     MESSAGE(report.describe());
     CHECK(report.violations == 0);
-    CHECK(report.checked > 50);
+    // Simulated addresses do not depend on the host allocator (or a sanitizer's quarantine), so
+    // how often blocks are reused is known there.
+    if constexpr (std::same_as<Memory, simulated_resource>) CHECK(report.checked > 50);
     pool.release();
     CHECK(upstream.memory->live_bytes() == 0);
     CHECK(upstream.memory->errors().empty());

@@ -1,6 +1,7 @@
 // stream_ordered over best_fit with simulated streams (host_events): the test decides when work
 // completes, so every ordering rule is checked on a CPU.
 #include "../support/instrumented.hpp"
+#include "../support/stream_order_oracle.hpp"
 
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/host_events.hpp>
@@ -16,8 +17,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -542,113 +541,24 @@ TEST_CASE("release returns every wholly free chunk once all work is done") {
     CHECK(f.memory.live_bytes() == 0);
 }
 
-// Random traffic on four streams. Oracle: whenever a block is handed to stream S, every earlier use
-// of any byte of it by another stream must be ordered before S's next work — completing S's work
-// in the simulation must complete those uses too. With `churn`, streams are now and then destroyed
-// (after their blocks are freed, their work still pending) and replaced by new ones, as servers do;
-// a use of a destroyed stream throws from host_events.
-namespace {
-void random_traffic(bool churn) {
-    // Simulated memory: the addresses, and so how often blocks are reused, do not depend on the
-    // host allocator (or a sanitizer's quarantine).
+// Random traffic on up to eight streams, some destroyed (with work pending) and replaced as servers
+// do, through the stream-order oracle of support/stream_order_oracle.hpp: no block is handed to a
+// stream before every earlier use of its bytes is ordered before that stream's work, and no
+// destroyed stream is touched (host_events throws).
+TEST_CASE("random multi-stream traffic never hands out a block before its earlier users are done") {
     instrumented<simulated_resource> memory;
     host_events events;
-    std::vector<stream_ref> streams;
-    for (int i = 0; i < 4; ++i) streams.push_back(events.make_stream());
-    best_fit_options options{.initial_size = 1 * MiB, .growth = growth_policy::as_needed(256 * KiB)};
     using simulated_upstream = ref<instrumented<simulated_resource>>;
+    const best_fit_options options{.initial_size = 1 * MiB, .growth = growth_policy::as_needed(256 * KiB)};
     stream_ordered<best_fit<simulated_upstream>, host_events> pool{simulated_upstream{memory}, options, events};
-
-    struct use {
-        stream_ref stream;
-        std::uint64_t position;
-    };
-    struct range {
-        std::uintptr_t begin, end;
-        std::vector<use> uses;
-    };
-    struct live_block {
-        void* pointer;
-        std::size_t bytes;
-        range history;
-    };
-    std::vector<live_block> live;
-    std::vector<range> retired;  // ranges freed, with the uses made of them
-    std::mt19937_64 random(11);
-    std::size_t checked = 0;
-
-    for (int step = 0; step < 12000; ++step) {
-        const stream_ref s = streams[random() % streams.size()];
-        const unsigned action = random() % 100;
-        if (live.empty() || action < 45) {
-            const std::size_t bytes = 256 + random() % (random() % 5 == 0 ? 2 * MiB : 64 * KiB);
-            void* p = pool.allocate_async(bytes, 256, s);
-            const auto begin = reinterpret_cast<std::uintptr_t>(p);
-            const std::uint64_t mine = events.submit(s);
-            events.complete(s);  // the oracle: S's work, and all it depends on, completes
-            for (const range& old : retired) {
-                if (old.end <= begin || old.begin >= begin + bytes) continue;
-                for (const use& u : old.uses) {
-                    ++checked;
-                    CHECK(events.completed(u.stream) >= u.position);
-                }
-            }
-            std::erase_if(retired, [&](const range& old) {
-                return std::all_of(old.uses.begin(), old.uses.end(),
-                                   [&](const use& u) { return events.completed(u.stream) >= u.position; });
-            });
-            live.push_back({p, bytes, {begin, begin + bytes, {{s, mine}}}});
-        } else if (action < 60) {
-            auto& block = live[random() % live.size()];
-            const stream_ref user = streams[random() % streams.size()];
-            pool.record_use(block.pointer, user);
-            block.history.uses.push_back({user, events.submit(user)});
-        } else if (action < 90) {
-            const std::size_t index = random() % live.size();
-            live_block block = live[index];
-            live[index] = live.back();
-            live.pop_back();
-            // Usually freed on the stream that allocated it, sometimes on another.
-            const stream_ref freeing = random() % 4 == 0 ? s : block.history.uses.front().stream;
-            block.history.uses.push_back({freeing, events.issued(freeing)});
-            pool.deallocate_async(block.pointer, block.bytes, 256, freeing);
-            retired.push_back(block.history);
-        } else {
-            events.complete(s);  // some stream catches up on its own
-        }
-        if (churn && random() % 50 == 0) {
-            // Done with s: free what it used, on s, and destroy it with its work still pending.
-            const auto index = static_cast<std::size_t>(std::find(streams.begin(), streams.end(), s) - streams.begin());
-            std::erase_if(live, [&](live_block& block) {
-                const bool used = std::any_of(block.history.uses.begin(), block.history.uses.end(),
-                                              [&](const use& u) { return u.stream == s; });
-                if (!used) return false;
-                block.history.uses.push_back({s, events.issued(s)});
-                pool.deallocate_async(block.pointer, block.bytes, 256, s);
-                retired.push_back(block.history);
-                return true;
-            });
-            events.submit(s);
-            events.destroy_stream(s);
-            streams[index] = events.make_stream();
-        }
-        if (step % 100 == 0) pool.check_invariants();
-    }
-    for (const auto& block : live) pool.deallocate_async(block.pointer, block.bytes, 256, block.history.uses.front().stream);
+    const test::oracle_report report = test::stream_order_oracle(pool, events, {.seed = 11, .streams = 8, .steps = 12000, .largest = 2 * MiB});
+    MESSAGE(report.describe());
+    CHECK(report.violations == 0);
+    CHECK(report.overlaps == 0);
+    CHECK(report.checked > 100);
     pool.release();
-    MESSAGE("earlier uses checked by the oracle: " << checked << std::string(churn ? ", streams coming and going" : ""));
-    CHECK(checked > 100);
     CHECK(memory.live_bytes() == 0);
     CHECK(memory.errors().empty());
-}
-}  // namespace
-
-TEST_CASE("random multi-stream traffic never hands out a block before its earlier users are done") {
-    random_traffic(false);
-}
-
-TEST_CASE("random traffic while streams are destroyed and created never touches a destroyed stream") {
-    random_traffic(true);
 }
 
 TEST_CASE("blocks of a single lane are found again once a second stream arrives") {
