@@ -28,10 +28,12 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -40,6 +42,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -49,14 +52,21 @@ using namespace poolkit;
 
 using stats_map = std::map<std::string, std::int64_t>;
 
-// Where memory comes from, and how a device is made current.
+// Where memory comes from, and how a device is made current. `granularity` is the granule of
+// the virtual memory that expandable options are checked against before there is a device to
+// ask: 2 MiB, the smallest a CUDA device has (the pool checks the device's own when it is made).
 #if POOLKIT_PLUGIN_SIMULATED
-std::size_t environment_size(const char* name, std::size_t fallback) {
+// The count in environment variable `name`, or `fallback` when it is unset or empty. Throws
+// std::invalid_argument for text that is not a decimal count from `least` to `most`.
+std::size_t environment_count(const char* name, std::size_t fallback, std::size_t least, std::size_t most) {
     const char* value = std::getenv(name);
     if (value == nullptr || *value == '\0') return fallback;
     std::size_t parsed = 0;
     const auto [end, error] = std::from_chars(value, value + std::strlen(value), parsed);
-    if (error != std::errc{} || *end != '\0') throw std::invalid_argument(std::string("poolkit: ") + name + "=" + value + " is not a count");
+    if (error != std::errc{} || *end != '\0' || parsed < least || parsed > most) {
+        throw std::invalid_argument(std::string("poolkit: ") + name + "=" + value + " is not a count from " + std::to_string(least) +
+                                    " to " + std::to_string(most));
+    }
     return parsed;
 }
 
@@ -65,13 +75,18 @@ struct backend {
     using events = completed_events;
     using memory = simulated_resource;
     using virtual_memory = simulated_vmm_resource;
+    static constexpr std::size_t granularity = std::size_t{2} << 20;
 
-    // POOLKIT_SIMULATED_DEVICES devices (2) of POOLKIT_SIMULATED_MEMORY bytes each (80 GiB).
-    static int device_count() { return static_cast<int>(environment_size("POOLKIT_SIMULATED_DEVICES", 2)); }
-    static std::size_t device_memory() { return environment_size("POOLKIT_SIMULATED_MEMORY", std::size_t{80} << 30); }
+    // POOLKIT_SIMULATED_DEVICES devices (2; at most 1024) of POOLKIT_SIMULATED_MEMORY bytes each
+    // (80 GiB; from a granule to 4 TiB, since a device reserves up to four times its memory in
+    // address space).
+    static int device_count() { return static_cast<int>(environment_count("POOLKIT_SIMULATED_DEVICES", 2, 0, 1024)); }
+    static std::size_t device_memory() {
+        return environment_count("POOLKIT_SIMULATED_MEMORY", std::size_t{80} << 30, granularity, std::size_t{4} << 40);
+    }
     static simulated_options memory_options() { return {.capacity = device_memory()}; }
     static simulated_vmm_options virtual_memory_options() {
-        return {.capacity = 4 * device_memory(), .granularity = std::size_t{2} << 20, .physical_limit = device_memory()};
+        return {.capacity = 4 * device_memory(), .granularity = granularity, .physical_limit = device_memory()};
     }
 
     struct device_scope {
@@ -84,6 +99,7 @@ struct backend {
     using events = cuda_events;
     using memory = cuda_device_resource;
     using virtual_memory = cuda_vmm_resource;
+    static constexpr std::size_t granularity = std::size_t{2} << 20;
 
     static int device_count() {
         int count = 0;
@@ -208,11 +224,42 @@ const std::vector<option>& options() {
     return all;
 }
 
+// The rules of expandable_options, checked before a pool is made over virtual memory of
+// `granularity`: those expandable's constructor applies (a rounding that is a power of two no
+// larger than a granule, a mapping_bytes of 0 or a power of two, span sizes whose rounding to
+// granules cannot overflow) and those it leaves to chance (slacks and fractions that are NaN,
+// infinite or negative). Address-space sizes are at most 2^48 bytes (256 TiB): no device's
+// address space holds more. Throws std::invalid_argument naming the option and its rule.
+// strategy/expandable.hpp has no validation function of its own yet; this one belongs there.
+// Checks the options of `kind` as its pool will when it is made (caching_options::validate(), or
+// the rules above); throws std::invalid_argument naming the rule.
+void validate(const settings& s, allocator_kind kind) {
+    if (kind == allocator_kind::caching) {
+        s.caching.validate();
+    } else {
+        s.expandable.validate(backend::granularity);
+    }
+}
+
+// Sets option `name` of `kind` in `s`, then checks the kind's options as a whole, so that a value
+// its pool would refuse is refused now, against the options set before it. Throws
+// std::invalid_argument for a name the kind does not have, a value that is not one, or one its
+// rules refuse; `s` is then left part-changed (registry::set() works on a copy).
 void set_option(settings& s, allocator_kind kind, std::string_view name, std::string_view value) {
     std::string known;
     for (const option& o : options()) {
         if (o.kind != kind) continue;
-        if (o.name == name) return o.set(s, name, value);
+        if (o.name == name) {
+            o.set(s, name, value);
+            try {
+                validate(s, kind);
+            } catch (const std::invalid_argument& rule) {
+                std::string_view why = rule.what();
+                if (why.starts_with("poolkit: ")) why.remove_prefix(std::string_view("poolkit: ").size());
+                throw std::invalid_argument("poolkit: option " + std::string(name) + "=" + std::string(value) + " refused: " + std::string(why));
+            }
+            return;
+        }
         known += known.empty() ? "" : ", ";
         known += o.name;
     }
@@ -220,12 +267,79 @@ void set_option(settings& s, allocator_kind kind, std::string_view name, std::st
                                 "\" (it has " + known + ")");
 }
 
-// One device's allocator as the C API uses it, whichever kind it is.
+// "0x" and the address in hexadecimal.
+std::string address_text(const void* pointer) {
+    char text[2 + 2 * sizeof(std::uintptr_t)] = {'0', 'x'};
+    const auto end = std::to_chars(text + 2, std::end(text), reinterpret_cast<std::uintptr_t>(pointer), 16).ptr;
+    return std::string(text, end);
+}
+
+// The blocks one device's pool handed out and has not had back, by address, with the bytes asked
+// for. The C API checks every free and record_stream against them before the pool sees it, so
+// that a bad one (a pointer the pool did not hand out, one freed already, one inside a block, a
+// size other than the block's) is refused with the reason and changes nothing, in every build:
+// the pool would assert (ending the host process) or, without assertions, miscount its
+// statistics and keep a block for good. O(1) per call, in a hash map under a mutex of its own;
+// explaining a refusal is O(live blocks).
+class live_blocks {
+public:
+    explicit live_blocks(int device) noexcept : device_(device) {}
+
+    // Records a block; std::bad_alloc (nothing recorded) when there is no host memory for it.
+    void add(const void* pointer, std::size_t bytes) {
+        std::lock_guard lock(mutex_);
+        blocks_.emplace(reinterpret_cast<std::uintptr_t>(pointer), bytes);
+    }
+
+    // Forgets the block at `pointer`, which must have been allocated with `bytes`. Throws
+    // std::invalid_argument saying why, and forgets nothing, otherwise.
+    void remove(const void* pointer, std::size_t bytes) {
+        std::lock_guard lock(mutex_);
+        const auto found = blocks_.find(reinterpret_cast<std::uintptr_t>(pointer));
+        if (found == blocks_.end()) throw std::invalid_argument(not_live("free", pointer));
+        if (found->second != bytes) {
+            throw std::invalid_argument("poolkit: free of " + address_text(pointer) + " with " + std::to_string(bytes) + " bytes on device " +
+                                        std::to_string(device_) + ": the block was allocated with " + std::to_string(found->second));
+        }
+        blocks_.erase(found);
+    }
+
+    // Runs `use()` while the block at `pointer` stays live (a free of it waits); throws
+    // std::invalid_argument saying why when `pointer` is not the start of a live block.
+    template <class Use>
+    void while_live(const void* pointer, const char* call, Use&& use) {
+        std::lock_guard lock(mutex_);
+        if (!blocks_.contains(reinterpret_cast<std::uintptr_t>(pointer))) throw std::invalid_argument(not_live(call, pointer));
+        use();
+    }
+
+private:
+    // Why `pointer` is no live block's start; under the lock.
+    std::string not_live(const char* call, const void* pointer) const {
+        const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+        const std::string said = "poolkit: " + std::string(call) + " of " + address_text(pointer) + " on device " + std::to_string(device_);
+        for (const auto& [start, bytes] : blocks_) {
+            if (address > start && address - start < bytes) {
+                return said + ": inside the block at " + address_text(reinterpret_cast<const void*>(start)) + " (" + std::to_string(bytes) +
+                       " bytes), not its start";
+            }
+        }
+        return said + ": not a live block (never allocated there, or freed already)";
+    }
+
+    int device_;
+    mutable std::mutex mutex_;
+    std::unordered_map<std::uintptr_t, std::size_t> blocks_;  // address -> bytes asked for
+};
+
+// One device's allocator as the C API uses it, whichever kind it is. free and record_use throw
+// std::invalid_argument, changing nothing, for a pointer that is not a live block's start or a
+// size other than the block's (live_blocks).
 class device_pool {
 public:
     virtual ~device_pool() = default;
     virtual void* allocate(std::size_t bytes, stream_ref stream) = 0;
-    virtual void deallocate(void* pointer, std::size_t bytes, stream_ref stream) noexcept = 0;
+    virtual void free(void* pointer, std::size_t bytes, stream_ref stream) = 0;
     virtual void record_use(void* pointer, stream_ref stream) = 0;
     virtual void release() = 0;  // empty_cache
     virtual void reset_peak() = 0;
@@ -296,15 +410,25 @@ struct expandable_parts {
 template <class Parts>
 class device_pool_of final : public device_pool {
 public:
-    explicit device_pool_of(const settings& s) : parts_(s) {}
+    device_pool_of(const settings& s, int device) : parts_(s), live_(device) {}
 
     void* allocate(std::size_t bytes, stream_ref stream) override {
-        return parts_.users.allocate_async(bytes, default_alignment, stream);
+        void* pointer = parts_.users.allocate_async(bytes, default_alignment, stream);
+        try {
+            live_.add(pointer, bytes);
+        } catch (...) {  // no host memory to record it: the block goes back
+            parts_.users.deallocate_async(pointer, bytes, default_alignment, stream);
+            throw;
+        }
+        return pointer;
     }
-    void deallocate(void* pointer, std::size_t bytes, stream_ref stream) noexcept override {
+    void free(void* pointer, std::size_t bytes, stream_ref stream) override {
+        live_.remove(pointer, bytes);
         parts_.users.deallocate_async(pointer, bytes, default_alignment, stream);
     }
-    void record_use(void* pointer, stream_ref stream) override { parts_.users.upstream_resource().record_use(pointer, stream); }
+    void record_use(void* pointer, stream_ref stream) override {
+        live_.while_live(pointer, "record_stream", [&] { parts_.users.upstream_resource().record_use(pointer, stream); });
+    }
     void release() override { parts_.users.upstream_resource().release(); }
     void reset_peak() override { parts_.reset_peak(); }
     [[nodiscard]] stats_map memory_stats() const override { return parts_.memory_stats(); }
@@ -317,11 +441,19 @@ public:
     }
 
 private:
-
     Parts parts_;
+    live_blocks live_;
 };
 
-thread_local std::string last_error;
+// Why the last call into the C API on this thread failed, "" when it succeeded: a fixed buffer
+// (a longer message is cut), so that reporting a failure cannot fail.
+thread_local char last_error[1024];
+
+void set_last_error(std::string_view message) noexcept {
+    const std::size_t kept = std::min(message.size(), sizeof last_error - 1);
+    std::memcpy(last_error, message.data(), kept);
+    last_error[kept] = '\0';
+}
 
 class registry {
 public:
@@ -341,9 +473,9 @@ public:
             if (!kind_) kind_ = kind_from_environment();
             backend::device_scope scope(device);
             if (*kind_ == allocator_kind::caching) {
-                slot = std::make_unique<device_pool_of<caching_parts>>(settings_);
+                slot = std::make_unique<device_pool_of<caching_parts>>(settings_, device);
             } else {
-                slot = std::make_unique<device_pool_of<expandable_parts>>(settings_);
+                slot = std::make_unique<device_pool_of<expandable_parts>>(settings_, device);
             }
         }
         return slot.get();
@@ -366,8 +498,9 @@ public:
         return true;
     }
 
-    // Sets an option of the kind in use, or of the one the first pool would have. Throws
-    // std::logic_error once a pool exists, std::invalid_argument for a bad name or value.
+    // Sets an option of the kind in use, or of the one the first pool would have (set_option()).
+    // Throws std::logic_error once a pool exists, std::invalid_argument for a bad name or value,
+    // or one the kind's rules refuse; the options are then as they were.
     void set(std::string_view name, std::string_view value) {
         std::lock_guard lock(mutex_);
         if (any_pool()) throw std::logic_error("poolkit: options can only be set before the first pool is made");
@@ -441,18 +574,32 @@ device_pool& existing_pool(int device) {
     return *registry::instance().pool(device);
 }
 
+// The pool of `device` that `call` names `pointer` of; throws std::invalid_argument when there is
+// none yet (so the pointer is no block of it), std::out_of_range for a device that does not exist.
+device_pool& pool_for_block(int device, const char* call, const void* pointer) {
+    check_device(device);
+    device_pool* pool = registry::instance().made_pool(device);
+    if (pool == nullptr) {
+        throw std::invalid_argument("poolkit: " + std::string(call) + " of " + address_text(pointer) + " on device " + std::to_string(device) +
+                                    ": not a live block (nothing was allocated there)");
+    }
+    return *pool;
+}
+
 // The C ABI's stream (a cudaStream_t) as poolkit's; without CUDA, handles the caller only compares.
 stream_ref stream_of(poolkit_stream stream) noexcept { return stream_ref{reinterpret_cast<stream_handle>(stream)}; }
 
-// Runs `call`, turning an exception into last_error and `failed`.
+// Runs `call` for an entry point of the C API: no exception leaves it. Clears last_error, and
+// turns an exception into last_error and `failed`.
 template <class Result, class Call>
 Result guarded(Result failed, Call&& call) noexcept {
+    last_error[0] = '\0';
     try {
         return call();
     } catch (const std::exception& error) {
-        last_error = error.what();
+        set_last_error(error.what());
     } catch (...) {
-        last_error = "poolkit: unknown error";
+        set_last_error("poolkit: unknown error");
     }
     return failed;
 }
@@ -474,42 +621,47 @@ long device_text(int device, char* buffer, std::size_t capacity, Text&& text) no
 
 extern "C" {
 
-void* poolkit_alloc(ssize_t size, int device, poolkit_stream stream) {
-    if (size <= 0) return nullptr;
-    return guarded<void*>(nullptr, [&] {
+void* poolkit_alloc(ssize_t size, int device, poolkit_stream stream) POOLKIT_C_NOEXCEPT {
+    return guarded<void*>(nullptr, [&]() -> void* {
+        if (size <= 0) return nullptr;  // no allocation, and no failure
         device_pool& pool = existing_pool(device);
         backend::device_scope scope(device);
         return pool.allocate(static_cast<std::size_t>(size), stream_of(stream));
     });
 }
 
-void poolkit_free(void* pointer, ssize_t size, int device, poolkit_stream stream) {
-    if (pointer == nullptr || size <= 0) return;
+void poolkit_free(void* pointer, ssize_t size, int device, poolkit_stream stream) POOLKIT_C_NOEXCEPT {
     guarded(0, [&] {
-        device_pool& pool = existing_pool(device);
+        if (pointer == nullptr) return 0;  // what an allocation of 0 bytes gave
+        if (size <= 0) {
+            throw std::invalid_argument("poolkit: free of " + address_text(pointer) + " with " + std::to_string(size) + " bytes on device " +
+                                        std::to_string(device) + ": a block has at least 1");
+        }
+        device_pool& pool = pool_for_block(device, "free", pointer);
         backend::device_scope scope(device);
-        pool.deallocate(pointer, static_cast<std::size_t>(size), stream_of(stream));
+        pool.free(pointer, static_cast<std::size_t>(size), stream_of(stream));
         return 0;
     });
 }
 
-void poolkit_record_stream(void* pointer, int device, poolkit_stream stream) {
+void poolkit_record_stream(void* pointer, int device, poolkit_stream stream) POOLKIT_C_NOEXCEPT {
     guarded(0, [&] {
-        device_pool& pool = existing_pool(device);
+        if (pointer == nullptr) return 0;  // an empty tensor's
+        device_pool& pool = pool_for_block(device, "record_stream", pointer);
         backend::device_scope scope(device);
         pool.record_use(pointer, stream_of(stream));
         return 0;
     });
 }
 
-void poolkit_empty_cache(void) {
+void poolkit_empty_cache(void) POOLKIT_C_NOEXCEPT {
     guarded(0, [] {
         registry::instance().for_each([](device_pool& pool) { pool.release(); });
         return 0;
     });
 }
 
-int poolkit_reset_peak_stats(int device) {
+int poolkit_reset_peak_stats(int device) POOLKIT_C_NOEXCEPT {
     return guarded(-1, [&] {
         check_device(device);
         if (device_pool* pool = registry::instance().made_pool(device)) {
@@ -520,20 +672,20 @@ int poolkit_reset_peak_stats(int device) {
     });
 }
 
-long poolkit_memory_stats_json(int device, char* buffer, size_t capacity) {
+long poolkit_memory_stats_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT {
     return device_text(device, buffer, capacity, [](const device_pool* pool) { return pool ? stats_json(*pool) : std::string("{}"); });
 }
 
-long poolkit_memory_summary(int device, char* buffer, size_t capacity) {
+long poolkit_memory_summary(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT {
     return device_text(device, buffer, capacity, [](const device_pool* pool) { return pool ? pool->summary() : memory_summary(stats_map{}); });
 }
 
-long poolkit_snapshot_json(int device, char* buffer, size_t capacity) {
+long poolkit_snapshot_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT {
     return device_text(device, buffer, capacity,
                        [](const device_pool* pool) { return pool ? pool->snapshot_json() : std::string("{\"segments\": []}"); });
 }
 
-int poolkit_set_allocator(const char* name) {
+int poolkit_set_allocator(const char* name) POOLKIT_C_NOEXCEPT {
     return guarded(-1, [&] {
         const auto kind = name == nullptr ? std::nullopt : kind_named(name);
         if (!kind) {
@@ -547,7 +699,7 @@ int poolkit_set_allocator(const char* name) {
     });
 }
 
-int poolkit_set_option(const char* name, const char* value) {
+int poolkit_set_option(const char* name, const char* value) POOLKIT_C_NOEXCEPT {
     return guarded(-1, [&] {
         if (name == nullptr || value == nullptr) throw std::invalid_argument("poolkit: poolkit_set_option with a null name or value");
         registry::instance().set(name, value);
@@ -555,14 +707,16 @@ int poolkit_set_option(const char* name, const char* value) {
     });
 }
 
-const char* poolkit_allocator_name(void) {
+const char* poolkit_allocator_name(void) POOLKIT_C_NOEXCEPT {
     return guarded<const char*>(nullptr, [] { return name_of(registry::instance().kind()); });
 }
 
-int poolkit_device_count(void) { return registry::instance().device_count(); }
+int poolkit_device_count(void) POOLKIT_C_NOEXCEPT {
+    return guarded(-1, [] { return registry::instance().device_count(); });
+}
 
-const char* poolkit_backend(void) { return backend::name; }
+const char* poolkit_backend(void) POOLKIT_C_NOEXCEPT { return backend::name; }
 
-const char* poolkit_last_error(void) { return last_error.c_str(); }
+const char* poolkit_last_error(void) POOLKIT_C_NOEXCEPT { return last_error; }
 
 }  // extern "C"

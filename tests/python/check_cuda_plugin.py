@@ -1,6 +1,6 @@
 """The CUDA plugin's C ABI through the Python package, on a GPU: memory written and read back
-through the CUDA runtime, both presets, statistics, snapshot, out of memory. Exits 77 (ctest:
-skipped) where the plugin sees no GPU.
+through the CUDA runtime, both presets, statistics, snapshot, out of memory, bad frees and options
+refused. Exits 77 (ctest: skipped) where the plugin sees no GPU.
 
     PYTHONPATH=python/src python3 tests/python/check_cuda_plugin.py build/plugins/libpoolkit_plugin.so
 """
@@ -70,6 +70,32 @@ class CudaPlugin(unittest.TestCase):
                 self.assertEqual(plugin.memory_stats(0)["allocated_bytes.all.current"], 0)
                 self.assertIn("Allocated memory", plugin.memory_summary(0))
                 self.assertEqual(runtime.cudaStreamDestroy(stream), 0)
+
+    def test_bad_frees_are_refused_and_change_nothing(self):
+        for preset in ("caching", "expandable"):
+            with self.subTest(preset=preset):
+                plugin = fresh_plugin()
+                plugin.configure(preset, {})
+                pointer = plugin.alloc(3000, 0, 0)
+                before = plugin.memory_stats(0)
+                for bad, size, why in ((pointer + 512, 3000, "inside the block"), (pointer, 1000, "allocated with 3000"),
+                                       (pointer + (1 << 40), 3000, "not a live block")):
+                    with self.assertRaisesRegex(_plugin.PoolkitError, why):
+                        plugin.free(bad, size, 0, 0)
+                with self.assertRaisesRegex(_plugin.PoolkitError, "record_stream of .* inside the block"):
+                    plugin.record_stream(pointer + 512, 0, 0)
+                self.assertEqual(plugin.memory_stats(0), before)
+                plugin.free(pointer, 3000, 0, 0)
+                with self.assertRaisesRegex(_plugin.PoolkitError, "not a live block"):
+                    plugin.free(pointer, 3000, 0, 0)
+                self.assertEqual(plugin.memory_stats(0)["allocation.all.current"], 0)
+
+    def test_options_the_pool_would_refuse_are_refused_when_set(self):
+        plugin = fresh_plugin()
+        for preset, name, value in (("caching", "rounding", 3), ("expandable", "mapping_bytes", 3),
+                                    ("expandable", "cache_fraction", float("inf"))):
+            with self.assertRaisesRegex(_plugin.PoolkitError, f"option {name}=.* refused"):
+                plugin.configure(preset, {name: value})
 
     def test_more_than_the_device_has_is_a_memory_error(self):
         plugin = fresh_plugin()

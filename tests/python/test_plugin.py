@@ -6,11 +6,16 @@ pools and C ABI as the CUDA plugin over simulated memory, so these run without a
 
 Each test loads its own copy of the plugin (a copy of the file is a separate library with its own
 pools), since the allocator kind is fixed once a pool is made. Addresses from the simulated
-plugin are never touched.
+plugin are never touched. Tests of calls that a broken plugin answers by aborting run in a
+process of their own.
 """
+import functools
 import os
 import pickle
+import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -23,22 +28,58 @@ STREAM_A = 0x1000  # simulated streams: handles that are only compared
 STREAM_B = 0x2000
 
 
-def fresh_plugin(memory=None, devices=None):
-    """A new instance of the simulated plugin: its own pools, kind and options."""
+def plugin_under_test():
     source = os.environ.get("POOLKIT_TEST_PLUGIN")
     if not source:
         raise unittest.SkipTest("POOLKIT_TEST_PLUGIN is not set")
+    return source
+
+
+def fresh_plugin(memory=None, devices=None, read_devices=True):
+    """A new instance of the simulated plugin: its own pools, kind and options. With
+    read_devices, its registry reads POOLKIT_SIMULATED_DEVICES now."""
     folder = tempfile.mkdtemp(prefix="poolkit-plugin-")
     path = os.path.join(folder, "libpoolkit_plugin_simulated.so")
-    shutil.copyfile(source, path)
+    shutil.copyfile(plugin_under_test(), path)
     for name, value in (("POOLKIT_SIMULATED_MEMORY", memory), ("POOLKIT_SIMULATED_DEVICES", devices)):
         if value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = str(value)
     plugin = _plugin.Plugin(path)
-    plugin.device_count  # the registry reads POOLKIT_SIMULATED_DEVICES now
+    if read_devices:
+        plugin.device_count
     return plugin
+
+
+def in_own_process(address_space=None):
+    """Runs the test in a child process of its own (with at most `address_space` bytes of address
+    space, when given), so that a plugin that aborts, or runs away with memory, fails this test
+    instead of ending the whole run."""
+    def wrap(test):
+        @functools.wraps(test)
+        def run(self):
+            plugin_under_test()
+            name = f"{os.path.splitext(os.path.basename(__file__))[0]}.{type(self).__name__}.{self._testMethodName}"
+            if os.environ.get("POOLKIT_TEST_CHILD") == name:
+                return test(self)
+
+            def limit():
+                if address_space:
+                    resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+            # The same working folder (paths given relative to it still hold), and this folder
+            # on the path, so that the child finds this module.
+            paths = [os.path.dirname(os.path.abspath(__file__))]
+            paths += [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            env = dict(os.environ, POOLKIT_TEST_CHILD=name, PYTHONPATH=os.pathsep.join(paths))
+            child = subprocess.run([sys.executable, "-m", "unittest", name], env=env, preexec_fn=limit, capture_output=True,
+                                   text=True, timeout=120)
+            if child.returncode != 0:
+                self.fail(f"in a process of its own, exit status {child.returncode}:\n{child.stderr[-4000:]}")
+            if "OK (skipped=" in child.stderr:
+                self.skipTest(f"skipped in its own process:\n{child.stderr[-1000:]}")
+        return run
+    return wrap
 
 
 def check_tiling(test, snapshot):
@@ -134,9 +175,8 @@ class CApi(unittest.TestCase):
             plugin.configure("caching", {"power2_divisions": -4})
         with self.assertRaisesRegex(poolkit.PoolkitError, r"expected a number or a bool"):
             plugin.configure("caching", {"power2_divisions": "four"})
-        with self.assertRaisesRegex(poolkit.PoolkitError, "not a power of two"):  # checked when the pool is made
+        with self.assertRaisesRegex(poolkit.PoolkitError, "mapping_bytes=3145728 refused: .* 0 or a power of two"):
             plugin.configure("expandable", {"mapping_bytes": 3 * MiB})
-            plugin.alloc(MiB, 0, STREAM_A)
 
     def test_caching_options_take_effect(self):
         plugin = fresh_plugin()
@@ -154,6 +194,26 @@ class CApi(unittest.TestCase):
         pointer = plugin.alloc(5 * MiB, 0, STREAM_A)
         self.assertEqual(plugin.memory_stats(0)["reserved_bytes.all.current"], 256 * MiB)  # the default chunk, not 6 MiB
         plugin.free(pointer, 5 * MiB, 0, STREAM_A)
+
+    def test_every_call_sets_the_last_error(self):
+        """To why it failed, or to "" when it succeeded: a NULL from poolkit_alloc(0) is no
+        failure, and a function that returns nothing can be checked."""
+        plugin = fresh_plugin()
+        lib = plugin._lib
+
+        def fail():
+            self.assertIsNone(lib.poolkit_alloc(1024, 5, STREAM_A))
+            self.assertIn(b"no device 5", lib.poolkit_last_error())
+
+        fail()
+        self.assertIsNone(lib.poolkit_alloc(0, 0, STREAM_A))  # no allocation, and no failure
+        self.assertEqual(lib.poolkit_last_error(), b"")
+        fail()
+        self.assertGreater(lib.poolkit_memory_stats_json(0, None, 0), 0)
+        self.assertEqual(lib.poolkit_last_error(), b"")
+        fail()
+        lib.poolkit_free(None, 0, 0, STREAM_A)  # nothing to free
+        self.assertEqual(lib.poolkit_last_error(), b"")
 
     def test_empty_cache_returns_free_chunks(self):
         plugin = fresh_plugin()
@@ -229,6 +289,154 @@ class CApi(unittest.TestCase):
         plugin.empty_cache()
         self.assertEqual(plugin.segments(0), [])
         self.assertEqual(plugin.memory_stats(0)["reserved_bytes.all.current"], 0)
+
+
+class BadFrees(unittest.TestCase):
+    """A free the plugin cannot honour is refused with the pointer and the reason, and changes
+    nothing, in every build (a plugin built with assertions used to abort the process)."""
+
+    @in_own_process()
+    def test_a_second_free_or_an_unknown_pointer_is_refused(self):
+        for preset in ("caching", "expandable"):
+            with self.subTest(preset=preset):
+                plugin = fresh_plugin()
+                plugin.configure(preset, {})
+                freed, kept = plugin.alloc(1000, 0, STREAM_A), plugin.alloc(3 * MiB, 0, STREAM_A)
+                plugin.free(freed, 1000, 0, STREAM_A)
+                before = plugin.memory_stats(0)
+                for pointer, device, why in ((freed, 0, "freed twice"), (0x7000000, 0, "never allocated"),
+                                             (kept, 1, "another device's")):
+                    with self.subTest(why):
+                        with self.assertRaisesRegex(poolkit.PoolkitError, f"free of {pointer:#x} on device {device}: not a live block"):
+                            plugin.free(pointer, 1000 if pointer == freed else 3 * MiB, device, STREAM_A)
+                        self.assertEqual(plugin.memory_stats(0), before)
+                self.assertEqual(before["allocation.all.current"], 1)
+                self.assertGreaterEqual(before["allocated_bytes.all.current"], 3 * MiB)
+                plugin.free(kept, 3 * MiB, 0, STREAM_A)
+                self.assertEqual(plugin.memory_stats(0)["allocated_bytes.all.current"], 0)
+
+    @in_own_process()
+    def test_an_interior_pointer_or_another_size_is_refused_and_the_block_stays_freeable(self):
+        for preset in ("caching", "expandable"):
+            with self.subTest(preset=preset):
+                plugin = fresh_plugin()
+                plugin.configure(preset, {})
+                pointer = plugin.alloc(3000, 0, STREAM_A)
+                before = plugin.memory_stats(0)
+                with self.assertRaisesRegex(poolkit.PoolkitError,
+                                            rf"free of {pointer + 512:#x} on device 0: inside the block at {pointer:#x} \(3000 bytes\), not its start"):
+                    plugin.free(pointer + 512, 3000 - 512, 0, STREAM_A)
+                with self.assertRaisesRegex(poolkit.PoolkitError, rf"free of {pointer:#x} with 1000 bytes on device 0: the block was allocated with 3000"):
+                    plugin.free(pointer, 1000, 0, STREAM_A)
+                for size in (0, -1):
+                    with self.assertRaisesRegex(poolkit.PoolkitError, rf"free of {pointer:#x} with {size} bytes"):
+                        plugin.free(pointer, size, 0, STREAM_A)
+                self.assertEqual(plugin.memory_stats(0), before)
+                states = {b["address"]: b["state"] for s in plugin.segments(0) for b in s["blocks"]}
+                self.assertEqual(states[pointer], "active_allocated")
+                plugin.free(pointer, 3000, 0, STREAM_A)  # the block was not lost
+                stats = plugin.memory_stats(0)
+                self.assertEqual((stats["allocation.all.current"], stats["allocated_bytes.all.current"]), (0, 0))
+
+
+class RecordStream(unittest.TestCase):
+    @in_own_process()
+    def test_record_stream_of_a_pointer_that_is_no_live_block_is_an_error(self):
+        plugin = fresh_plugin()
+        pointer = plugin.alloc(MiB, 0, STREAM_A)
+        plugin.record_stream(pointer, 0, STREAM_B)
+        plugin.record_stream(0, 0, STREAM_B)  # an empty tensor's: nothing to do
+        with self.assertRaisesRegex(poolkit.PoolkitError, rf"record_stream of {pointer + 256:#x} on device 0: inside the block at {pointer:#x}"):
+            plugin.record_stream(pointer + 256, 0, STREAM_B)
+        with self.assertRaisesRegex(poolkit.PoolkitError, "record_stream of 0x7000000 on device 0: not a live block"):
+            plugin.record_stream(0x7000000, 0, STREAM_B)
+        with self.assertRaisesRegex(poolkit.PoolkitError, rf"record_stream of {pointer:#x} on device 1: not a live block \(nothing was allocated there\)"):
+            plugin.record_stream(pointer, 1, STREAM_B)
+        plugin.free(pointer, MiB, 0, STREAM_A)
+        with self.assertRaisesRegex(poolkit.PoolkitError, "not a live block"):
+            plugin.record_stream(pointer, 0, STREAM_B)
+        self.assertEqual(plugin.memory_stats(0)["allocation.all.current"], 0)
+
+
+class Environment(unittest.TestCase):
+    # 4 GiB of address space: a plugin that believes 2147483647 devices runs out at once instead
+    # of filling 16 GiB (no pool is made, so the simulated memory reserves no address space).
+    @in_own_process(address_space=4 * GiB)
+    def test_a_device_count_that_is_not_one_is_an_error_not_an_abort(self):
+        for value in ("abc", "3x", "-1", "1025", "2147483647", "99999999999999999999"):
+            with self.subTest(value=value):
+                plugin = fresh_plugin(devices=value, read_devices=False)
+                message = rf"POOLKIT_SIMULATED_DEVICES={value} is not a count from 0 to 1024"
+                with self.assertRaisesRegex(poolkit.PoolkitError, message):
+                    plugin.device_count
+                with self.assertRaisesRegex(poolkit.PoolkitError, message):
+                    plugin.alloc(MiB, 0, STREAM_A)
+                with self.assertRaisesRegex(poolkit.PoolkitError, message):
+                    plugin.memory_stats(0)
+        self.assertEqual(fresh_plugin(devices=1024).device_count, 1024)
+        self.assertEqual(fresh_plugin(devices=0).device_count, 0)
+
+    def test_a_device_memory_that_is_not_one_is_an_error(self):
+        for value in ("lots", "0", 2 * MiB - 1, (4 << 40) + 1, 1 << 63):
+            with self.subTest(value=value):
+                plugin = fresh_plugin(memory=value)
+                with self.assertRaisesRegex(poolkit.PoolkitError, f"POOLKIT_SIMULATED_MEMORY={value} is not a count from {2 * MiB} to {4 << 40}"):
+                    plugin.alloc(MiB, 0, STREAM_A)
+
+
+class OptionsCheckedWhenSet(unittest.TestCase):
+    """A value the pool would refuse is refused by poolkit_set_option, naming the option and the
+    rule, and leaves the options as they were: not as a NULL at the first allocation, which
+    PyTorch reports as out of memory."""
+
+    REFUSED = (
+        ("caching", "rounding", 3, r"caching_options.rounding must be a power of two"),
+        ("caching", "rounding", 0, r"caching_options.rounding must be a power of two"),
+        ("caching", "power2_divisions", 3, r"caching_options.power2_divisions must be 0, 1 or a power of two"),
+        ("caching", "small_chunk", 0, r"caching_options.small_chunk must be positive"),
+        ("caching", "small_size", 4 * MiB, r"caching_options.small_chunk \(2097152\) must hold a small request: at least small_size \(4194304\)"),
+        ("expandable", "mapping_bytes", 3, r"expandable_options.mapping_bytes must be 0 or a power of two"),
+        ("expandable", "span_bytes", 2**64 - 1, r"expandable_options.span_bytes must be at most 2\^48 bytes"),
+        ("expandable", "small_size", 2**63, r"expandable_options.small_size must be at most 2\^48 bytes"),
+        ("expandable", "rounding", 4 * MiB, r"expandable_options.rounding must be a power of two of at most a granule \(2097152 bytes\)"),
+        ("expandable", "cache_fraction", float("inf"), r"expandable_options.cache_fraction must be a finite number of at least 0"),
+        ("expandable", "cache_fraction", float("nan"), r"expandable_options.cache_fraction must be a finite number"),
+        ("expandable", "peak_slack", float("nan"), r"expandable_options.peak_slack must be a finite number"),
+        ("expandable", "max_peak_slack", float("inf"), r"expandable_options.max_peak_slack must be a finite number"),
+    )
+
+    def test_values_the_pool_would_refuse_are_refused_when_set(self):
+        for preset, name, value, rule in self.REFUSED:
+            with self.subTest(preset=preset, name=name, value=value):
+                plugin = fresh_plugin(memory=GiB)
+                with self.assertRaisesRegex(poolkit.PoolkitError, rf"option {name}={value!r} refused: {rule}"):
+                    plugin.configure(preset, {name: value})
+                pointer = plugin.alloc(5 * MiB, 0, STREAM_A)  # the options set before still make a pool
+                plugin.free(pointer, 5 * MiB, 0, STREAM_A)
+
+    def test_a_refused_value_leaves_the_options_as_they_were(self):
+        plugin = fresh_plugin()
+        lib = plugin._lib
+        self.assertEqual(lib.poolkit_set_allocator(b"caching"), 0)
+        self.assertEqual(lib.poolkit_set_option(b"large_chunk", b"0"), 0)
+        self.assertEqual(lib.poolkit_set_option(b"rounding", b"3"), -1)
+        self.assertIn(b"option rounding=3 refused", lib.poolkit_last_error())
+        pointer = plugin.alloc(5 * MiB, 0, STREAM_A)
+        self.assertEqual(plugin.memory_stats(0)["reserved_bytes.all.current"], 6 * MiB)  # large_chunk=0 kept; 512 B rounding
+        plugin.free(pointer, 5 * MiB, 0, STREAM_A)
+
+    def test_options_that_depend_on_each_other_are_checked_in_the_order_set(self):
+        plugin = fresh_plugin()
+        plugin.configure("caching", {"small_chunk": 8 * MiB, "small_size": 4 * MiB})
+        pointer = plugin.alloc(3 * MiB, 0, STREAM_A)  # a small request now: one 8 MiB small chunk
+        self.assertEqual(plugin.memory_stats(0)["reserved_bytes.all.current"], 8 * MiB)
+        plugin.free(pointer, 3 * MiB, 0, STREAM_A)
+
+    def test_values_at_the_bounds_are_taken(self):
+        plugin = fresh_plugin()
+        plugin.configure("expandable", {"span_bytes": 2**48, "mapping_bytes": 2**48, "rounding": 2 * MiB, "cache_fraction": 0.0,
+                                        "max_peak_slack": 1e6})
+        self.assertEqual(plugin.allocator, "expandable")
 
 
 class Frontend(unittest.TestCase):

@@ -13,8 +13,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 using namespace poolkit;
@@ -501,4 +504,28 @@ TEST_CASE("lanes of stream_ordered each claim spans of one virtual memory; relea
     CHECK(memory.mapped_bytes() == 0);
     CHECK(memory.unsynchronized_unmaps == 0);
     pool.check_invariants();
+}
+
+TEST_CASE("expandable_options::validate refuses what the pool cannot use, naming the option") {
+    const auto refused = [](expandable_options options) {
+        try {
+            options.validate(granule);
+        } catch (const std::invalid_argument& error) {
+            return std::string(error.what());
+        }
+        return std::string();
+    };
+    CHECK(refused({}).empty());
+    CHECK(refused({.rounding = 3}).find("rounding") != std::string::npos);
+    CHECK(refused({.rounding = 2 * granule}).find("rounding") != std::string::npos);
+    CHECK(refused({.cache_fraction = std::numeric_limits<double>::infinity()}).find("cache_fraction") != std::string::npos);
+    CHECK(refused({.peak_slack = std::numeric_limits<double>::quiet_NaN()}).find("peak_slack") != std::string::npos);
+    CHECK(refused({.max_peak_slack = -1}).find("max_peak_slack") != std::string::npos);
+    CHECK(refused({.mapping_bytes = 3 * MiB}).find("mapping_bytes") != std::string::npos);
+    CHECK(refused({.span_bytes = ~std::size_t{0}}).find("span_bytes") != std::string::npos);
+    // The constructor applies the same rules: inf no longer maps gigabytes for a little live memory.
+    simulated_vmm_resource memory{{.capacity = 64 * MiB, .granularity = granule}};
+    CHECK_THROWS_AS(expandable<ref<simulated_vmm_resource>>(ref<simulated_vmm_resource>{memory},
+                                                             expandable_options{.cache_fraction = std::numeric_limits<double>::infinity()}),
+                    std::invalid_argument);
 }

@@ -7,8 +7,15 @@
  * used). poolkit_set_allocator() chooses it; else the environment variable
  * POOLKIT_ALLOCATOR=caching|expandable, read when the first pool is made.
  * libpoolkit_plugin_simulated.so (target poolkit_plugin_simulated) is the same over simulated
- * memory, for tests on machines without a GPU: POOLKIT_SIMULATED_DEVICES devices (2) of
- * POOLKIT_SIMULATED_MEMORY bytes (80 GiB) whose addresses must never be touched.
+ * memory, for tests on machines without a GPU: POOLKIT_SIMULATED_DEVICES devices (2; from 0 to
+ * 1024) of POOLKIT_SIMULATED_MEMORY bytes (80 GiB; from 2 MiB to 4 TiB) whose addresses must
+ * never be touched. Another value of either is an error of every call that needs the devices.
+ *
+ * Errors: no function lets an exception out. A failure shows in the result (NULL, -1) and in
+ * poolkit_last_error(), which every function but poolkit_last_error() and poolkit_backend() sets:
+ * to why it failed, or to "" when it succeeded. So a function that returns nothing
+ * (poolkit_free, poolkit_record_stream, poolkit_empty_cache) failed when poolkit_last_error() is
+ * not "" right after it.
  *
  *   torch.cuda.memory.change_current_allocator(
  *       torch.cuda.memory.CUDAPluggableAllocator("libpoolkit_plugin.so", "poolkit_alloc", "poolkit_free"))
@@ -29,23 +36,37 @@ extern "C" {
 #  define POOLKIT_C_API
 #endif
 
+/* What C++ callers may rely on: nothing is thrown. */
+#ifdef __cplusplus
+#  define POOLKIT_C_NOEXCEPT noexcept
+#else
+#  define POOLKIT_C_NOEXCEPT
+#endif
+
 typedef struct CUstream_st* poolkit_stream; /* a cudaStream_t */
 
 /* PyTorch's CUDAPluggableAllocator signatures. alloc returns NULL when the device is out of
- * memory (PyTorch then raises its OutOfMemoryError); the block is usable by work on `stream`. */
-POOLKIT_C_API void* poolkit_alloc(ssize_t size, int device, poolkit_stream stream);
-POOLKIT_C_API void poolkit_free(void* pointer, ssize_t size, int device, poolkit_stream stream);
+ * memory (PyTorch then raises its OutOfMemoryError) or for another failure (poolkit_last_error
+ * says which), and NULL with no failure for a size of 0 or less; the block is usable by work on
+ * `stream`. free takes back a block alloc returned, with the size it was allocated with; a NULL
+ * pointer is nothing to free. Any other free fails and changes nothing (the statistics, the
+ * pool, the block, which stays live): a pointer that is no live block of `device` (never
+ * allocated there, freed already, or inside a block) or another size; poolkit_last_error names
+ * the pointer and says why. */
+POOLKIT_C_API void* poolkit_alloc(ssize_t size, int device, poolkit_stream stream) POOLKIT_C_NOEXCEPT;
+POOLKIT_C_API void poolkit_free(void* pointer, ssize_t size, int device, poolkit_stream stream) POOLKIT_C_NOEXCEPT;
 
-/* The block is also used by work on `stream` (PyTorch's record_stream). */
-POOLKIT_C_API void poolkit_record_stream(void* pointer, int device, poolkit_stream stream);
+/* The block is also used by work on `stream` (PyTorch's record_stream). NULL (an empty tensor's)
+ * does nothing; a pointer that is no live block of `device` fails as in poolkit_free. */
+POOLKIT_C_API void poolkit_record_stream(void* pointer, int device, poolkit_stream stream) POOLKIT_C_NOEXCEPT;
 
 /* Returns every cached, wholly free chunk of every device to cudaFree, or unmaps every cached
  * granule for the expandable kind (torch.cuda.empty_cache). */
-POOLKIT_C_API void poolkit_empty_cache(void);
+POOLKIT_C_API void poolkit_empty_cache(void) POOLKIT_C_NOEXCEPT;
 
 /* Every peak figure of `device` becomes its current value (torch.cuda.reset_peak_memory_stats).
  * Returns 0, or -1 for a device that does not exist (poolkit_last_error says why). */
-POOLKIT_C_API int poolkit_reset_peak_stats(int device);
+POOLKIT_C_API int poolkit_reset_peak_stats(int device) POOLKIT_C_NOEXCEPT;
 
 /* memory_stats() of `device` as a JSON object, or memory_summary() as text, written to `buffer`
  * (NUL-terminated, truncated to `capacity`), with torch.cuda.memory_stats() keys. For the
@@ -54,37 +75,44 @@ POOLKIT_C_API int poolkit_reset_peak_stats(int device);
  * text, so a call with capacity 0 sizes the buffer; -1 for a device that does not exist
  * (poolkit_last_error says why). These calls make no pool: a device with none yet (nothing
  * allocated on it) has stats {}, a summary of zeros and no segments. */
-POOLKIT_C_API long poolkit_memory_stats_json(int device, char* buffer, size_t capacity);
-POOLKIT_C_API long poolkit_memory_summary(int device, char* buffer, size_t capacity);
+POOLKIT_C_API long poolkit_memory_stats_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT;
+POOLKIT_C_API long poolkit_memory_summary(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT;
 
 /* The chunks and blocks of `device`'s pool as JSON shaped like the "segments" of PyTorch's
  * torch.cuda.memory._snapshot() (poolkit/observe/snapshot.hpp), written and sized as above. For
  * the expandable kind each run of mapped granules is a segment (poolkit/observe/mapped_walk.hpp). */
-POOLKIT_C_API long poolkit_snapshot_json(int device, char* buffer, size_t capacity);
+POOLKIT_C_API long poolkit_snapshot_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT;
 
 /* Chooses the allocator of every pool: "caching" or "expandable". Returns 0; -1 (see
  * poolkit_last_error) for another name or once a pool exists (after the first allocation). */
-POOLKIT_C_API int poolkit_set_allocator(const char* name);
+POOLKIT_C_API int poolkit_set_allocator(const char* name) POOLKIT_C_NOEXCEPT;
 
 /* Sets an option of the allocator's kind before the first pool is made, by its C++ name in
  * caching_options or expandable_options (poolkit/strategy/caching_pool.hpp, expandable.hpp):
  * numbers in decimal, flags as true/false; for the caching kind large_chunk is the growth step in
  * bytes (0: as needed, PyTorch's rule). Choose the kind first: poolkit_set_allocator() forgets the
- * options set before it. Returns 0; -1 (see poolkit_last_error) for an option the kind does not
- * have (the message lists those it has), a bad value, or once a pool exists. */
-POOLKIT_C_API int poolkit_set_option(const char* name, const char* value);
+ * options set before it. The value is checked now, with the options set before it, by the rules
+ * the pool would apply when made (caching_options::validate(); for expandable: rounding a power
+ * of two of at most 2 MiB, mapping_bytes 0 or a power of two, cache_fraction, peak_slack and
+ * max_peak_slack finite and at least 0, span_bytes, small_span_bytes, small_size and
+ * mapping_bytes at most 2^48); so set small_chunk before raising small_size above it. Returns 0;
+ * -1 (see poolkit_last_error, which names the option and the rule) for an option the kind does
+ * not have (the message lists those it has), a bad value, one the rules refuse (the options are
+ * then as before the call), or once a pool exists. */
+POOLKIT_C_API int poolkit_set_option(const char* name, const char* value) POOLKIT_C_NOEXCEPT;
 
 /* "caching" or "expandable": the kind in use, or the one the first pool would have. NULL (see
  * poolkit_last_error) when POOLKIT_ALLOCATOR names neither. */
-POOLKIT_C_API const char* poolkit_allocator_name(void);
+POOLKIT_C_API const char* poolkit_allocator_name(void) POOLKIT_C_NOEXCEPT;
 
-/* The devices this plugin serves (0 without a GPU), and where its memory comes from: "cuda", or
- * "simulated" for libpoolkit_plugin_simulated.so. */
-POOLKIT_C_API int poolkit_device_count(void);
-POOLKIT_C_API const char* poolkit_backend(void);
+/* The devices this plugin serves (0 without a GPU), or -1 (see poolkit_last_error) when
+ * POOLKIT_SIMULATED_DEVICES is not a count from 0 to 1024; and where its memory comes from:
+ * "cuda", or "simulated" for libpoolkit_plugin_simulated.so. */
+POOLKIT_C_API int poolkit_device_count(void) POOLKIT_C_NOEXCEPT;
+POOLKIT_C_API const char* poolkit_backend(void) POOLKIT_C_NOEXCEPT;
 
-/* The message of the last failure on this thread ("" if none). */
-POOLKIT_C_API const char* poolkit_last_error(void);
+/* Why the last call on this thread failed; "" when it succeeded. */
+POOLKIT_C_API const char* poolkit_last_error(void) POOLKIT_C_NOEXCEPT;
 
 #ifdef __cplusplus
 }

@@ -36,6 +36,7 @@
 #include <limits>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 namespace poolkit {
@@ -59,6 +60,23 @@ struct caching_options {
     // Before the large or oversize pool takes a new chunk, it returns its wholly free chunks to the
     // upstream (cudaFree synchronizes: this happens only on growth, never once a workload is warm).
     bool release_before_growth = true;
+
+    // Throws std::invalid_argument, naming the option and its rule, for options no caching_pool
+    // takes: a rounding that is not a power of two, power2_divisions above 1 that is not one, a
+    // small_chunk of 0 or below small_size, a large_growth amount of 0. caching_pool's constructor
+    // calls it; call it to check options before a pool is made.
+    void validate() const {
+        if (!is_power_of_two(rounding)) throw std::invalid_argument("poolkit: caching_options.rounding must be a power of two");
+        if (power2_divisions > 1 && !is_power_of_two(power2_divisions)) {
+            throw std::invalid_argument("poolkit: caching_options.power2_divisions must be 0, 1 or a power of two");
+        }
+        if (small_chunk == 0) throw std::invalid_argument("poolkit: caching_options.small_chunk must be positive");
+        if (small_chunk < small_size) {
+            throw std::invalid_argument("poolkit: caching_options.small_chunk (" + std::to_string(small_chunk) +
+                                        ") must hold a small request: at least small_size (" + std::to_string(small_size) + ")");
+        }
+        if (large_growth.amount == 0) throw std::invalid_argument("poolkit: caching_options.large_growth amount must be positive");
+    }
 };
 
 template <resource Upstream>
@@ -177,14 +195,7 @@ private:
     }
 
     static caching_options validated(caching_options options) {
-        validate_alignment(options.rounding);
-        options.large_growth.validate();
-        if (options.power2_divisions > 1 && !is_power_of_two(options.power2_divisions)) {
-            throw std::invalid_argument("poolkit: caching_options.power2_divisions must be a power of two");
-        }
-        if (options.small_chunk < options.small_size) {
-            throw std::invalid_argument("poolkit: caching_options.small_chunk must hold a small request");
-        }
+        options.validate();
         return options;
     }
     static best_fit_options small_options(const caching_options& options) {

@@ -73,6 +73,7 @@
 #include <new>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -113,6 +114,32 @@ struct expandable_options {
     // Free blocks for small requests (best fit first, at most 64) compared for a placement that
     // needs no mapping; large requests compare every free block that fits.
     int candidates = 8;
+
+    // Throws std::invalid_argument naming the option and its rule, for the memory's granularity:
+    // rounding a power of two of at most a granule; cache_fraction, peak_slack and max_peak_slack
+    // finite and at least 0; mapping_bytes 0 or a power of two; sizes at most 2^48 bytes.
+    void validate(std::size_t granularity) const {
+        if (!is_power_of_two(rounding) || rounding > granularity) {
+            throw std::invalid_argument("poolkit: expandable_options.rounding must be a power of two of at most a granule (" +
+                                        std::to_string(granularity) + " bytes)");
+        }
+        for (const auto& [name, value] : {std::pair{"cache_fraction", cache_fraction}, std::pair{"peak_slack", peak_slack},
+                                          std::pair{"max_peak_slack", max_peak_slack}}) {
+            if (!std::isfinite(value) || value < 0) {
+                throw std::invalid_argument(std::string("poolkit: expandable_options.") + name + " must be a finite number of at least 0");
+            }
+        }
+        if (mapping_bytes != 0 && !is_power_of_two(mapping_bytes)) {
+            throw std::invalid_argument("poolkit: expandable_options.mapping_bytes must be 0 or a power of two");
+        }
+        constexpr std::size_t most_address_bytes = std::size_t{1} << 48;
+        for (const auto& [name, value] : {std::pair{"span_bytes", span_bytes}, std::pair{"small_span_bytes", small_span_bytes},
+                                          std::pair{"small_size", small_size}, std::pair{"mapping_bytes", mapping_bytes}}) {
+            if (value > most_address_bytes) {
+                throw std::invalid_argument(std::string("poolkit: expandable_options.") + name + " must be at most 2^48 bytes (256 TiB)");
+            }
+        }
+    }
 };
 
 namespace detail::expandable_parts {
@@ -290,18 +317,11 @@ public:
 
     explicit expandable(Upstream upstream, expandable_options options = {})
         : upstream_(std::move(upstream)), options_(options) {
-        validate_alignment(options_.rounding);
         granularity_ = memory().granularity();
-        if (options_.rounding > granularity_) throw std::invalid_argument("poolkit: expandable rounding above the granularity");
-        if (options_.cache_fraction < 0 || options_.peak_slack < 0) {
-            throw std::invalid_argument("poolkit: expandable cache_fraction or peak_slack below 0");
-        }
+        options_.validate(granularity_);
         options_.max_peak_slack = std::max(options_.max_peak_slack, options_.peak_slack);
         options_.allocations_per_remap = std::max<std::size_t>(options_.allocations_per_remap, 1);
         slack_ = options_.peak_slack;
-        if (options_.mapping_bytes != 0 && !is_power_of_two(options_.mapping_bytes)) {
-            throw std::invalid_argument("poolkit: expandable mapping_bytes is not a power of two");
-        }
         mapping_granules_ = std::max<std::size_t>(1, options_.mapping_bytes / granularity_);
         options_.candidates = std::clamp(options_.candidates, 1, max_candidates);
         if (options_.span_bytes == 0) options_.span_bytes = std::max(limit_of(memory()) / 8, std::size_t{1} << 30);

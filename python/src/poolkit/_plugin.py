@@ -69,6 +69,12 @@ class Plugin:
         message = self._lib.poolkit_last_error().decode()
         return PoolkitError(message or what)
 
+    def _check(self):
+        # For the functions that return nothing: every call sets the last error, "" on success.
+        message = self._lib.poolkit_last_error().decode()
+        if message:
+            raise PoolkitError(message)
+
     @property
     def backend(self):
         """'cuda', or 'simulated' for the plugin over simulated memory (tests without a GPU)."""
@@ -76,7 +82,10 @@ class Plugin:
 
     @property
     def device_count(self):
-        return self._lib.poolkit_device_count()
+        count = self._lib.poolkit_device_count()
+        if count < 0:
+            raise self._error("poolkit_device_count failed")
+        return count
 
     @property
     def allocator(self):
@@ -120,13 +129,21 @@ class Plugin:
         return pointer
 
     def free(self, pointer, size, device, stream):
+        """Gives back a block alloc() returned, with the size it was allocated with; raises
+        PoolkitError, changing nothing, for a pointer that is no live block of the device (never
+        allocated there, freed already, inside a block) or another size. Freeing 0 does nothing."""
         self._lib.poolkit_free(pointer, size, device, stream)
+        self._check()
 
     def record_stream(self, pointer, device, stream):
+        """The block is also used by work on `stream`; raises PoolkitError for a pointer that is
+        no live block of the device. 0 (an empty tensor's) does nothing."""
         self._lib.poolkit_record_stream(pointer, device, stream)
+        self._check()
 
     def empty_cache(self):
         self._lib.poolkit_empty_cache()
+        self._check()
 
     def reset_peak_stats(self, device):
         if self._lib.poolkit_reset_peak_stats(device) != 0:
