@@ -39,7 +39,8 @@ void oracle_over(const char* upstream_name, const Options& options) {
     {
         stream_ordered<Strategy<shared>, host_events> pool{shared{memory}, options, events};
         const test::oracle_report report = test::stream_order_oracle(pool, events, {.seed = 5, .streams = 41, .steps = 3000, .largest = 1 * MiB});
-        MESSAGE(std::string(upstream_name) + ": " + report.describe());
+        const std::string seen = std::string(upstream_name) + ": " + report.describe();
+        MESSAGE(seen);
         CHECK(report.violations == 0);
         CHECK(report.overlaps == 0);
         CHECK(report.exhausted > 0);
