@@ -803,24 +803,20 @@ private:
     void secure(lane& l) noexcept {
         if (closing_ || l.plain || l.idle || (!l.uncovered && !l.freed)) return;
         try {
-            if (l.uncovered) {
-                if (call_stream_ == nullptr || key_of(*call_stream_) != l.key) {
-                    events_.synchronize_all();
-                    for (auto& other : lanes_) forget_frees(*other);
-                    return;
-                }
-                cover(l, *call_stream_);
-                if (l.uncovered) throw std::bad_alloc();  // no event could be recorded
+            if (l.uncovered && call_stream_ != nullptr && key_of(*call_stream_) == l.key) cover(l, *call_stream_);
+            if (!l.uncovered) {
+                events_.synchronize(*l.freed);
+                forget_frees(l);
+                return;
             }
-            events_.synchronize(*l.freed);
-            forget_frees(l);
+        } catch (...) {  // no event to wait for: the whole device below
+        }
+        // Not on the lane's stream (it may be gone), or no event could be recorded.
+        try {
+            events_.synchronize_all();
+            for (auto& other : lanes_) forget_frees(*other);
         } catch (...) {
-            try {
-                events_.synchronize_all();
-                for (auto& other : lanes_) forget_frees(*other);
-            } catch (...) {
-                POOLKIT_ASSERT(false, "stream_ordered could not wait before memory left a lane");
-            }
+            POOLKIT_ASSERT(false, "stream_ordered could not wait before memory left a lane");
         }
     }
 
