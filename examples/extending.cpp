@@ -25,16 +25,16 @@ int main() {
     }
     std::printf("calls through the counter: %zu allocations, %zu deallocations\n", counted.allocations(), counted.deallocations());
 
-    // Your adaptor over a poolkit strategy, as the pool of every stream's lane.
+    // Your adaptor over a poolkit strategy, as the pool every stream shares.
     poolkit::stream_ordered<example::call_counter<poolkit::best_fit<example::aligned_host_resource>>, poolkit::completed_events> lanes;
     void* on_stream = lanes.allocate_async(1000, 256, poolkit::default_stream);
     lanes.deallocate_async(on_stream, 1000, 256, poolkit::default_stream);
     lanes.release();
 
-    // Your strategy as the lane pool.
+    // Your strategy as that pool.
     poolkit::stream_ordered<example::size_cache<example::aligned_host_resource>, poolkit::completed_events> cached_lanes;
     void* again = cached_lanes.allocate_async(512, 256, poolkit::default_stream);
     cached_lanes.deallocate_async(again, 512, 256, poolkit::default_stream);
-    std::printf("lanes: %zu\n", cached_lanes.lanes());
+    std::printf("streams seen: %zu\n", cached_lanes.streams());
     return counted.allocations() == 3 && counted.deallocations() == 3 ? 0 : 1;
 }

@@ -86,7 +86,7 @@ TEST_CASE("host_events: the per-thread handle names a stream of its own on each 
     CHECK(events.issued(mine) == 0);  // this thread's stream saw none of it
 }
 
-TEST_CASE("host_events: per-thread lanes of stream_ordered stay apart by thread") {
+TEST_CASE("host_events: per-thread streams of stream_ordered stay apart by thread") {
     new_delete_resource memory;
     host_events events;
     stream_ordered<best_fit<ref<new_delete_resource>>, host_events> pool{ref(memory), {}, events};
@@ -98,7 +98,7 @@ TEST_CASE("host_events: per-thread lanes of stream_ordered stay apart by thread"
         pool.deallocate_async(there, 4096, 256, per_thread);
     });
     other.join();
-    CHECK(pool.lanes() == 2);
+    CHECK(pool.streams() == 2);
     pool.deallocate_async(here, 4096, 256, per_thread);
     events.complete_all();
     pool.release();

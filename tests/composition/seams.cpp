@@ -47,28 +47,30 @@ static_assert(!has_try_allocate_cached<statistics<instrumented<>>> && !walkable<
 // Lane pools of any stack.
 static_assert(lane_pool<statistics<best_fit<base>>> && lane_pool<size_classes<base, best_fit<base>>>);
 static_assert(lane_pool<synchronized<tracking<best_fit<base>>>>);
-static_assert(!lane_pool<instrumented<>>);  // no try_allocate_cached: it cannot serve a lane
-static_assert(std::same_as<stream_ordered<statistics<best_fit<base>>, host_events>::lane_pool_type,
+static_assert(!lane_pool<instrumented<>>);  // no try_allocate_cached: it cannot be the shared pool
+static_assert(std::same_as<stream_ordered<statistics<best_fit<base>>, host_events>::pool_type,
                            statistics<best_fit<detail::gated_upstream<base>>>>);
 #if !POOLKIT_HAS_CUDA
 static_assert(std::same_as<stream_ordered<best_fit<base>>, stream_ordered<best_fit<base>, completed_events>>);
 #endif
 
-TEST_CASE("stream_ordered over statistics<best_fit>: each lane counts what it hands out") {
+TEST_CASE("stream_ordered over statistics<best_fit>: the shared pool counts what it hands out") {
     instrumented<> memory;
     host_events events;
-    // One chunk per request, sized to it: no lane has room for another's request.
     const best_fit_options exact{.initial_size = 0, .growth = growth_policy::as_needed(4 * KiB), .granularity = 256};
     stream_ordered<statistics<best_fit<base>>, host_events> pool{base{memory}, exact, events};
     const stream_ref a = events.make_stream(), b = events.make_stream();
     void* on_a = pool.allocate_async(10 * KiB, 256, a);
     void* on_b = pool.allocate_async(20 * KiB, 256, b);
-    REQUIRE(pool.pool_of(a) != nullptr);
-    CHECK(pool.pool_of(a)->figures().requested_bytes.current == 10 * KiB);
-    CHECK(pool.pool_of(b)->figures().requested_bytes.current == 20 * KiB);
+    CHECK(pool.pool().figures().requested_bytes.current == 30 * KiB);
     pool.deallocate_async(on_a, 10 * KiB, 256, a);
     pool.deallocate_async(on_b, 20 * KiB, 256, b);
-    CHECK(pool.pool_of(a)->figures().requested_bytes.current == 0);
+    // Each waits in its stream's front, out of the pool, until its stream's work is done.
+    CHECK(pool.pool().figures().requested_bytes.current == 30 * KiB);
+    CHECK(pool.pending_bytes() == 30 * KiB);
+    events.complete_all();
+    pool.release();
+    CHECK(pool.pool().figures().requested_bytes.current == 0);
     pool.check_invariants();
     pool.release();
     CHECK(memory.live_bytes() == 0);

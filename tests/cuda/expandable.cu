@@ -83,7 +83,6 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
 
 TEST_CASE("expandable preset: a block freed on one stream is reused or unmapped only after that stream's work") {
     expandable_device_allocator pool{std::in_place, cuda_vmm_options{}, pool_options(std::size_t{4} << 30, 0)};
-    pool.growth_slack(0);  // b asks a's lane before it grows
     streams lanes(2);
     cudaStream_t a = lanes.handles[0], b = lanes.handles[1];
     counter bad;
@@ -115,9 +114,8 @@ TEST_CASE("expandable preset: a block freed on one stream is reused or unmapped 
     pool.release();
 }
 
-TEST_CASE("expandable preset: sixty-four streams each get a lane and its spans from the default reservation") {
-    // Each lane claims its own spans (about a seventh of the device's memory): the default
-    // reservation must hold many lanes, not the dozen or so that twice the device's memory held.
+TEST_CASE("expandable preset: sixty-four streams share one pool in the default reservation") {
+    // Each stream's large block comes from the one pool's spans; no stream claims spans of its own.
     expandable_device_allocator pool;
     constexpr int stream_count = 64;
     streams lanes(stream_count);
@@ -135,9 +133,9 @@ TEST_CASE("expandable preset: sixty-four streams each get a lane and its spans f
     }
     REQUIRE(cudaGetLastError() == cudaSuccess);
     CHECK(bad.read() == 0);
-    CHECK(pool.lanes() == stream_count);
+    CHECK(pool.streams() == stream_count);
     MESSAGE("reserved " << (pool.upstream_resource().capacity() >> 30) << " GiB of address space for " << stream_count
-                        << " lanes");
+                        << " streams");
     pool.release();
 }
 

@@ -306,40 +306,34 @@ TEST_CASE("walk: caching_pool shows its small, large and oversize pools in addre
     pool.deallocate(oversize, 10 * MiB);
 }
 
-TEST_CASE("walk: stream_ordered shows every lane with its stream, and parked frees as pending") {
+TEST_CASE("walk: stream_ordered shows its one pool, and frees not ready for every stream as pending") {
     instrumented<> memory;
     host_events events;
     const stream_ref s1 = events.make_stream();
     const stream_ref s2 = events.make_stream();
-    // Chunks of just the request: no lane holds a free block that another lane could take.
+    // Chunks of just the request: one chunk of one block each.
     const best_fit_options exact{.initial_size = 0, .growth = growth_policy::as_needed(256)};
     stream_ordered<best_fit<upstream_ref>, host_events> pool{upstream_ref{memory}, exact, events};
     void* p1 = pool.allocate_async(1000, default_alignment, s1);
     void* p2 = pool.allocate_async(2000, default_alignment, s2);
     void* p3 = pool.allocate(3000);
     events.submit(s2);
-    pool.deallocate_async(p1, 1000, default_alignment, s2);  // freed on another stream: parked there
-    REQUIRE(pool.parked_blocks() == 1);
+    pool.deallocate_async(p1, 1000, default_alignment, s2);  // freed on s2: in s2's front, pending
+    REQUIRE(pool.front_blocks_held() == 1);
     const auto visits = walk(pool);
-    REQUIRE(visits.size() == 3);  // three lanes, one chunk of one block each
-    check_block(block_at(visits, address(p1)), 1024, 1000, false, true, stream_id(s1));
-    check_block(block_at(visits, address(p2)), 2048, 2000, true, false, stream_id(s2));
+    REQUIRE(visits.size() == 3);
+    check_block(block_at(visits, address(p1)), 1024, 1000, false, true, stream_id(s2));
+    check_block(block_at(visits, address(p2)), 2048, 2000, true, false, 0);
     check_block(block_at(visits, address(p3)), 3072, 3000, true, false, 0);
-    for (const visit& v : visits) {
-        CHECK(v.chunk.stream == v.block.stream);
-        if (v.block.address == address(p1)) CHECK(v.chunk.stream == stream_id(s1));
-    }
+    for (const visit& v : visits) CHECK(v.chunk.stream == 0);  // the pool serves every stream
     const std::string json = snapshot(pool);
     CHECK(json.find("\"size\": 1024, \"requested_size\": 1000, \"state\": \"active_pending_free\", \"stream\": " +
-                    std::to_string(stream_id(s1))) != std::string::npos);
-    CHECK(json.find("\"stream\": " + std::to_string(stream_id(s2)) + ", \"segment_type\": \"large\"") != std::string::npos);
+                    std::to_string(stream_id(s2))) != std::string::npos);
 
     const fragmentation_figures f = fragmentation(pool);
-    std::size_t lanes_live = 0;
-    for (stream_ref s : {s1, s2}) lanes_live += pool.pool_of(s)->live_bytes();
     CHECK(f.chunks == 3);
     CHECK(f.reserved_bytes == pool.reserved_bytes());
-    CHECK(f.live_bytes == lanes_live + 3072 - 1024);  // the pending block counts as free
+    CHECK(f.live_bytes == pool.pool().live_bytes() - 1024);  // the pending block counts as free
     CHECK(f.live_blocks == pool.live_blocks());
     CHECK(f.free_bytes == 1024);
     CHECK(f.free_bytes == f.reserved_bytes - f.live_bytes);

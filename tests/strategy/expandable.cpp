@@ -479,24 +479,21 @@ TEST_CASE("stream_ordered keeps count of what expandable lanes map while frees u
     CHECK(memory.mapped_bytes() == 0);
 }
 
-TEST_CASE("lanes of stream_ordered each claim spans of one virtual memory; release unmaps all") {
+TEST_CASE("streams of stream_ordered share one expandable pool; release unmaps all") {
     checked_memory memory{memory_options()};
     host_events events;
     stream_ordered<pool_type, host_events> pool{ref<checked_memory>(memory), {.span_bytes = 256 * MiB}, events};
-    pool.growth_slack(0);  // misses ask other lanes first, however little they hold
     const stream_ref a = events.make_stream(), b = events.make_stream();
     void* on_a = pool.allocate_async(10 * MiB, 256, a);
     void* on_b = pool.allocate_async(10 * MiB, 256, b);
-    CHECK(pool.lanes() == 2);
-    void* small_on_a = pool.allocate_async(4 * KiB, 256, a);
-    pool.deallocate_async(on_a, 10 * MiB, 256, a);
-    events.submit(a);
-    void* grown = pool.allocate_async(10 * MiB, 256, b);  // no event covers a's free yet: b grows
-    CHECK(grown != on_a);
-    pool.deallocate_async(small_on_a, 4 * KiB, 256, a);  // a's next call records the event asked for
-    void* taken = pool.allocate_async(10 * MiB, 256, b);  // a's cached block, behind a's event
+    CHECK(pool.streams() == 2);
+    events.submit(a);                                  // work on `a` uses on_a
+    pool.deallocate_async(on_a, 10 * MiB, 256, a);     // past the fronts' byte budget: covered at once
+    CHECK(pool.waiting_blocks() == 1);
+    void* taken = pool.allocate_async(10 * MiB, 256, b);  // a's block, with b waiting on a's event
     CHECK(taken == on_a);
-    pool.deallocate_async(grown, 10 * MiB, 256, b);
+    CHECK(events.wait_count() == 1);
+    CHECK(events.synchronizations() == 0);
     pool.deallocate_async(taken, 10 * MiB, 256, b);
     pool.deallocate_async(on_b, 10 * MiB, 256, b);
     memory.begin();

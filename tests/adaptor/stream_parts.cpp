@@ -1,0 +1,247 @@
+// The parts of stream_ordered, each against its contract (adaptor/detail/): the stream table, the
+// front cache, the waiting blocks, the pool tag and the open fronts.
+#include <poolkit/adaptor/detail/front_cache.hpp>
+#include <poolkit/adaptor/detail/open_fronts.hpp>
+#include <poolkit/adaptor/detail/pool_tag.hpp>
+#include <poolkit/adaptor/detail/stream_table.hpp>
+#include <poolkit/adaptor/detail/waiting_blocks.hpp>
+#include <poolkit/adaptor/host_events.hpp>
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+using namespace poolkit;
+using namespace poolkit::detail;
+
+namespace {
+
+void* at(std::uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+struct record {
+    explicit record(stream_key k) : key(k) {}
+    stream_key key;
+    int calls = 0;
+    std::size_t open_slot = 0;
+    bool wanted = false;
+    std::uint64_t asked_at = 0;
+};
+
+}  // namespace
+
+TEST_CASE("stream_table finds each stream's record by identity and thread, and erases what it is told") {
+    stream_table<record> table;
+    const std::thread::id other = [] {
+        std::thread::id id;
+        std::thread t([&] { id = std::this_thread::get_id(); });
+        t.join();
+        return id;
+    }();
+    std::unordered_map<std::uint64_t, record*> made;
+    for (std::uint64_t id = 1; id <= 300; ++id) made[id] = &table.add(std::make_unique<record>(stream_key{id, {}}));
+    record& per_thread = table.add(std::make_unique<record>(stream_key{7, other}));  // same identity, another thread
+    record& zero = table.add(std::make_unique<record>(stream_key{0, {}}));           // not in the flat map
+    CHECK(table.size() == 302);
+    CHECK(table.consistent());
+    for (const auto& [id, r] : made) CHECK(table.find({id, {}}) == r);
+    CHECK(table.find({7, other}) == &per_thread);
+    CHECK(table.find({7, {}}) == made[7]);
+    CHECK(table.find({0, {}}) == &zero);
+    CHECK(table.find({301, {}}) == nullptr);
+    // Erase the even identities: the rest keep their addresses, the erased are gone.
+    CHECK(table.erase_if([](const record& r) { return r.key.stream % 2 == 0 && r.key.thread == std::thread::id{}; }) == 151);
+    CHECK(table.consistent());
+    for (std::uint64_t id = 1; id <= 300; ++id) CHECK((table.find({id, {}}) == nullptr) == (id % 2 == 0));
+    CHECK(table.find({7, other}) == &per_thread);
+    CHECK(table.find({0, {}}) == nullptr);  // identity 0 is even
+}
+
+TEST_CASE("front_cache hands back exactly the size and alignment asked, newest first, and keeps count") {
+    front_cache front(4);
+    CHECK(front.take(256, 256) == nullptr);
+    CHECK(front.push({at(0x1000), 256, 256}));
+    CHECK(front.push({at(0x2000), 512, 256}));
+    CHECK(front.push({at(0x3000), 256, 256}));
+    CHECK(front.push({at(0x4000), 256, 4096}));
+    CHECK(front.full());
+    CHECK(front.bytes() == 1280);
+    CHECK(front.take(256, 256) == at(0x3000));  // the newest of that size
+    CHECK(front.take(256, 256) == at(0x1000));
+    CHECK(front.take(256, 256) == nullptr);     // the one left of that size has another alignment
+    CHECK(front.take(300, 256) == nullptr);
+    CHECK(front.take(256, 4096) == at(0x4000));
+    CHECK(front.consistent());
+    CHECK(front.size() == 1);
+    CHECK(front.bytes() == 512);
+    front.clear();
+    CHECK(front.empty());
+    CHECK(front.consistent());
+}
+
+TEST_CASE("front_cache agrees with a plain list through random pushes and takes") {
+    front_cache front(64);
+    std::vector<free_block> model;
+    std::mt19937_64 random(5);
+    std::uintptr_t next = 0x10000;
+    for (int step = 0; step < 20000; ++step) {
+        const std::size_t bytes = 256 * (1 + random() % 12);
+        if (!front.full() && random() % 2 == 0) {
+            const free_block b{at(next += 0x1000), bytes, 256};
+            REQUIRE(front.push(b));
+            model.push_back(b);
+            continue;
+        }
+        const auto newest = std::find_if(model.rbegin(), model.rend(), [&](const free_block& b) { return b.bytes == bytes; });
+        void* taken = front.take(bytes, 256);
+        if (newest == model.rend()) {
+            CHECK(taken == nullptr);
+        } else {
+            CHECK(taken == newest->pointer);
+            model.erase(std::next(newest).base());
+        }
+        if (step % 97 == 0) REQUIRE(front.consistent());
+    }
+    CHECK(front.size() == model.size());
+}
+
+TEST_CASE("waiting_blocks gives a batch only once every event of it is done, oldest first") {
+    host_events events;
+    const stream_ref a = events.make_stream(), b = events.make_stream();
+    waiting_blocks<host_events> waiting(events);
+    std::vector<void*> given;
+    const auto give = [&](const free_block& x) { given.push_back(x.pointer); };
+    events.submit(a);
+    const free_block first[] = {{at(0x1000), 256, 256}, {at(0x2000), 512, 256}};
+    const host_events::event_type on_a = events.record(a);
+    waiting.add(first, std::span(&on_a, 1));
+    events.submit(b);
+    const free_block used[] = {{at(0x3000), 256, 256}};
+    const host_events::event_type both[] = {events.record(a), events.record(b)};  // a record_use'd block
+    waiting.add(used, both);
+    CHECK(waiting.blocks() == 3);
+    CHECK(waiting.bytes() == 1024);
+    CHECK(waiting.drain(8, give) == 0);  // nothing done
+    events.complete(b);
+    CHECK(waiting.drain(8, give) == 0);  // the second batch still waits for a
+    events.complete(a);
+    CHECK(waiting.drain(8, give) == 3);
+    CHECK(given == std::vector<void*>{at(0x1000), at(0x2000), at(0x3000)});
+    CHECK(waiting.empty());
+    CHECK(waiting.consistent());
+}
+
+TEST_CASE("waiting_blocks polls no more than its patience of batches that are not done") {
+    host_events events;
+    std::vector<stream_ref> streams;
+    waiting_blocks<host_events> waiting(events);
+    for (std::uintptr_t i = 0; i < 6; ++i) {
+        streams.push_back(events.make_stream());
+        events.submit(streams.back());
+        const free_block b{at(0x1000 * (i + 1)), 256, 256};
+        const auto event = events.record(streams.back());
+        waiting.add(std::span(&b, 1), std::span(&event, 1));
+    }
+    events.complete(streams[5]);  // only the newest is done, behind five that are not
+    std::size_t given = 0;
+    const auto give = [&](const free_block&) { ++given; };
+    CHECK(waiting.drain(2, give) == 0);  // gave up after two not done
+    CHECK(waiting.drain(5, give) == 0);  // and after five: the sixth was not polled
+    CHECK(waiting.drain(6, give) == 1);
+    CHECK(waiting.blocks() == 5);
+    events.complete_all();
+    CHECK(waiting.drain(1, give) == 5);
+    CHECK(waiting.consistent());
+}
+
+TEST_CASE("waiting_blocks::take orders the taker after the block's batch, and takes nothing if that throws") {
+    host_events events;
+    const stream_ref a = events.make_stream(), taker = events.make_stream();
+    waiting_blocks<host_events> waiting(events);
+    events.submit(a);
+    const free_block blocks[] = {{at(0x1000), 256, 256}, {at(0x2000), 4096, 256}};
+    const auto event = events.record(a);
+    waiting.add(blocks, std::span(&event, 1));
+    CHECK(waiting.take(1024, 256, [](auto) { FAIL("no block of that size"); }) == nullptr);
+    CHECK_THROWS(static_cast<void>(waiting.take(4096, 256, [](auto) { throw std::runtime_error("no wait"); })));
+    CHECK(waiting.blocks() == 2);
+    const std::size_t waits = events.wait_count();
+    void* taken = waiting.take(4096, 256, [&](std::span<const host_events::event_type> batch) {
+        for (const auto& e : batch) events.wait(taker, e);
+    });
+    CHECK(taken == at(0x2000));
+    CHECK(events.wait_count() == waits + 1);
+    CHECK(waiting.take(256, 256, [&](auto batch) { for (const auto& e : batch) events.wait(taker, e); }) == at(0x1000));
+    CHECK(waiting.empty());  // the spent batch is gone and its event recycled
+    CHECK(waiting.consistent());
+}
+
+TEST_CASE("pool_tag: the home takes at once; another stream after the cover, by waiting or once it is done") {
+    host_events events;
+    const stream_ref home_stream = events.make_stream(), other_stream = events.make_stream();
+    record home{{1, {}}}, other{{2, {}}};
+    pool_tag<host_events, record> tag(events);
+    std::uint64_t seen = 0;
+    CHECK(tag.ready_for(&other, seen));  // untagged: ready for all
+    CHECK(tag.ready_for(nullptr, seen));
+    events.submit(home_stream);
+    tag.note_home_free(home);
+    CHECK(tag.ready_for(&home, 0));
+    CHECK_FALSE(tag.ready_for(&other, seen));
+    CHECK_FALSE(tag.ready_for(nullptr, seen));
+    CHECK_FALSE(tag.make_ready(&other_stream, seen));  // uncovered: only the device would do
+    tag.cover(home_stream);
+    CHECK_FALSE(tag.ready_for(&other, seen));
+    const std::size_t waits = events.wait_count();
+    CHECK(tag.make_ready(&other_stream, seen));  // waits on the cover, on the GPU
+    CHECK(events.wait_count() == waits + 1);
+    CHECK(tag.ready_for(&other, seen));
+    CHECK(tag.home() == &home);  // still tagged: a plain allocate must wait on the host
+    CHECK(tag.make_ready(nullptr, seen));
+    CHECK(events.done(events.record(home_stream)));  // the host waited for the home's work
+    CHECK(tag.home() == nullptr);
+}
+
+TEST_CASE("pool_tag::wait_for_home records on the home's stream when the call is on it, else needs the device") {
+    host_events events;
+    const stream_ref home_stream = events.make_stream();
+    record home{{1, {}}};
+    pool_tag<host_events, record> tag(events);
+    tag.note_home_free(home);
+    events.submit(home_stream);
+    CHECK_FALSE(tag.wait_for_home(nullptr));  // not on its stream, nothing covers it
+    CHECK(tag.home() == &home);
+    CHECK(tag.wait_for_home(&home_stream));
+    CHECK(tag.home() == nullptr);
+    CHECK(events.done(events.record(home_stream)));
+}
+
+TEST_CASE("open_fronts asks every other open front and says when one asked long ago is still open") {
+    open_fronts<record> open;
+    record a{{1, {}}}, b{{2, {}}}, c{{3, {}}};
+    for (record* r : {&a, &b, &c}) {
+        open.reserve_one();
+        open.open(*r);
+    }
+    CHECK(open.size() == 3);
+    CHECK(open.ask_all(&a));
+    CHECK_FALSE(a.wanted);
+    CHECK((b.wanted && c.wanted));
+    open.close(b);  // b covered its front at its next call
+    CHECK_FALSE(b.wanted);
+    CHECK(open.consistent());
+    for (int i = 0; i < 10; ++i) open.ask_all(&a);
+    CHECK_FALSE(open.stale(10));
+    open.ask_all(&a);
+    CHECK(open.stale(10));  // c was asked eleven misses ago: its stream may be gone
+    open.close(c);
+    open.close(a);
+    CHECK(open.empty());
+    CHECK_FALSE(open.ask_all(nullptr));
+}
