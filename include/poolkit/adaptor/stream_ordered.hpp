@@ -132,8 +132,8 @@ public:
 
     // A stream's front holds at most this many blocks; past it, it is covered by one event.
     static constexpr std::size_t front_blocks = 64;
-    // Past this many streams with an open front, a free covers its stream's front at once: many
-    // streams that each call rarely strand nothing.
+    // Past this many streams (that called within front_age) with an open front, a free covers its
+    // stream's front at once: many streams that each call rarely strand nothing.
     static constexpr std::size_t max_open_fronts = 8;
     // The fronts together hold at most a sixteenth of what the pool reserves (where it counts it),
     // and at least min_front_budget; past it a free covers its stream's front.
@@ -562,7 +562,13 @@ private:
             r->opened_at = clock_;
         }
         front_bytes_ += block.bytes;
-        if (r->front.full() || open_.size() > max_open_fronts || over_front_budget()) cover(*r, stream);
+        // Fronts of streams that went quiet (destroyed, most likely) do not count toward
+        // max_open_fronts: they would make every free cover. What they hold stays within the byte
+        // budget (the free that passes it covers its own front) until a miss settles them.
+        if (r->front.full() || over_front_budget() ||
+            (open_.size() > max_open_fronts && open_.recent(clock_, front_age) > max_open_fronts)) {
+            cover(*r, stream);
+        }
     }
 
     // `block`, freed on `stream`, behind an event of its own.
