@@ -41,7 +41,7 @@ void multi_stream(benchmark::State& state) {
         }
         cudaDeviceSynchronize();
     };
-    iteration();  // warm: pools filled, lanes made
+    iteration();  // warm: pools filled, streams seen
     for (auto _ : state) iteration();
     if (cudaGetLastError() != cudaSuccess) state.SkipWithError("a CUDA call failed");
     state.SetItemsProcessed(state.iterations() * kernels);

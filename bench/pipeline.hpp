@@ -58,7 +58,7 @@ void streams(benchmark::State& state) {
             benchmark::DoNotOptimize(p);
             resource->deallocate_async(p, size, 256, on);
         };
-        for (std::size_t i = 0; i < streams.size() * size_count * 2; ++i) step(i);  // warm: every lane filled
+        for (std::size_t i = 0; i < streams.size() * size_count * 2; ++i) step(i);  // warm: every stream seen, the pool filled
         std::size_t i = 0;
         for (auto _ : state) step(i++);
         state.SetItemsProcessed(state.iterations() * 2);

@@ -2,7 +2,7 @@
 // holds at the end: 10^6 steps (2 x 10^5 past 256 streams) after a warm-up, one resource per run.
 // Built from two checkouts, the binaries compare two versions of the headers run by run:
 //   build/bench/poolkit-bench-pipeline_loop [tag]     (arguments starting with -- are ignored)
-// Prints, per shape and stream count: ns per allocate + free pair, MiB reserved, lanes, parked blocks.
+// Prints, per shape and stream count: ns per allocate + free pair, MiB reserved, MiB freed and not yet in the pool.
 #include "pipeline.hpp"
 
 #include <chrono>

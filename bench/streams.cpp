@@ -1,11 +1,11 @@
 // The caching preset's CPU cost per call as the number of streams grows, over simulated memory
-// (no GPU): what stream_ordered adds to find a stream's lane and to reuse across lanes.
+// (no GPU): what stream_ordered adds to find a stream's record and to reuse across streams.
 //   pairs_over_streams/N:  allocate + free pairs, each on the next of N streams in turn
 //   cross_stream_frees/N:  a block allocated on one stream is freed on the next (a pipeline
 //                          handing buffers on), N streams in turn
 //   pipeline/N:            each step allocates on the next of N streams and frees there the block
 //                          the step before allocated on its own, six sizes in turn (the shape of
-//                          bench/pipeline.hpp on the GPU): parked blocks rarely fit the next request
+//                          bench/pipeline.hpp on the GPU): front blocks rarely fit the next request
 //   build-release/bench/poolkit-bench-streams (streams 1, 4, 64, 256, 1024, 4096)
 // ns per call (items are calls); compare each N with N = 1 in the same run.
 #include <poolkit/adaptor/completed_events.hpp>

@@ -1,13 +1,14 @@
 // Ready compositions.
 //
 // caching_allocator<Upstream, Events>: PyTorch's CUDA caching allocator made of blocks —
-// stream_ordered lanes of caching_pool (512 B rounding; small requests from 2 MiB chunks; large
-// ones from chunks grown as needed; split rules; optional power-of-two divisions and a maximum
-// split size), reuse across streams behind events, record_use, release() as empty_cache.
+// stream_ordered over one caching_pool that every stream shares (512 B rounding; small requests
+// from 2 MiB chunks; large ones from chunks grown as needed; split rules; optional power-of-two
+// divisions and a maximum split size), reuse across streams behind events, record_use, release()
+// as empty_cache.
 //   caching_device_allocator        over cudaMalloc
 //   caching_pinned_host_allocator   over cudaHostAlloc: pinned buffers (~1.2 ms each to get) are
 //                                   reused once every stream that used them (record_use) is done
-// expandable_allocator<VirtualMemory, Events>: stream_ordered lanes of expandable over one
+// expandable_allocator<VirtualMemory, Events>: stream_ordered over one expandable pool of one
 // virtual memory (PyTorch's expandable_segments made of blocks): best fit over virtual address
 // space whose granules are mapped only while used, so the device memory it holds follows the live
 // bytes; record_use; release() as empty_cache unmaps every cached granule.

@@ -332,8 +332,35 @@ TEST_CASE("fronts holding more than the byte budget are covered") {
     CHECK(f.pool.pending_bytes() == count * MiB);
 }
 
+TEST_CASE("before growing, a miss puts waiting blocks into the pool behind their events; other streams wait on them too") {
+    fixture f;
+    void* block = f.get(1 * MiB, f.a);
+    void* small = f.get(4 * KiB, f.a);
+    void* on_b = f.get(4 * KiB, f.b);
+    f.events.submit(f.a);  // work on a uses `block`
+    f.put(block, 1 * MiB, f.a);
+    void* grown = f.get(512 * KiB, f.b);  // a's front is open: b asks for it and grows
+    f.put(small, 4 * KiB, f.a);           // a covers its front at this call, as asked
+    REQUIRE(f.pool.waiting_blocks() == 1);
+    const std::size_t waits = f.events.wait_count();
+    void* part = f.get(512 * KiB, f.b);  // no block of that size: the waiting one goes into the pool, b waits on it
+    const auto begin = reinterpret_cast<std::uintptr_t>(part), old = reinterpret_cast<std::uintptr_t>(block);
+    CHECK((begin >= old && begin < old + 1 * MiB));
+    CHECK(f.events.wait_count() == waits + 1);
+    CHECK(f.pool.waiting_blocks() == 0);
+    const stream_ref c = f.events.make_stream();
+    void* on_c = f.get(256 * KiB, c);  // c waits on the same event before it takes from the pool
+    CHECK(f.events.wait_count() == waits + 2);
+    CHECK(f.events.synchronizations() == 0);
+    f.events.complete_all();
+    f.put(on_c, 256 * KiB, c);
+    for (void* p : {grown, part}) f.put(p, 512 * KiB, f.b);
+    f.put(on_b, 4 * KiB, f.b);
+}
+
 TEST_CASE("a front older than front_age calls is covered at its stream's next call") {
     fixture f;
+    f.pool.internal_dependencies(false);  // a's misses grow: the waiting block stays in view
     void* mine = f.get(4 * KiB, f.b);
     void* block = f.get(1 * MiB, f.a);
     f.events.submit(f.a);

@@ -208,16 +208,16 @@ TEST_CASE("pool_tag: the home takes at once; another stream after the cover, by 
     CHECK(tag.home() == nullptr);
 }
 
-TEST_CASE("pool_tag::wait_for_home records on the home's stream when the call is on it, else needs the device") {
+TEST_CASE("pool_tag::wait_for_all records on the home's stream when the call is on it, else needs the device") {
     host_events events;
     const stream_ref home_stream = events.make_stream();
     record home{{1, {}}};
     pool_tag<host_events, record> tag(events);
     tag.note_home_free(home);
     events.submit(home_stream);
-    CHECK_FALSE(tag.wait_for_home(nullptr));  // not on its stream, nothing covers it
+    CHECK_FALSE(tag.wait_for_all(nullptr));  // not on its stream, nothing covers it
     CHECK(tag.home() == &home);
-    CHECK(tag.wait_for_home(&home_stream));
+    CHECK(tag.wait_for_all(&home_stream));
     CHECK(tag.home() == nullptr);
     CHECK(events.done(events.record(home_stream)));
 }
@@ -244,4 +244,29 @@ TEST_CASE("open_fronts asks every other open front and says when one asked long 
     open.close(a);
     CHECK(open.empty());
     CHECK_FALSE(open.ask_all(nullptr));
+}
+
+TEST_CASE("pool_tag: blocks put in the pool behind events are ready for the stream that waited, and for others once they wait") {
+    host_events events;
+    const stream_ref freeing = events.make_stream(), taker = events.make_stream(), other = events.make_stream();
+    record taker_record{{2, {}}}, other_record{{3, {}}};
+    pool_tag<host_events, record> tag(events);
+    events.submit(freeing);
+    const host_events::event_type covers[] = {events.record(freeing)};
+    events.wait(taker, covers[0]);  // what stream_ordered does before add_covers
+    std::uint64_t taker_seen = 0, other_seen = 0;
+    tag.reserve(1);
+    tag.add_covers(covers, taker_seen);
+    CHECK_FALSE(tag.clean());
+    CHECK(tag.ready_for(&taker_record, taker_seen));
+    CHECK_FALSE(tag.ready_for(&other_record, other_seen));
+    CHECK_FALSE(tag.ready_for(nullptr, 0));
+    const std::size_t waits = events.wait_count();
+    CHECK(tag.make_ready(&other, other_seen));  // waits on the cover, on the GPU
+    CHECK(events.wait_count() == waits + 1);
+    CHECK(tag.ready_for(&other_record, other_seen));
+    events.complete_all();
+    std::uint64_t plain_seen = 0;
+    CHECK(tag.make_ready(nullptr, plain_seen));  // done: dropped, and the tag is clean
+    CHECK(tag.clean());
 }

@@ -136,7 +136,7 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
     adaptive.max_peak_slack = 0.2;
     adaptive.mapping_bytes = std::size_t{32} << 20;
     return {make("expandable",
-                 "stream-ordered lanes of expandable (poolkit/presets.hpp): best fit over virtual address space, granules "
+                 "stream-ordered, one expandable pool (poolkit/presets.hpp): best fit over virtual address space, granules "
                  "mapped while used, mapped memory following live memory (reserved: peak mapped; upstream calls: map calls)",
                  expandable_options{}),
             make("expandable/adaptive",
@@ -179,7 +179,7 @@ std::vector<composition> compositions_over(MakeUpstream make_upstream) {
             using pool = size_classes<source, best_fit<source>>;
             return std::make_unique<pool>(up, best_fit<source>(up), size_classes_options{});
         });
-    add("caching", "the caching preset (poolkit/presets.hpp): stream-ordered lanes of caching_pool, default options",
+    add("caching", "the caching preset (poolkit/presets.hpp): stream-ordered, one caching_pool, default options",
         [](source up) { return std::make_unique<caching_allocator<source, Events>>(up); });
     add("caching/pytorch", "the caching preset with PyTorch's rules for large blocks: chunks as needed (2 MiB steps), "
                            "free chunks kept until empty_cache",

@@ -9,7 +9,7 @@
 // Not thread-safe (stream_ordered is not either; synchronized<> guards both).
 // cudaStreamPerThread — and the default stream 0 where this translation unit was compiled for the
 // per-thread default stream — names a different stream on each host thread: per_thread() says so,
-// and stream_ordered keeps such lanes apart by thread.
+// and stream_ordered keeps such streams apart by thread.
 #pragma once
 
 #include <poolkit/core/stream_ref.hpp>

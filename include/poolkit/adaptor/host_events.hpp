@@ -12,7 +12,7 @@
 // The most recent waits (up to log_limit) are logged with a count of all of them, so tests can
 // check how a reuse was ordered; memory stays bounded by the waits not yet completed, however long
 // a simulation runs. per_thread_stream() names another stream on each host thread, as
-// cudaStreamPerThread does, so that per-thread lanes can be tested; calls from several threads are
+// cudaStreamPerThread does, so that per-thread streams can be tested; calls from several threads are
 // serialized by a mutex. Models the Events policy of stream_ordered.
 #pragma once
 

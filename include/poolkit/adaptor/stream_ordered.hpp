@@ -11,9 +11,11 @@
 //   max_open_fronts streams hold one, or when another stream's miss asked for it — and waits
 //   with that event among the waiting blocks (detail/waiting_blocks.hpp).
 // - Waiting blocks whose events are done go into the pool, where they coalesce and serve every
-//   stream (polled at misses, a few driver queries at most). A miss may also take a waiting block
-//   of exactly its size and make its stream wait on that block's event on the GPU (no host wait)
-//   before the pool grows: internal_dependencies(), on by default, as cudaMallocAsync allows.
+//   stream (polled at misses, a few driver queries at most). Before the pool grows, a miss may make
+//   its stream wait on the GPU (no host wait) for a waiting block of exactly its size, then put the
+//   oldest batches into the pool behind their events (pool_tag's covers: every other stream waits
+//   on them too before it next takes from the pool): internal_dependencies(), on by default, as
+//   cudaMallocAsync allows.
 // - While one stream is the only one in use (and no plain allocate happened), it frees straight
 //   into the pool with no event: the pool is tagged with that home stream (detail/pool_tag.hpp).
 //   When a second stream comes, the home covers the pool at its next call; another stream waits
@@ -142,6 +144,9 @@ public:
     // A front asked for this many misses ago and still open: its stream may be gone; the host
     // waits for the whole device once.
     static constexpr std::size_t settle_after = 32;
+    // A miss about to grow puts at most this many of the oldest waiting batches into the pool
+    // behind their events (internal_dependencies).
+    static constexpr std::size_t max_batches_behind = 8;
     // A poll stops after this many batches of waiting blocks that are not done. Misses poll, and
     // one call in poll_interval; a miss about to grow the pool polls every batch.
     static constexpr std::size_t drain_patience = 2;
@@ -469,6 +474,9 @@ private:
         if (!waiting_.empty() && waiting_.drain(waiting_.batches(), [&](const detail::free_block& b) { into_pool(b); }) > 0) {
             if (void* pointer = pool_.try_allocate_cached(bytes, alignment)) return handed_out(pointer);
         }
+        if (r != nullptr && internal_dependencies_ && tag_.home() == nullptr && !waiting_.empty()) {
+            if (void* pointer = take_behind_waiting(*r, *stream, bytes, alignment)) return handed_out(pointer);
+        }
         if (void* pointer = try_grow(bytes, alignment)) return handed_out(pointer);
         release();
         if (void* pointer = try_grow(bytes, alignment)) return handed_out(pointer);
@@ -518,6 +526,23 @@ private:
         });
     }
 
+    // cudaMallocAsync's internal dependencies, for any block that fits: the oldest waiting batches
+    // go into the pool behind their events. `r`'s stream waits on them first; every other stream
+    // waits on them too before it next takes from the pool (pool_tag's covers). Requires no home.
+    void* take_behind_waiting(record_type& r, stream_ref stream, std::size_t bytes, std::size_t alignment) {
+        std::size_t events = 0;
+        waiting_.for_each_event(max_batches_behind, [&](const event_type&) { ++events; });
+        tag_.reserve(events);
+        waiting_.for_each_event(max_batches_behind, [&](const event_type& event) {
+            if (!events_.done(event)) events_.wait(stream, event);
+        });
+        waiting_.hand_oldest(max_batches_behind, [&](std::span<const event_type> covers, std::span<const detail::free_block> blocks) {
+            tag_.add_covers(covers, r.cover_seen);
+            for (const detail::free_block& b : blocks) into_pool(b);
+        });
+        return pool_.try_allocate_cached(bytes, alignment);
+    }
+
     void* handed_out(void* pointer) noexcept {
         ++live_count_;
         return pointer;
@@ -538,7 +563,7 @@ private:
             wait_then_pool(stream, block);
             return;
         }
-        if (single_stream() && (tag_.home() == nullptr || tag_.home() == r)) {
+        if (single_stream() && (tag_.clean() || tag_.home() == r)) {
             if (!passed_.empty() && passed_.find(block.pointer) != nullptr) {
                 cover_one(stream, block);  // back to the upstream only after this stream's work
                 return;
@@ -571,10 +596,18 @@ private:
         }
     }
 
-    // `block`, freed on `stream`, behind an event of its own.
+    // `block`, freed on `stream`, behind an event of its own (into the pool at once where events
+    // cost nothing and that one is done already).
     void cover_one(stream_ref stream, const detail::free_block& block) noexcept {
         try {
             const event_type event = events_.record(stream);
+            if constexpr (cheap_events) {
+                if (events_.done(event)) {
+                    events_.recycle(event);
+                    into_pool(block);
+                    return;
+                }
+            }
             try {
                 waiting_.add(std::span(&block, 1), std::span(&event, 1));
                 return;
@@ -689,7 +722,7 @@ private:
     void settle_everything() {
         waiting_.wait_all([&](const detail::free_block& b) { into_pool(b); });
         if (open_.empty() && !tag_.uncovered()) {
-            tag_.wait_for_home(nullptr);
+            tag_.wait_for_all(nullptr);
             return;
         }
         events_.synchronize_all();
@@ -701,10 +734,10 @@ private:
     // frees may be in it unfinished: the host waits for them — for an event recorded now when this
     // call is on the home's stream, for the cover, or for the whole device. Touches no pool.
     void secure() noexcept {
-        if (closing_ || tag_.home() == nullptr) return;
+        if (closing_ || tag_.clean()) return;
         try {
-            const bool on_home = call_stream_ != nullptr && key_of(*call_stream_) == tag_.home()->key;
-            if (tag_.wait_for_home(on_home ? call_stream_ : nullptr)) return;
+            const bool on_home = call_stream_ != nullptr && tag_.home() != nullptr && key_of(*call_stream_) == tag_.home()->key;
+            if (tag_.wait_for_all(on_home ? call_stream_ : nullptr)) return;
         } catch (...) {  // the whole device below
         }
         try {

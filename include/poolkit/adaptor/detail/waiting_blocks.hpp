@@ -109,6 +109,35 @@ public:
         return nullptr;
     }
 
+    // The events of the oldest `count` batches, to `visit(event)` (it may throw: nothing changes).
+    template <class Visit>
+    void for_each_event(std::size_t count, Visit&& visit) const {
+        for (std::size_t i = 0; i < std::min(count, count_); ++i) {
+            for (const event_type& event : batches_[i].events) visit(event);
+        }
+    }
+
+    // Hands the oldest `count` batches to `take(events, blocks)`, which owns their events from
+    // then on; the batches leave. Returns how many blocks it handed.
+    template <class Take>
+    std::size_t hand_oldest(std::size_t count, Take&& take) noexcept {
+        count = std::min(count, count_);
+        std::size_t handed = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+            batch& b = batches_[i];
+            take(std::span<const event_type>(b.events), std::span<const free_block>(b.blocks));
+            handed += b.blocks.size();
+            blocks_ -= b.blocks.size();
+            bytes_ -= b.bytes;
+            b.events.clear();
+            b.blocks.clear();
+            b.bytes = 0;
+        }
+        std::rotate(batches_.begin(), batches_.begin() + static_cast<std::ptrdiff_t>(count), batches_.begin() + static_cast<std::ptrdiff_t>(count_));
+        count_ -= count;
+        return handed;
+    }
+
     // Waits on the host for every batch, then gives every block (may throw while waiting: what
     // was not given stays).
     template <class Give>
