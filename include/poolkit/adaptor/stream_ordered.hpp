@@ -8,8 +8,10 @@
 //   stream may.
 // - A front is covered by one event recorded on S during a call on S — when it holds
 //   front_blocks blocks, when the fronts hold more than their byte budget, when more than
-//   max_open_fronts streams hold one, or when another stream's miss asked for it — and waits
-//   with that event among the waiting blocks (detail/waiting_blocks.hpp).
+//   max_open_fronts streams that called lately hold one, when another stream's miss asked for it,
+//   or when it is front_age calls old — and waits with that event among the waiting blocks
+//   (detail/waiting_blocks.hpp). With events that cost nothing (completed_events) every free is
+//   covered at once.
 // - Waiting blocks whose events are done go into the pool, where they coalesce and serve every
 //   stream (polled at misses, a few driver queries at most). Before the pool grows, a miss may make
 //   its stream wait on the GPU (no host wait) for a waiting block of exactly its size, then put the
@@ -28,9 +30,10 @@
 // after the call that named it: a stream may be destroyed once its work is issued.
 // No memory leaves the pool before the work that may use it is done, by any path: the pool
 // reaches the upstream only through its gate (detail/gated_upstream.hpp), which waits first for
-// the home's frees (only those may be in the pool unfinished). When the upstream is exhausted the
-// host waits for everything, every free block goes into the pool, the pool releases its wholly
-// free chunks and the request is tried once more before out_of_memory.
+// the home's frees and the pool's covers (the only frees in the pool that may be unfinished).
+// When the upstream is exhausted the host waits for everything, every free block goes into the
+// pool, the pool releases its wholly free chunks and the request is tried once more before
+// out_of_memory.
 // record_use (PyTorch's record_stream): a block used on other streams waits at its free, behind
 // an event on each of them and on the freeing stream, among the waiting blocks.
 // A per-thread handle (cudaStreamPerThread) names another stream on each host thread: its record
@@ -107,10 +110,10 @@ concept events_policy = requires(E& e, stream_ref stream, typename E::event_type
     { e.identity(stream) } -> std::convertible_to<std::uint64_t>;
 };
 
-// What stream_ordered needs of its Pool: rebuilt over a gated reference to the upstream all lanes
-// share (core/rebind.hpp: rebind_t, lane_upstream_t, lane_options_t, build_over;
-// detail/gated_upstream.hpp), each lane a cached_pool. Every strategy, combinator and
-// adaptor-over-strategy stack of poolkit is one.
+// What stream_ordered needs of its Pool: rebuilt over a gated reference to the upstream
+// (core/rebind.hpp: rebind_t, lane_upstream_t, lane_options_t, build_over;
+// detail/gated_upstream.hpp), a cached_pool. Every strategy, combinator and adaptor-over-strategy
+// stack of poolkit is one.
 template <class Pool>
 using lane_pool_t = rebind_t<Pool, detail::gated_upstream<lane_upstream_t<Pool>>>;
 template <class Pool>
