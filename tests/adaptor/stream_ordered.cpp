@@ -248,6 +248,23 @@ TEST_CASE("a block a lone stream freed into the pool goes to a second stream onl
     for (void* p : taken) f.put(p, 1 * MiB, f.a);
 }
 
+TEST_CASE("memory passed through from the upstream goes back there only after the freeing stream's work") {
+    fixture f;
+    const stream_ref lone = f.events.make_stream();
+    void* block = f.get(1 * MiB, lone);
+    f.events.submit(lone);
+    f.put(block, 1 * MiB, lone);  // alone: into the pool, uncovered
+    void* passed = f.get(1 * MiB, f.b);  // the pool is not ready for b: straight from the upstream
+    CHECK(passed != block);
+    const auto work = f.events.submit(f.b);  // work on b uses it
+    const std::size_t live = f.memory.live_bytes();
+    f.put(passed, 1 * MiB, f.b);
+    CHECK(f.memory.live_bytes() < live);        // back upstream at once...
+    CHECK(f.events.completed(f.b) >= work);     // ...after the host waited for b's work
+    CHECK(f.pool.pending_bytes() == 0);
+    f.put(f.get(4 * KiB, lone), 4 * KiB, lone);  // lone covers the pool, as asked
+}
+
 TEST_CASE("a lone stream covers the pool at its next call once a second stream comes; that stream waits on the cover once") {
     fixture f;
     void* block = f.get(1 * MiB, f.a);

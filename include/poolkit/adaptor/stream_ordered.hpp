@@ -566,11 +566,13 @@ private:
             wait_then_pool(stream, block);
             return;
         }
+        if (!passed_.empty() && passed_.find(block.pointer) != nullptr) {
+            // Passed through (rare, a turn from one stream to several): back to the upstream once
+            // this stream's work is done, never among the waiting blocks a miss may pool early.
+            wait_then_pool(stream, block);
+            return;
+        }
         if (single_stream() && (tag_.clean() || tag_.home() == r)) {
-            if (!passed_.empty() && passed_.find(block.pointer) != nullptr) {
-                cover_one(stream, block);  // back to the upstream only after this stream's work
-                return;
-            }
             tag_.note_home_free(*r);  // before the pool may return memory (secure)
             into_pool(block);
             return;
@@ -796,6 +798,13 @@ private:
         try {
             events.reserve(streams.size());
             for (const use& user : streams) events.push_back(events_.record(user.stream));
+            if (!passed_.empty() && passed_.find(pointer) != nullptr) {
+                // Passed through: back to the upstream only once every use is done (see free_on).
+                for (const event_type& event : events) events_.synchronize(event);
+                for (const event_type& event : events) events_.recycle(event);
+                into_pool(block);
+                return true;
+            }
             waiting_.add(std::span(&block, 1), events);
         } catch (...) {
             // No event or no room: wait by the slow road rather than lose order.
