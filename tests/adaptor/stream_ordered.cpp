@@ -375,6 +375,26 @@ TEST_CASE("before growing, a miss puts waiting blocks into the pool behind their
     f.put(on_b, 4 * KiB, f.b);
 }
 
+TEST_CASE("memory the pool holds behind covers leaves it only after their work: release waits for them") {
+    fixture f;
+    void* block = f.get(1 * MiB, f.a);
+    void* on_b = f.get(4 * KiB, f.b);
+    const auto work = f.events.submit(f.a);  // work on a uses `block`
+    f.put(block, 1 * MiB, f.a);
+    void* grown = f.get(512 * KiB, f.b);  // asks a for its front
+    // a covers its front as asked; nothing holds 2 MiB: the waiting block goes into the pool behind
+    // a's event, and the pool grows. `block`'s chunk is wholly free in the pool, behind the cover.
+    void* big = f.get(2 * MiB, f.a);
+    REQUIRE(f.pool.waiting_blocks() == 0);
+    REQUIRE(f.pool.front_blocks_held() == 0);
+    REQUIRE(f.events.completed(f.a) < work);
+    f.pool.release();  // the chunk goes upstream: only after a's work
+    CHECK(f.events.completed(f.a) >= work);
+    f.put(big, 2 * MiB, f.a);
+    f.put(grown, 512 * KiB, f.b);
+    f.put(on_b, 4 * KiB, f.b);
+}
+
 TEST_CASE("a front older than front_age calls is covered at its stream's next call") {
     fixture f;
     f.pool.internal_dependencies(false);  // a's misses grow: the waiting block stays in view

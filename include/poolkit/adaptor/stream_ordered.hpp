@@ -46,15 +46,16 @@
 // Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
 // Exhaustion: out_of_memory with the pool's live and reserved bytes.
 //
-// Pool requirements: the lane_pool concept below: rebuilt over a gated ref to the upstream, it
+// Pool requirements: the lane_pool concept (adaptor/stream_concepts.hpp): rebuilt over a gated ref to the upstream, it
 // serves from what it holds with `try_allocate_cached(bytes, alignment) noexcept` and gives chunks
 // back with `release()`; it need not be movable. The constructor takes the upstream and the
 // Pool's options (lane_options_t<Pool>: the strategy's options, through any adaptors).
-// Events requirements: the events_policy concept below (cuda_events, the default with CUDA;
+// Events requirements: the events_policy concept (adaptor/stream_concepts.hpp) (cuda_events, the default with CUDA;
 // host_events; completed_events, the default without CUDA).
 #pragma once
 
 #include <poolkit/adaptor/completed_events.hpp>
+#include <poolkit/adaptor/detail/block_uses.hpp>
 #include <poolkit/adaptor/detail/front_cache.hpp>
 #include <poolkit/adaptor/detail/gated_upstream.hpp>
 #include <poolkit/adaptor/detail/open_fronts.hpp>
@@ -62,6 +63,7 @@
 #include <poolkit/adaptor/detail/pool_tag.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
 #include <poolkit/adaptor/detail/waiting_blocks.hpp>
+#include <poolkit/adaptor/stream_concepts.hpp>
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
@@ -92,40 +94,6 @@
 #endif
 
 namespace poolkit {
-
-// A pool that can serve a request from what it already holds, without growing.
-template <class P>
-concept cached_pool = resource<P> && has_release<P> && has_try_allocate_cached<P>;
-
-// Events: record on a stream, let another stream wait, ask or block until done, recycle.
-template <class E>
-concept events_policy = requires(E& e, stream_ref stream, typename E::event_type event) {
-    { e.record(stream) } -> std::same_as<typename E::event_type>;
-    e.wait(stream, event);
-    { e.done(event) } -> std::convertible_to<bool>;
-    e.synchronize(event);
-    e.synchronize_all();
-    e.recycle(event);
-    { E::per_thread(stream) } -> std::convertible_to<bool>;
-    { e.identity(stream) } -> std::convertible_to<std::uint64_t>;
-};
-
-// What stream_ordered needs of its Pool: rebuilt over a gated reference to the upstream
-// (core/rebind.hpp: rebind_t, lane_upstream_t, lane_options_t, build_over;
-// detail/gated_upstream.hpp), a cached_pool. Every strategy, combinator and adaptor-over-strategy
-// stack of poolkit is one.
-template <class Pool>
-using lane_pool_t = rebind_t<Pool, detail::gated_upstream<lane_upstream_t<Pool>>>;
-template <class Pool>
-concept lane_pool = cached_pool<lane_pool_t<Pool>> && buildable_over<lane_pool_t<Pool>, detail::gated_upstream<lane_upstream_t<Pool>>>;
-
-// Streams are CUDA's where the toolkit is; without it no work runs on a stream, so every event is
-// complete.
-#if POOLKIT_HAS_CUDA
-using default_events = cuda_events;
-#else
-using default_events = completed_events;
-#endif
 
 template <lane_pool Pool, events_policy Events = default_events>
 class stream_ordered : public forward_properties<stream_ordered<Pool, Events>, lane_upstream_t<Pool>> {
@@ -229,9 +197,7 @@ public:
         if constexpr (has_owns<pool_type>) {
             POOLKIT_ASSERT(handed_by_us(pointer) && !pending(pointer), "record_use of a pointer stream_ordered did not hand out");
         }
-        auto& streams = uses_[pointer];
-        const use here{stream, thread_of(stream)};
-        if (std::find(streams.begin(), streams.end(), here) == streams.end()) streams.push_back(here);
+        uses_.add(pointer, {stream, thread_of(stream)});
     }
 
     // Synchronizes `stream`, drops it from the uses of every live block (record_use) and puts its
@@ -239,19 +205,14 @@ public:
     // stream gone quiet is settled after settle_after misses); required for one named in
     // record_use whose blocks are still live.
     void forget_stream(stream_ref stream) {
-        const use gone{stream, thread_of(stream)};
-        const bool used = std::any_of(uses_.begin(), uses_.end(), [&](const auto& entry) {
-            return std::find(entry.second.begin(), entry.second.end(), gone) != entry.second.end();
-        });
+        const detail::stream_use gone{stream, thread_of(stream)};
+        const bool used = uses_.uses(gone);
         record_type* forgotten = records_.find(key_of(stream));
         if (forgotten == nullptr && !used) return;
         const event_type event = events_.record(stream);
         events_.synchronize(event);
         events_.recycle(event);
-        for (auto entry = uses_.begin(); entry != uses_.end();) {
-            std::erase(entry->second, gone);
-            entry = entry->second.empty() ? uses_.erase(entry) : std::next(entry);
-        }
+        uses_.forget(gone);
         if (forgotten == nullptr) return;
         if (tag_.home() == forgotten) tag_.clear();  // its frees are done
         front_into_pool(*forgotten);
@@ -292,7 +253,7 @@ public:
                 for (const detail::free_block& b : r.front.blocks()) POOLKIT_VERIFY(handed_by_us(b.pointer), "a front block stream_ordered did not hand out");
             });
             waiting_.for_each_block([&](const detail::free_block& b) { POOLKIT_VERIFY(handed_by_us(b.pointer), "a waiting block stream_ordered did not hand out"); });
-            for (const auto& entry : uses_) POOLKIT_VERIFY(handed_by_us(entry.first), "record_use streams of a block not live");
+            uses_.for_each_block([&](const void* p) { POOLKIT_VERIFY(handed_by_us(p), "record_use streams of a block not live"); });
         }
     }
 
@@ -372,13 +333,6 @@ private:
         std::uint64_t cover_seen = 0;  // the pool cover its stream waited for (pool_tag)
         std::uint64_t opened_at = 0;   // the call clock when its front last went from empty to open
         std::uint64_t last_call = 0;   // the call clock at its stream's last call
-    };
-
-    // A stream that used a block (record_use), with the thread for per-thread handles.
-    struct use {
-        stream_ref stream;
-        std::thread::id thread;
-        friend bool operator==(const use&, const use&) = default;
     };
 
     // The pool's return gate: memory leaves it only after secure().
@@ -768,10 +722,8 @@ private:
     // A free of a block with record_use streams (false: `pointer` has none). It waits behind an
     // event on each of them and on the freeing stream `stream` (nullptr: a plain deallocate).
     [[gnu::noinline]] bool free_used(void* pointer, std::size_t bytes, std::size_t alignment, const stream_ref* stream) noexcept {
-        const auto found = uses_.find(pointer);
-        if (found == uses_.end()) return false;
-        std::vector<use> streams = std::move(found->second);
-        uses_.erase(found);
+        std::vector<detail::stream_use> streams = uses_.take(pointer);
+        if (streams.empty()) return false;
         --live_count_;
         const detail::free_block block{pointer, bytes, alignment};
         if (stream != nullptr) {
@@ -783,7 +735,7 @@ private:
             }
         }
         // A per-thread stream of another thread cannot take an event from here: wait for the device.
-        if (std::erase_if(streams, [](const use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
+        if (std::erase_if(streams, [](const detail::stream_use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
             try {
                 events_.synchronize_all();
             } catch (...) {
@@ -797,7 +749,7 @@ private:
         std::vector<event_type> events;
         try {
             events.reserve(streams.size());
-            for (const use& user : streams) events.push_back(events_.record(user.stream));
+            for (const detail::stream_use& user : streams) events.push_back(events_.record(user.stream));
             if (!passed_.empty() && passed_.find(pointer) != nullptr) {
                 // Passed through: back to the upstream only once every use is done (see free_on).
                 for (const event_type& event : events) events_.synchronize(event);
@@ -809,7 +761,7 @@ private:
         } catch (...) {
             // No event or no room: wait by the slow road rather than lose order.
             for (const event_type& event : events) events_.recycle(event);
-            for (const use& user : streams) {
+            for (const detail::stream_use& user : streams) {
                 try {
                     events_.synchronize(events_.record(user.stream));
                 } catch (...) {
@@ -851,7 +803,7 @@ private:
     detail::pool_tag<Events, record_type> tag_{events_};
     detail::waiting_blocks<Events> waiting_{events_};
     detail::open_fronts<record_type> open_;
-    std::unordered_map<void*, std::vector<use>> uses_;  // record_use streams, rarely any
+    detail::block_uses uses_;                           // record_use streams, rarely any
     detail::pointer_map<bool> passed_;                  // blocks passed through (pass_through), rarely any
     std::size_t uncovered_misses_ = 0;                  // misses passed through since the home last covered
     std::size_t live_count_ = 0;

@@ -30,7 +30,9 @@ template <class Stream>
 class open_fronts {
 public:
     // Makes room for one more, so that the next open() cannot throw.
-    void reserve_one() { open_.reserve(open_.size() + 1); }
+    void reserve_one() {
+        if (open_.size() == open_.capacity()) open_.reserve(2 * open_.size() + 8);  // O(1) amortized
+    }
 
     // `s`'s front went from empty to holding a block. Requires reserve_one() since the last open.
     void open(Stream& s) noexcept {

@@ -68,7 +68,9 @@ public:
     }
 
     // Room for `count` more covers, so that add_covers of that many cannot throw.
-    void reserve(std::size_t count) { covers_.reserve(covers_.size() + std::max<std::size_t>(count, 1)); }
+    void reserve(std::size_t count) {
+        if (covers_.size() + count > covers_.capacity()) covers_.reserve(std::max(2 * covers_.capacity(), covers_.size() + count));
+    }
 
     // Blocks behind `events` went into the pool, and `seen` waited on them; it owns them from now
     // on. Requires no home, and reserve(events.size()).

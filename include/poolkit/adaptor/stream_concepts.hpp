@@ -1,0 +1,55 @@
+// What stream_ordered asks of its parts: the Events policy (events_policy), the Pool (lane_pool:
+// a cached_pool once rebuilt over a gated reference to the upstream), and the default events.
+#pragma once
+
+#include <poolkit/adaptor/completed_events.hpp>
+#include <poolkit/adaptor/detail/gated_upstream.hpp>
+#include <poolkit/core/concepts.hpp>
+#include <poolkit/core/config.hpp>
+#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/stream_ref.hpp>
+
+#include <concepts>
+#include <cstdint>
+
+#if POOLKIT_HAS_CUDA
+#  include <poolkit/adaptor/cuda_events.hpp>
+#endif
+
+namespace poolkit {
+
+// A pool that can serve a request from what it already holds, without growing.
+template <class P>
+concept cached_pool = resource<P> && has_release<P> && has_try_allocate_cached<P>;
+
+// Events: record on a stream, let another stream wait, ask or block until done, recycle.
+template <class E>
+concept events_policy = requires(E& e, stream_ref stream, typename E::event_type event) {
+    { e.record(stream) } -> std::same_as<typename E::event_type>;
+    e.wait(stream, event);
+    { e.done(event) } -> std::convertible_to<bool>;
+    e.synchronize(event);
+    e.synchronize_all();
+    e.recycle(event);
+    { E::per_thread(stream) } -> std::convertible_to<bool>;
+    { e.identity(stream) } -> std::convertible_to<std::uint64_t>;
+};
+
+// What stream_ordered needs of its Pool: rebuilt over a gated reference to the upstream
+// (core/rebind.hpp: rebind_t, lane_upstream_t, lane_options_t, build_over;
+// detail/gated_upstream.hpp), a cached_pool. Every strategy, combinator and adaptor-over-strategy
+// stack of poolkit is one.
+template <class Pool>
+using lane_pool_t = rebind_t<Pool, detail::gated_upstream<lane_upstream_t<Pool>>>;
+template <class Pool>
+concept lane_pool = cached_pool<lane_pool_t<Pool>> && buildable_over<lane_pool_t<Pool>, detail::gated_upstream<lane_upstream_t<Pool>>>;
+
+// Streams are CUDA's where the toolkit is; without it no work runs on a stream, so every event is
+// complete.
+#if POOLKIT_HAS_CUDA
+using default_events = cuda_events;
+#else
+using default_events = completed_events;
+#endif
+
+}  // namespace poolkit
