@@ -10,6 +10,7 @@ namespace {
 
 // -1: host allocations succeed; n >= 0: the next n succeed and the one after throws.
 thread_local long host_allocations_before_failure = -1;
+thread_local std::size_t host_bytes = 0;
 std::atomic<long> host_failures{0};
 
 }  // namespace
@@ -19,6 +20,7 @@ namespace poolkit::test {
 void fail_host_allocation_after(long succeeding) noexcept { host_allocations_before_failure = succeeding; }
 void stop_failing_host_allocations() noexcept { host_allocations_before_failure = -1; }
 long host_allocations_failed() noexcept { return host_failures.load(); }
+std::size_t host_bytes_requested() noexcept { return host_bytes; }
 
 }  // namespace poolkit::test
 
@@ -35,6 +37,7 @@ void* operator new(std::size_t bytes) {
         throw std::bad_alloc();
     }
     if (host_allocations_before_failure > 0) --host_allocations_before_failure;
+    host_bytes += bytes;
     if (void* pointer = std::malloc(bytes == 0 ? 1 : bytes)) return pointer;
     throw std::bad_alloc();
 }

@@ -3,6 +3,8 @@
 // std::bad_alloc, as a full host would.
 #pragma once
 
+#include <cstddef>
+
 namespace poolkit::test {
 
 // The next `succeeding` host allocations of this thread succeed and the one after throws
@@ -11,5 +13,7 @@ void fail_host_allocation_after(long succeeding) noexcept;
 void stop_failing_host_allocations() noexcept;
 // Host allocations made to throw so far, on every thread.
 [[nodiscard]] long host_allocations_failed() noexcept;
+// Bytes this thread has asked of operator new so far: what a call built on the host, without a clock.
+[[nodiscard]] std::size_t host_bytes_requested() noexcept;
 
 }  // namespace poolkit::test

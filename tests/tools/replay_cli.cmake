@@ -43,6 +43,11 @@ expect_run("--streams names the spread trace" 0 "{\"trace\":\"good@3streams\",\"
 # CLI11 versions word the range differently ("1 to 65536", "[1 - 65536]").
 expect_run("--streams 0" 2 "--streams: Value 0 not in range" good.csv --streams=0)
 expect_run("--streams not a number" 2 "--streams: Value four not in range" good.csv --streams=four)
+expect_run("--lag counts the driver calls" 0 "driver calls a GPU would have taken"
+  good.csv --composition=caching --streams=3 --lag=2)
+expect_run("--lag in JSON" 0 "\"event_calls\":{\"records\":" good.csv --json --composition=caching --streams=3 --lag=2)
+expect_run("--lag 0" 2 "--lag: Value 0 not in range" good.csv --lag=0)
+expect_run("--lag over real streams" 2 "--lag simulates streams over the simulated upstream" good.csv --upstream=cuda --lag=4)
 expect_run("an SVG" 0 "best_fit" good.csv --composition=best_fit --svg=${WORK_DIR}/chart.svg)
 file(READ ${WORK_DIR}/chart.svg svg)
 string(FIND "${svg}" "<polyline" found)

@@ -34,6 +34,7 @@
 #endif
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -53,6 +54,7 @@ struct sample {
 struct run_settings {
     std::span<const stream_ref> streams;                        // one per trace stream
     std::function<void(std::size_t done, std::size_t total)> progress;  // may be empty
+    std::function<void(const trace_event&)> after_event;        // may be empty; after every event of both passes
     std::size_t samples = 0;                                     // how many samples to take (for --svg)
 };
 
@@ -62,6 +64,14 @@ struct run_figures {
     std::size_t peak_reserved_bytes = 0;
     std::optional<std::size_t> upstream_allocs;  // unknown where the upstream is a driver pool
     std::vector<sample> samples;
+};
+
+// The driver calls a run of a composition took (counted where the streams are simulated).
+struct event_calls {
+    std::uint64_t records = 0;
+    std::uint64_t queries = 0;
+    std::uint64_t waits = 0;
+    std::uint64_t synchronizations = 0;
 };
 
 struct composition {
@@ -84,9 +94,11 @@ run_figures measure_replay(const trace& t, const run_settings& settings, R& reso
             figures.samples.push_back({index, live, reserved()});
         }
         if (settings.progress && (index % progress_every == 0 || index + 1 == total)) settings.progress(index + 1, 2 * total);
+        if (settings.after_event) settings.after_event(e);
     });
-    figures.warm = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event&) {
+    figures.warm = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
         if (settings.progress && index % progress_every == 0) settings.progress(total + index + 1, 2 * total);
+        if (settings.after_event) settings.after_event(e);
     });
     if (settings.progress) settings.progress(2 * total, 2 * total);
     return figures;
@@ -198,13 +210,15 @@ std::vector<composition> compositions_over(MakeUpstream make_upstream) {
     return list;
 }
 
-// The compositions over simulated address space: any trace replays on a CPU.
-inline std::vector<composition> simulated_compositions() {
-    auto list = compositions_over<completed_events>([] {
+// The compositions over simulated address space: any trace replays on a CPU. Events orders the
+// streams: completed_events (every free at once ready for every stream), or lagging_events (--lag).
+template <class Events>
+std::vector<composition> simulated_compositions_over() {
+    auto list = compositions_over<Events>([] {
         return std::make_unique<simulated_resource>(simulated_options{.capacity = std::size_t{512} << 30});
     });
     // The H200's granule and memory, over simulated address space.
-    for (auto& c : expandable_compositions<completed_events>([] {
+    for (auto& c : expandable_compositions<Events>([] {
              return std::make_unique<simulated_vmm_resource>(
                  simulated_vmm_options{.capacity = std::size_t{1} << 40, .granularity = 2 * MiB, .physical_limit = std::size_t{141} << 30});
          })) {
@@ -212,5 +226,7 @@ inline std::vector<composition> simulated_compositions() {
     }
     return list;
 }
+
+inline std::vector<composition> simulated_compositions() { return simulated_compositions_over<completed_events>(); }
 
 }  // namespace poolkit::replay_tool

@@ -7,6 +7,7 @@
 //   --composition=A,B   only these (see --list)        --list      the compositions, one a line
 //   --upstream=simulated|cuda                            --json      one JSON object per line
 //   --svg=FILE          live and reserved bytes over each trace, for every composition
+//   --streams=N         each trace spread over N streams   --lag=K   simulated streams lag K events
 //   --progress / --no-progress   a progress bar on stderr (default: when stderr is a terminal)
 // The command line and every trace are checked before anything is replayed, and nothing is written
 // then: an --svg FILE that is an input, looks like a trace (.csv, .gz) or lies in a missing folder
@@ -15,6 +16,7 @@
 // 2 for malformed input ("file:line: message") or a bad command line.
 #include "compositions.hpp"
 #include "input.hpp"
+#include "lagging.hpp"
 #include "report.hpp"
 
 #if POOLKIT_HAS_CUDA
@@ -77,6 +79,7 @@ struct command_line {
     std::optional<std::string> svg;
     std::optional<bool> progress;
     std::size_t streams = 0;  // 0: the trace's own streams
+    std::size_t lag = 0;      // 0: simulated streams are always done (completed_events)
     bool json = false;
     bool list = false;
 };
@@ -134,6 +137,11 @@ command_line parse_arguments(int argc, char** argv) {
                    "stream than their allocation (the trace is named NAME@Nstreams)")
         ->type_name("N")
         ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 16));
+    app.add_option("--lag", options.lag,
+                   "with the simulated upstream: the streams' work completes K events after it was issued, so that a "
+                   "free is not at once ready for every stream; also counts the driver calls a GPU would take")
+        ->type_name("K")
+        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
     app.add_flag("--json", options.json, "one JSON object per line instead of the table");
     app.add_option("--svg", svg, "also write live and reserved bytes over each trace, as SVG, to FILE")->type_name("FILE");
     CLI::Option* progress_flag = app.add_flag("--progress,!--no-progress", progress,
@@ -171,6 +179,9 @@ command_line parse_arguments(int argc, char** argv) {
             start = comma + 1;
         }
     }
+    if (options.lag != 0 && options.upstream != "simulated") {
+        throw usage_error{"--lag simulates streams over the simulated upstream; --upstream=" + options.upstream + " has real ones"};
+    }
     if (progress_flag->count() > 0) options.progress = progress;
     if (app.count("--svg") > 0) {
         if (svg.empty()) throw usage_error{"--svg needs a file name"};
@@ -192,8 +203,8 @@ std::vector<std::string> bundled_traces() {
     return files;
 }
 
-std::vector<composition> available_compositions(const std::string& upstream) {
-    if (upstream == "simulated") return simulated_compositions();
+std::vector<composition> available_compositions(const std::string& upstream, std::size_t lag) {
+    if (upstream == "simulated") return lag == 0 ? simulated_compositions() : simulated_compositions_over<lagging_events>();
 #if POOLKIT_HAS_CUDA
     require_gpu();
     std::vector<composition> list = cuda_compositions();
@@ -303,7 +314,7 @@ bool write_svg_file(const std::string& path, const std::vector<outcome>& outcome
 }
 
 int run(const command_line& options) {
-    std::vector<composition> all = available_compositions(options.upstream);
+    std::vector<composition> all = available_compositions(options.upstream, options.lag);
     if (options.list) {
         for (const composition& c : all) std::printf("%-24s %s\n", c.name.c_str(), c.description.c_str());
         return 0;
@@ -347,14 +358,23 @@ int run(const command_line& options) {
         std::optional<cuda_streams> device_streams;
         if (options.upstream == "cuda") device_streams.emplace(t);
 #endif
+        std::optional<lagging_streams> lagging;
+        if (options.lag != 0) lagging.emplace(t, options.lag);
         const std::vector<stream_ref> simulated = simulated_streams(t);
         for (const composition& c : chosen) {
-            outcome result{t.name, c.name, t.events.size(), t.peak_live_bytes, std::nullopt, {}};
+            outcome result{t.name, c.name, t.events.size(), t.peak_live_bytes, std::nullopt, {}, std::nullopt};
             run_settings settings;
             settings.streams = simulated;
 #if POOLKIT_HAS_CUDA
             if (device_streams) settings.streams = device_streams->refs();
 #endif
+            event_calls before;
+            if (lagging) {
+                lagging->settle();
+                before = lagging->calls();
+                settings.streams = lagging->refs();
+                settings.after_event = [&lagging](const trace_event& e) { lagging->after(e); };
+            }
             settings.samples = options.svg ? 1500 : 0;
             bar.start(t.name + " / " + c.name);
             settings.progress = [&bar](std::size_t done, std::size_t total) { bar.update(done, total); };
@@ -365,6 +385,11 @@ int run(const command_line& options) {
                 failed = true;
             }
             bar.finish();
+            if (lagging) {
+                const event_calls after = lagging->calls();
+                result.calls = event_calls{after.records - before.records, after.queries - before.queries, after.waits - before.waits,
+                                           after.synchronizations - before.synchronizations};
+            }
             if (options.json) print_json(stdout, result, options.upstream);
             std::fflush(stdout);
             outcomes.push_back(std::move(result));

@@ -26,6 +26,7 @@ struct outcome {
     std::size_t peak_live_bytes = 0;
     std::optional<run_figures> figures;  // empty when the run failed
     std::string error;
+    std::optional<event_calls> calls;    // with --lag: the driver calls a GPU would have taken
 
     [[nodiscard]] double ratio() const {
         return figures && peak_live_bytes != 0
@@ -144,6 +145,18 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
                      o.figures->warm.ns_per_op(), mebibytes(o.peak_live_bytes).c_str(),
                      mebibytes(o.figures->peak_reserved_bytes).c_str(), o.ratio(), allocs.c_str());
     }
+    bool counted = false;
+    for (const outcome& o : outcomes) {
+        if (!o.figures || !o.calls) continue;
+        if (!counted) {
+            std::fprintf(out, "\ndriver calls a GPU would have taken, per 1,000 events of both passes (simulated streams, --lag):\n");
+            std::fprintf(out, "%-20s %-28s %9s %9s %9s %9s\n", "trace", "composition", "records", "queries", "waits", "syncs");
+            counted = true;
+        }
+        const auto per_1000 = [&](std::uint64_t calls) { return static_cast<double>(calls) * 1000.0 / static_cast<double>(2 * o.events); };
+        std::fprintf(out, "%-20s %-28s %9.1f %9.1f %9.1f %9.1f\n", o.trace.c_str(), o.composition.c_str(), per_1000(o.calls->records),
+                     per_1000(o.calls->queries), per_1000(o.calls->waits), per_1000(o.calls->synchronizations));
+    }
     // Per trace: the lowest ratio, and the lowest among pools that call the upstream for at most
     // one event in a hundred (a ratio bought with constant cudaMalloc calls is no pool on a GPU).
     const auto caching = [](const outcome& o) {
@@ -225,6 +238,11 @@ inline void print_json(std::FILE* out, const outcome& o, std::string_view upstre
         }
     } else {
         std::fprintf(out, ",\"error\":%s", json_string(o.error).c_str());
+    }
+    if (o.calls) {
+        std::fprintf(out, ",\"event_calls\":{\"records\":%llu,\"queries\":%llu,\"waits\":%llu,\"synchronizations\":%llu}",
+                     static_cast<unsigned long long>(o.calls->records), static_cast<unsigned long long>(o.calls->queries),
+                     static_cast<unsigned long long>(o.calls->waits), static_cast<unsigned long long>(o.calls->synchronizations));
     }
     std::fprintf(out, "}\n");
 }

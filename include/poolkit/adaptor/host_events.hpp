@@ -2,10 +2,10 @@
 //
 // A host_events object is a handle to one shared timeline (copies share it). The test makes
 // streams with make_stream(), issues work with submit(stream), and decides when work completes
-// with complete(stream) / complete_all(). An event recorded on a stream marks the work issued
-// there so far; it is done once that work completed. wait(waiter, event) makes work the waiter
-// issues afterwards depend on the event: completing that work completes the event's work first,
-// as a GPU would. synchronize(event) (the host blocking) completes just what the event needs.
+// with complete(stream), complete(stream, position) or complete_all(). An event recorded on a
+// stream marks the work issued there so far; it is done once that work completed. wait(waiter,
+// event) makes work the waiter issues afterwards depend on the event: completing that work
+// completes the event's work first, as a GPU would. synchronize(event) (the host blocking) completes just what the event needs.
 // destroy_stream(s) ends a stream as cudaStreamDestroy does: its work still completes and its
 // events stay valid, but recording on it, waiting with it or submitting to it afterwards is a use
 // after destruction, reported by throwing std::logic_error.
@@ -19,6 +19,7 @@
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/stream_ref.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -69,6 +70,14 @@ public:
         complete_until(s, s.issued);
     }
 
+    // Completes the work issued on `stream` up to `position` (a value submit() returned), and what
+    // it waits for: work that finishes in the order it was issued, some of it still running.
+    void complete(stream_ref stream, std::uint64_t position) {
+        const std::lock_guard lock(timeline_->mutex);
+        auto& s = state(stream);
+        complete_until(s, std::min(position, s.issued));
+    }
+
     void complete_all() {
         const std::lock_guard lock(timeline_->mutex);
         complete_everything();
@@ -93,6 +102,10 @@ public:
     [[nodiscard]] const std::vector<logged_wait>& waits() const noexcept { return timeline_->waits; }
     [[nodiscard]] std::uint64_t wait_count() const noexcept { return timeline_->wait_count; }
     [[nodiscard]] std::size_t synchronizations() const noexcept { return timeline_->synchronizations; }
+    // Events recorded, and asked whether they are done: with waits and synchronizations, the calls a
+    // GPU's driver would have taken.
+    [[nodiscard]] std::uint64_t record_count() const noexcept { return timeline_->record_count; }
+    [[nodiscard]] std::uint64_t query_count() const noexcept { return timeline_->query_count; }
     // Waits registered on streams whose work has not yet passed them: what the simulation holds.
     [[nodiscard]] std::size_t pending_waits() const {
         const std::lock_guard lock(timeline_->mutex);
@@ -105,6 +118,7 @@ public:
     event_type record(stream_ref stream) {
         const std::lock_guard lock(timeline_->mutex);
         const auto& s = alive(stream);
+        ++timeline_->record_count;
         return {s.index, s.issued};
     }
     void wait(stream_ref waiter, const event_type& event) {
@@ -119,6 +133,7 @@ public:
     }
     [[nodiscard]] bool done(const event_type& event) const {
         const std::lock_guard lock(timeline_->mutex);
+        ++timeline_->query_count;
         return is_done(event);
     }
     // The host blocks until the event's work is done: the simulation completes just that.
@@ -162,6 +177,8 @@ private:
         std::map<std::thread::id, stream_state*> per_thread;
         std::vector<logged_wait> waits;
         std::uint64_t wait_count = 0;
+        std::uint64_t record_count = 0;
+        std::uint64_t query_count = 0;
         std::size_t synchronizations = 0;
         std::mutex mutex;
     };
