@@ -1,7 +1,12 @@
 // The parts of stream_ordered, each against its contract (adaptor/detail/): the stream table, the
-// front cache, the waiting blocks, the pool tag and the open fronts.
+// front cache, the waiting blocks, the pool tag, the open fronts, the fronts together and the
+// blocks passed through.
+#include "../support/instrumented.hpp"
+
 #include <poolkit/adaptor/detail/front_cache.hpp>
+#include <poolkit/adaptor/detail/fronts.hpp>
 #include <poolkit/adaptor/detail/open_fronts.hpp>
+#include <poolkit/adaptor/detail/passed_through.hpp>
 #include <poolkit/adaptor/detail/pool_tag.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
 #include <poolkit/adaptor/detail/waiting_blocks.hpp>
@@ -32,6 +37,14 @@ struct record {
     std::size_t open_slot = 0;
     bool wanted = false;
     std::uint64_t asked_at = 0;
+    std::uint64_t last_call = 0;
+};
+
+// A record as fronts<> wants it: open_fronts' members, a front cache and when it opened.
+struct front_record : record {
+    explicit front_record(stream_key k) : record(k) {}
+    front_cache front{front_limits::blocks_per_front};
+    std::uint64_t opened_at = 0;
 };
 
 }  // namespace
@@ -269,4 +282,87 @@ TEST_CASE("pool_tag: blocks put in the pool behind events are ready for the stre
     std::uint64_t plain_seen = 0;
     CHECK(tag.make_ready(nullptr, plain_seen));  // done: dropped, and the tag is clean
     CHECK(tag.clean());
+}
+
+TEST_CASE("fronts: a push opens a front; a cover moves it behind one event among the waiting blocks") {
+    host_events events;
+    const stream_ref a = events.make_stream();
+    waiting_blocks<host_events> waiting(events);
+    fronts<host_events, front_record> all(events, waiting);
+    front_record r{{1, {}}};
+    all.reserve(r);
+    CHECK(all.push(r, {at(0x1000), 4096, 256}, 10));
+    CHECK(all.open().size() == 1);
+    CHECK(r.opened_at == 10);
+    all.reserve(r);
+    CHECK(all.push(r, {at(0x2000), 512, 256}, 11));
+    CHECK(all.bytes() == 4608);
+    CHECK(r.front.take(512, 256) == at(0x2000));  // a request on a's stream, at once
+    all.took(r, 512);
+    CHECK(all.bytes() == 4096);
+    CHECK_FALSE(all.due(r, 10 + front_limits::age));
+    CHECK(all.due(r, 11 + front_limits::age));  // its oldest block aged
+    const std::uint64_t records = events.record_count();
+    events.submit(a);
+    all.cover(r, a);
+    CHECK(events.record_count() == records + 1);  // one event for the whole front
+    CHECK((r.front.empty() && all.open().empty() && all.bytes() == 0));
+    CHECK(waiting.blocks() == 1);
+    CHECK(waiting.drain(1, [](const free_block&) { FAIL("a's work is not done"); }) == 0);
+    events.complete(a);
+    std::vector<void*> given;
+    waiting.drain(1, [&](const free_block& b) { given.push_back(b.pointer); });
+    CHECK(given == std::vector<void*>{at(0x1000)});
+}
+
+TEST_CASE("fronts: a front is crowded when full, past the byte budget, or among too many open fronts of streams that call") {
+    host_events events;
+    waiting_blocks<host_events> waiting(events);
+    fronts<host_events, front_record> all(events, waiting);
+    CHECK(all.budget(0) == front_limits::min_budget);
+    CHECK(all.budget(std::size_t{1} << 30) == (std::size_t{1} << 30) / front_limits::budget_share);
+    std::vector<std::unique_ptr<front_record>> records;
+    for (std::uint64_t i = 0; i <= front_limits::max_open; ++i) records.push_back(std::make_unique<front_record>(stream_key{i + 1, {}}));
+    front_record& first = *records.front();
+    for (std::size_t i = 0; i < front_limits::blocks_per_front; ++i) {
+        all.reserve(first);
+        CHECK(all.push(first, {at(0x1000 * (i + 1)), 256, 256}, 0));
+        CHECK(all.crowded(first, all.budget(0), 0) == (i + 1 == front_limits::blocks_per_front));
+    }
+    CHECK_FALSE(all.push(first, {at(0x100000), 256, 256}, 0));  // full: refused, nothing changed
+    CHECK(all.bytes() == front_limits::blocks_per_front * 256);
+    CHECK(all.crowded(first, 1024, 0));  // past a budget of 1 KiB
+    all.empty_into(first, [](const free_block&) {});
+    CHECK(all.bytes() == 0);
+    // max_open fronts of streams that called lately are fine; one more crowds them, unless quiet.
+    for (std::size_t i = 0; i < records.size(); ++i) {
+        front_record& r = *records[i];
+        r.last_call = 1000;
+        all.reserve(r);
+        CHECK(all.push(r, {at(0x1000 * (i + 1)), 256, 256}, 1000));
+        CHECK(all.crowded(r, all.budget(0), 1000) == (i == front_limits::max_open));
+    }
+    records.front()->last_call = 0;  // went quiet: its front no longer counts
+    CHECK_FALSE(all.crowded(*records.back(), all.budget(0), 1000));
+    for (auto& r : records) all.empty_into(*r, [](const free_block&) {});
+    CHECK(all.open().empty());
+}
+
+TEST_CASE("passed_through: blocks from the upstream go back to it, and nothing else does") {
+    test::instrumented<> upstream;
+    passed_through<test::instrumented<>> passed;
+    CHECK(passed.empty());
+    void* a = passed.take(upstream, 4096, 256);
+    REQUIRE(a != nullptr);
+    CHECK(passed.holds(a));
+    CHECK(upstream.live_bytes() == 4096);
+    int other = 0;
+    CHECK_FALSE(passed.give_back(upstream, {&other, 4, 4}));  // not passed through
+    CHECK(passed.give_back(upstream, {a, 4096, 256}));
+    CHECK_FALSE(passed.holds(a));
+    CHECK(upstream.live_bytes() == 0);
+    upstream.fail_after(0);
+    CHECK(passed.take(upstream, 4096, 256) == nullptr);  // the upstream had none: no block, no error
+    CHECK(passed.empty());
+    CHECK(upstream.errors().empty());
 }

@@ -2,64 +2,54 @@
 // every stream shares — cudaMallocAsync's model over poolkit's placement strategies.
 //
 // The free index is one Pool (any strategy or stack, rebuilt over a gated reference to the
-// upstream) plus the frees that are not ready for every stream yet, each tagged with its stream:
-// - A block freed on stream S goes to S's front cache (detail/front_cache.hpp): S's requests of
-//   the same size and alignment take it at once, with no event (S's order covers it); no other
-//   stream may.
-// - A front is covered by one event recorded on S during a call on S — when it holds
-//   front_blocks blocks, when the fronts hold more than their byte budget, when more than
-//   max_open_fronts streams that called lately hold one, when another stream's miss asked for it,
-//   or when it is front_age calls old — and waits with that event among the waiting blocks
-//   (detail/waiting_blocks.hpp). With events that cost nothing (completed_events) every free is
-//   covered at once.
-// - Waiting blocks whose events are done go into the pool, where they coalesce and serve every
-//   stream (polled at misses, a few driver queries at most). Before the pool grows, a miss may make
-//   its stream wait on the GPU (no host wait) for a waiting block of exactly its size, then put the
-//   oldest batches into the pool behind their events (pool_tag's covers: every other stream waits
-//   on them too before it next takes from the pool): internal_dependencies(), on by default, as
-//   cudaMallocAsync allows.
-// - While one stream is the only one in use (and no plain allocate happened), it frees straight
-//   into the pool with no event: the pool is tagged with that home stream (detail/pool_tag.hpp).
-//   When a second stream comes, the home covers the pool at its next call; another stream waits
-//   on that event (once) or finds it done. Until then a stream that needs the pool takes memory
-//   straight from the upstream (given back there once free for all), for settle_after misses at
-//   most: then the host waits for the whole device once (the home's stream may be gone).
-// Streams that freed and went quiet (destroyed without forget_stream, say) are asked at every
-// miss; a front asked settle_after misses ago and still open makes the host wait for the whole
-// device once, and everything becomes free for all (detail/open_fronts.hpp). No stream is touched
-// after the call that named it: a stream may be destroyed once its work is issued.
-// No memory leaves the pool before the work that may use it is done, by any path: the pool
-// reaches the upstream only through its gate (detail/gated_upstream.hpp), which waits first for
-// the home's frees and the pool's covers (the only frees in the pool that may be unfinished).
-// When the upstream is exhausted the host waits for everything, every free block goes into the
-// pool, the pool releases its wholly free chunks and the request is tried once more before
-// out_of_memory.
-// record_use (PyTorch's record_stream): a block used on other streams waits at its free, behind
-// an event on each of them and on the freeing stream, among the waiting blocks.
-// A per-thread handle (cudaStreamPerThread) names another stream on each host thread: its record
-// is kept apart by thread; a record_use of another thread's is waited for with the whole device.
-// Complexity: finding a stream's record is O(1) (detail/stream_table.hpp); a hit is a front take
-// (O(1) when its size mask rules the size out) or the Pool's cached allocate; a free is a front
-// push, or the Pool's deallocate for the home. Records of streams not seen since the last trim,
-// with empty fronts, are dropped once there are twice as many as the trim kept (8,192 at least):
-// O(1) amortized, and the records of streams gone do not pile up.
+// upstream) plus the frees not yet ready for every stream, each tagged with its stream. The parts,
+// each with its contract in adaptor/detail/:
+// - stream_table: one record per stream, found by identity (and thread, for per-thread handles).
+// - front_cache, fronts, open_fronts: a block freed on stream S waits in S's front; S's requests
+//   of its exact size take it at once (S's order covers it), no other stream may. A front is
+//   covered by one event recorded on S during a call on S — when it is full, past the fronts'
+//   byte budget, among too many open fronts, asked for by another stream's miss, or aged. Where
+//   events cost nothing (completed_events) every free is covered at once.
+// - waiting_blocks: covered fronts (and blocks with record_use streams) behind their events. Done
+//   batches go into the pool, where they coalesce and serve every stream (polled at misses and
+//   every poll_interval calls). Before the pool grows, a miss may make its stream wait on the GPU
+//   for a waiting block of its exact size, then put the oldest batches into the pool behind their
+//   events: internal_dependencies(), on by default, as cudaMallocAsync allows.
+// - pool_tag: for whom the pool's free blocks are ready. A stream alone in use (no plain allocate)
+//   is the pool's home and frees straight into it with no event; when a second comes, the home
+//   covers the pool at its next call, and until then the newcomer takes memory straight from the
+//   upstream (passed_through) for settle_after misses at most. Batches put in before growth are
+//   the tag's covers: every other stream waits on them once before it next takes from the pool.
+// - block_uses: record_use (PyTorch's record_stream) streams; such a block waits at its free
+//   behind an event on each of them and on the freeing stream.
+// No stream is touched after the call that named it: one may be destroyed once its work is
+// issued. A front asked settle_after misses ago and still open (its stream destroyed without
+// forget_stream, say) makes the host wait for the whole device once, and everything becomes free
+// for all. No memory leaves the pool before the work that may use it is done: the pool reaches the
+// upstream only through its gate (detail/gated_upstream.hpp), which first waits for the home's
+// frees and the covers. When the upstream is exhausted the host waits for everything, every free
+// block goes into the pool, the pool releases its wholly free chunks and the request is tried once
+// more before out_of_memory.
+// Complexity: a stream's record O(1); a hit is a front take (O(1) when its size mask rules the
+// size out) or the Pool's cached allocate; a free is a front push, or the Pool's deallocate for
+// the home. Records of streams not seen since the last trim, with empty fronts, are dropped once
+// there are twice as many as the trim kept (min_trim_records at least): O(1) amortized.
 // Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
 // Exhaustion: out_of_memory with the pool's live and reserved bytes.
 //
-// Pool requirements: the lane_pool concept (adaptor/stream_concepts.hpp): rebuilt over a gated ref to the upstream, it
-// serves from what it holds with `try_allocate_cached(bytes, alignment) noexcept` and gives chunks
-// back with `release()`; it need not be movable. The constructor takes the upstream and the
-// Pool's options (lane_options_t<Pool>: the strategy's options, through any adaptors).
-// Events requirements: the events_policy concept (adaptor/stream_concepts.hpp) (cuda_events, the default with CUDA;
-// host_events; completed_events, the default without CUDA).
+// Pool: the lane_pool concept (adaptor/stream_concepts.hpp): rebuilt over a gated ref to the
+// upstream, it serves from what it holds with `try_allocate_cached(bytes, alignment) noexcept` and
+// gives chunks back with `release()`; it need not be movable. The constructor takes the upstream
+// and the Pool's options (lane_options_t<Pool>: the strategy's options, through any adaptors).
+// Events: the events_policy concept (cuda_events, the default with CUDA; host_events;
+// completed_events, the default without CUDA).
 #pragma once
 
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/detail/block_uses.hpp>
-#include <poolkit/adaptor/detail/front_cache.hpp>
+#include <poolkit/adaptor/detail/fronts.hpp>
 #include <poolkit/adaptor/detail/gated_upstream.hpp>
-#include <poolkit/adaptor/detail/open_fronts.hpp>
-#include <poolkit/adaptor/detail/pointer_map.hpp>
+#include <poolkit/adaptor/detail/passed_through.hpp>
 #include <poolkit/adaptor/detail/pool_tag.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
 #include <poolkit/adaptor/detail/waiting_blocks.hpp>
@@ -103,15 +93,12 @@ public:
     using pool_options = lane_options_t<pool_type>;
     using event_type = typename Events::event_type;
 
-    // A stream's front holds at most this many blocks; past it, it is covered by one event.
-    static constexpr std::size_t front_blocks = 64;
-    // Past this many streams (that called within front_age) with an open front, a free covers its
-    // stream's front at once: many streams that each call rarely strand nothing.
-    static constexpr std::size_t max_open_fronts = 8;
-    // The fronts together hold at most a sixteenth of what the pool reserves (where it counts it),
-    // and at least min_front_budget; past it a free covers its stream's front.
-    static constexpr std::size_t front_budget_share = 16;
-    static constexpr std::size_t min_front_budget = std::size_t{4} << 20;
+    // The bounds of the fronts (detail/fronts.hpp): blocks per front, streams with an open front,
+    // the byte budget's least, and the age at which a front is covered.
+    static constexpr std::size_t front_blocks = detail::front_limits::blocks_per_front;
+    static constexpr std::size_t max_open_fronts = detail::front_limits::max_open;
+    static constexpr std::size_t min_front_budget = detail::front_limits::min_budget;
+    static constexpr std::size_t front_age = detail::front_limits::age;
     // A front asked for this many misses ago and still open: its stream may be gone; the host
     // waits for the whole device once.
     static constexpr std::size_t settle_after = 32;
@@ -122,8 +109,6 @@ public:
     // one call in poll_interval; a miss about to grow the pool polls every batch.
     static constexpr std::size_t drain_patience = 2;
     static constexpr std::size_t poll_interval = 32;
-    // A front whose oldest block was freed this many calls ago is covered at its stream's next call.
-    static constexpr std::size_t front_age = 256;
     // Records of streams (with empty fronts) are dropped once there are this many, or twice as
     // many as after the last drop.
     static constexpr std::size_t min_trim_records = 8192;
@@ -209,9 +194,7 @@ public:
         const bool used = uses_.uses(gone);
         record_type* forgotten = records_.find(key_of(stream));
         if (forgotten == nullptr && !used) return;
-        const event_type event = events_.record(stream);
-        events_.synchronize(event);
-        events_.recycle(event);
+        wait_for(stream);
         uses_.forget(gone);
         if (forgotten == nullptr) return;
         if (tag_.home() == forgotten) tag_.clear();  // its frees are done
@@ -237,7 +220,7 @@ public:
     {
         pool_.check_invariants();
         POOLKIT_VERIFY(records_.consistent(), "a stream record missing from its index");
-        POOLKIT_VERIFY(open_.consistent() && waiting_.consistent(), "open fronts or waiting blocks lost count");
+        POOLKIT_VERIFY(fronts_.open().consistent() && waiting_.consistent(), "open fronts or waiting blocks lost count");
         std::size_t bytes = 0, open = 0;
         bool home_found = tag_.home() == nullptr;
         records_.for_each([&](const record_type& r) {
@@ -246,7 +229,7 @@ public:
             open += r.front.empty() ? 0 : 1;
             home_found = home_found || tag_.home() == &r;
         });
-        POOLKIT_VERIFY(bytes == front_bytes_ && open == open_.size(), "the fronts lost count");
+        POOLKIT_VERIFY(bytes == fronts_.bytes() && open == fronts_.open().size(), "the fronts lost count");
         POOLKIT_VERIFY(home_found, "the pool's home is not a stream record");
         if constexpr (has_owns<pool_type>) {
             records_.for_each([&](const record_type& r) {
@@ -263,7 +246,7 @@ public:
         requires walkable<pool_type>
     void for_each_block(Visitor&& visit) const {
         std::vector<std::pair<std::uintptr_t, std::uintptr_t>> pending_blocks;  // address, stream
-        pending_blocks.reserve(waiting_.blocks() + open_.size() * front_blocks);
+        pending_blocks.reserve(waiting_.blocks() + front_blocks_held());
         records_.for_each([&](const record_type& r) {
             for (const detail::free_block& b : r.front.blocks()) pending_blocks.emplace_back(address_of(b.pointer), stream_id(r.stream));
         });
@@ -291,7 +274,7 @@ public:
     }
     [[nodiscard]] std::size_t waiting_blocks() const noexcept { return waiting_.blocks(); }
     // Bytes of the blocks freed but not in the pool yet (fronts and waiting).
-    [[nodiscard]] std::size_t pending_bytes() const noexcept { return front_bytes_ + waiting_.bytes(); }
+    [[nodiscard]] std::size_t pending_bytes() const noexcept { return fronts_.bytes() + waiting_.bytes(); }
     [[nodiscard]] std::size_t reserved_bytes() const
         requires requires(const pool_type& p) { p.reserved_bytes(); }
     {
@@ -382,10 +365,10 @@ private:
     // Requires a valid alignment and bytes > 0.
     void* allocate_on(record_type* r, const stream_ref* stream, std::size_t bytes, std::size_t alignment) {
         if (r != nullptr) {
-            if (r->wanted || front_aged(*r)) cover(*r, *stream);
+            if (fronts_.due(*r, clock_)) cover(*r, *stream);
             if (!r->front.empty()) {
                 if (void* pointer = r->front.take(bytes, alignment)) {
-                    took_from_front(*r, bytes);
+                    fronts_.took(*r, bytes);
                     return handed_out(pointer);
                 }
             }
@@ -412,7 +395,7 @@ private:
                 // upstream, for settle_after such misses; then one wait for the whole device.
                 if (void* pointer = take_waiting(stream, bytes, alignment)) return handed_out(pointer);
                 if (++uncovered_misses_ <= settle_after) {
-                    if (void* pointer = pass_through(bytes, alignment)) return handed_out(pointer);
+                    if (void* pointer = passed_.take(upstream_, bytes, alignment)) return handed_out(pointer);
                 }
                 settle();
             }
@@ -422,7 +405,7 @@ private:
         }
         if (void* pointer = take_waiting(stream, bytes, alignment)) return handed_out(pointer);
         // Other streams' fronts are asked for; one asked long ago may belong to a stream gone.
-        if (open_.ask_all(r) && open_.stale(settle_after)) {
+        if (fronts_.open().ask_all(r) && fronts_.open().stale(settle_after)) {
             settle();
             if (void* pointer = pool_.try_allocate_cached(bytes, alignment)) return handed_out(pointer);
         }
@@ -440,24 +423,6 @@ private:
         throw out_of_memory("stream_ordered", figures(bytes, alignment));
     }
 
-    // A block straight from the upstream, for a caller that cannot use the pool yet; it goes back
-    // to the upstream when it is free for all (into_pool). nullptr where the upstream has none, or
-    // is no resource (virtual memory).
-    void* pass_through(std::size_t bytes, std::size_t alignment) {
-        if constexpr (resource<upstream_type>) {
-            passed_.reserve(passed_.size() + 1);
-            try {
-                void* pointer = upstream_.allocate(bytes, alignment);
-                passed_.insert(pointer, true);  // room was reserved
-                return pointer;
-            } catch (const std::bad_alloc&) {
-                return nullptr;
-            }
-        } else {
-            return nullptr;
-        }
-    }
-
     // The pool's allocate, which may take memory from the upstream; nullptr where it has none.
     void* try_grow(std::size_t bytes, std::size_t alignment) {
         try {
@@ -471,29 +436,15 @@ private:
     // (the host waits for a plain allocate); nullptr if none, or where that is not allowed.
     void* take_waiting(const stream_ref* stream, std::size_t bytes, std::size_t alignment) {
         if (!internal_dependencies_ || waiting_.empty()) return nullptr;
-        return waiting_.take(bytes, alignment, [&](std::span<const event_type> events) {
-            for (const event_type& event : events) {
-                if (events_.done(event)) continue;
-                if (stream != nullptr) {
-                    events_.wait(*stream, event);
-                } else {
-                    events_.synchronize(event);
-                }
-            }
-        });
+        return waiting_.take_after(bytes, alignment, stream);
     }
 
     // cudaMallocAsync's internal dependencies, for any block that fits: the oldest waiting batches
     // go into the pool behind their events. `r`'s stream waits on them first; every other stream
     // waits on them too before it next takes from the pool (pool_tag's covers). Requires no home.
     void* take_behind_waiting(record_type& r, stream_ref stream, std::size_t bytes, std::size_t alignment) {
-        std::size_t events = 0;
-        waiting_.for_each_event(max_batches_behind, [&](const event_type&) { ++events; });
-        tag_.reserve(events);
-        waiting_.for_each_event(max_batches_behind, [&](const event_type& event) {
-            if (!events_.done(event)) events_.wait(stream, event);
-        });
-        waiting_.hand_oldest(max_batches_behind, [&](std::span<const event_type> covers, std::span<const detail::free_block> blocks) {
+        tag_.reserve(waiting_.events_of_oldest(max_batches_behind));
+        waiting_.hand_oldest_after(max_batches_behind, stream, [&](std::span<const event_type> covers, std::span<const detail::free_block> blocks) {
             tag_.add_covers(covers, r.cover_seen);
             for (const detail::free_block& b : blocks) into_pool(b);
         });
@@ -505,22 +456,17 @@ private:
         return pointer;
     }
 
-    void took_from_front(record_type& r, std::size_t bytes) noexcept {
-        front_bytes_ -= bytes;
-        if (r.front.empty()) open_.close(r);
-    }
-
     // A block freed on `stream`, used on no other.
     void free_on(stream_ref stream, const detail::free_block& block) noexcept {
         record_type* r = nullptr;
         try {
             r = &record_for(stream);
-            if (r->front.empty()) open_.reserve_one();
+            fronts_.reserve(*r);
         } catch (...) {  // no host memory for a record: wait for the stream here
             wait_then_pool(stream, block);
             return;
         }
-        if (!passed_.empty() && passed_.find(block.pointer) != nullptr) {
+        if (passed_.holds(block.pointer)) {
             // Passed through (rare, a turn from one stream to several): back to the upstream once
             // this stream's work is done, never among the waiting blocks a miss may pool early.
             wait_then_pool(stream, block);
@@ -535,24 +481,12 @@ private:
             cover_one(stream, block);  // nothing to batch: covered and polled at once
             return;
         }
-        if (r->wanted || front_aged(*r)) cover(*r, stream);
-        if (r->front.full()) cover(*r, stream);
-        if (r->front.full() || !r->front.push(block)) {  // no event could be recorded, or no room
+        if (fronts_.due(*r, clock_) || r->front.full()) cover(*r, stream);
+        if (!fronts_.push(*r, block, clock_)) {  // no event could be recorded, or no room
             wait_then_pool(stream, block);
             return;
         }
-        if (r->front.size() == 1) {
-            open_.open(*r);  // room was reserved
-            r->opened_at = clock_;
-        }
-        front_bytes_ += block.bytes;
-        // Fronts of streams that went quiet (destroyed, most likely) do not count toward
-        // max_open_fronts: they would make every free cover. What they hold stays within the byte
-        // budget (the free that passes it covers its own front) until a miss settles them.
-        if (r->front.full() || over_front_budget() ||
-            (open_.size() > max_open_fronts && open_.recent(clock_, front_age) > max_open_fronts)) {
-            cover(*r, stream);
-        }
+        if (fronts_.crowded(*r, front_budget(), clock_)) cover(*r, stream);
     }
 
     // `block`, freed on `stream`, behind an event of its own (into the pool at once where events
@@ -578,15 +512,11 @@ private:
         wait_then_pool(stream, block);
     }
 
-    // Whether `r`'s oldest front block was freed more than front_age calls ago.
-    [[nodiscard]] bool front_aged(const record_type& r) const noexcept { return !r.front.empty() && clock_ - r.opened_at > front_age; }
-
-    [[nodiscard]] bool over_front_budget() const noexcept {
-        if (front_bytes_ <= min_front_budget) return false;
+    [[nodiscard]] std::size_t front_budget() const noexcept {
         if constexpr (counts_reserved) {
-            return front_bytes_ > pool_.reserved_bytes() / front_budget_share;
+            return detail::fronts<Events, record_type>::budget(pool_.reserved_bytes());
         } else {
-            return true;
+            return min_front_budget;
         }
     }
 
@@ -594,7 +524,7 @@ private:
     // no host memory or no event is at hand).
     void wait_then_pool(stream_ref stream, const detail::free_block& block) noexcept {
         try {
-            events_.synchronize(events_.record(stream));
+            wait_for(stream);
         } catch (...) {
             try {
                 events_.synchronize_all();
@@ -605,10 +535,21 @@ private:
         into_pool(block);
     }
 
+    // The host waits for the work issued on `stream` so far. May throw (from the event calls).
+    void wait_for(stream_ref stream) {
+        const event_type event = events_.record(stream);
+        try {
+            events_.synchronize(event);
+        } catch (...) {
+            events_.recycle(event);
+            throw;
+        }
+        events_.recycle(event);
+    }
+
     // Covers `r`'s front (and the pool, if `r` is its home) with one event recorded on `stream`,
     // `r`'s stream during this call. Where no event can be recorded, the front stays open.
     void cover(record_type& r, stream_ref stream) noexcept {
-        r.wanted = false;
         if (tag_.home() == &r && tag_.uncovered()) {
             try {
                 tag_.cover(stream);
@@ -616,48 +557,24 @@ private:
             } catch (...) {  // taken after a wait for the whole device
             }
         }
-        if (r.front.empty()) return;
-        try {
-            const event_type event = events_.record(stream);
-            try {
-                waiting_.add(r.front.blocks(), std::span(&event, 1));
-            } catch (...) {
-                events_.recycle(event);
-                throw;
-            }
-        } catch (...) {
-            return;  // asked again later, or settled
-        }
-        front_bytes_ -= r.front.bytes();
-        r.front.clear();
-        open_.close(r);
+        fronts_.cover(r, stream);
     }
 
     // A block into the pool: its frees are done, or its stream is the pool's home. A block passed
     // through goes back to the upstream (the home's never comes here: free_on).
     void into_pool(const detail::free_block& block) noexcept {
-        if constexpr (resource<upstream_type>) {
-            if (!passed_.empty() && passed_.erase(block.pointer)) {
-                upstream_.deallocate(block.pointer, block.bytes, block.alignment);
-                return;
-            }
-        }
-        pool_.deallocate(block.pointer, block.bytes, block.alignment);
+        if (!passed_.give_back(upstream_, block)) pool_.deallocate(block.pointer, block.bytes, block.alignment);
     }
 
     // Whether `pointer` is a block the pool or the upstream (passed through) handed out.
     [[nodiscard]] bool handed_by_us(const void* pointer) const noexcept
         requires has_owns<pool_type>
     {
-        return pool_.owns(pointer) || passed_.find(pointer) != nullptr;
+        return pool_.owns(pointer) || passed_.holds(pointer);
     }
 
     void front_into_pool(record_type& r) noexcept {
-        if (r.front.empty()) return;
-        for (const detail::free_block& b : r.front.blocks()) into_pool(b);
-        front_bytes_ -= r.front.bytes();
-        r.front.clear();
-        open_.close(r);
+        fronts_.empty_into(r, [&](const detail::free_block& b) { into_pool(b); });
     }
 
     // The waiting blocks whose events are done go into the pool. Returns how many.
@@ -680,7 +597,7 @@ private:
     // may be gone holds frees); every free block is then in the pool.
     void settle_everything() {
         waiting_.wait_all([&](const detail::free_block& b) { into_pool(b); });
-        if (open_.empty() && !tag_.uncovered()) {
+        if (fronts_.open().empty() && !tag_.uncovered()) {
             tag_.wait_for_all(nullptr);
             return;
         }
@@ -726,50 +643,30 @@ private:
         if (streams.empty()) return false;
         --live_count_;
         const detail::free_block block{pointer, bytes, alignment};
-        if (stream != nullptr) {
-            try {
-                streams.push_back({*stream, thread_of(*stream)});
-            } catch (...) {  // no host memory to note it: wait for the freeing stream here
-                wait_then_pool(*stream, block);
+        std::vector<event_type> events;
+        try {
+            if (stream != nullptr) streams.push_back({*stream, thread_of(*stream)});
+            // A per-thread stream of another thread cannot take an event from here: the device waits.
+            if (std::erase_if(streams, [](const detail::stream_use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
+                events_.synchronize_all();
+            }
+            if (passed_.holds(pointer)) {  // back to the upstream only once every use is done (see free_on)
+                for (const detail::stream_use& user : streams) wait_for(user.stream);
+            } else if (!streams.empty()) {
+                events.reserve(streams.size());
+                for (const detail::stream_use& user : streams) events.push_back(events_.record(user.stream));
+                waiting_.add(std::span(&block, 1), events);
                 return true;
             }
-        }
-        // A per-thread stream of another thread cannot take an event from here: wait for the device.
-        if (std::erase_if(streams, [](const detail::stream_use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
+        } catch (...) {  // no host memory or no event: the device waits, rather than lose order
+            for (const event_type& event : events) events_.recycle(event);
             try {
                 events_.synchronize_all();
             } catch (...) {
-                POOLKIT_ASSERT(false, "stream_ordered could not synchronize for a per-thread stream's use");
+                POOLKIT_ASSERT(false, "stream_ordered could not order a free used on other streams");
             }
         }
-        if (streams.empty()) {
-            into_pool(block);
-            return true;
-        }
-        std::vector<event_type> events;
-        try {
-            events.reserve(streams.size());
-            for (const detail::stream_use& user : streams) events.push_back(events_.record(user.stream));
-            if (!passed_.empty() && passed_.find(pointer) != nullptr) {
-                // Passed through: back to the upstream only once every use is done (see free_on).
-                for (const event_type& event : events) events_.synchronize(event);
-                for (const event_type& event : events) events_.recycle(event);
-                into_pool(block);
-                return true;
-            }
-            waiting_.add(std::span(&block, 1), events);
-        } catch (...) {
-            // No event or no room: wait by the slow road rather than lose order.
-            for (const event_type& event : events) events_.recycle(event);
-            for (const detail::stream_use& user : streams) {
-                try {
-                    events_.synchronize(events_.record(user.stream));
-                } catch (...) {
-                    POOLKIT_ASSERT(false, "stream_ordered could not order a free used on other streams");
-                }
-            }
-            into_pool(block);
-        }
+        into_pool(block);
         return true;
     }
 
@@ -802,12 +699,11 @@ private:
     detail::stream_table<record_type> records_;
     detail::pool_tag<Events, record_type> tag_{events_};
     detail::waiting_blocks<Events> waiting_{events_};
-    detail::open_fronts<record_type> open_;
+    detail::fronts<Events, record_type> fronts_{events_, waiting_};
     detail::block_uses uses_;                           // record_use streams, rarely any
-    detail::pointer_map<bool> passed_;                  // blocks passed through (pass_through), rarely any
+    detail::passed_through<upstream_type> passed_;
     std::size_t uncovered_misses_ = 0;                  // misses passed through since the home last covered
     std::size_t live_count_ = 0;
-    std::size_t front_bytes_ = 0;  // over every front
     std::size_t trim_at_ = min_trim_records;
     std::uint64_t clock_ = 0;        // stream calls so far (front ages, record trims)
     std::uint64_t trimmed_at_ = 0;   // the clock at the last trim of records

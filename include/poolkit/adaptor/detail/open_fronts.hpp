@@ -9,17 +9,17 @@
 //   without forget_stream) or idle: stale() says so, and the owner then waits for the whole device
 //   once (a settle), after which every front is free for all. So destroyed streams strand memory
 //   for a bounded number of misses, and live ones cost no wait.
-// - A front whose stream made no call for a while is quiet (recent() leaves it out): the owner
+// - A front whose stream made no call for a while is quiet (recent_over() leaves it out): the owner
 //   does not let fronts that will never be covered make every other stream cover at each free.
 // - Each Stream has public members `std::size_t open_slot`, `bool wanted` and `std::uint64_t
 //   asked_at`, owned here while it is open, and `std::uint64_t last_call` (the owner's clock at
 //   its stream's last call).
-// Complexity: open/close O(1); ask_all, stale and recent O(open fronts). Not thread-safe.
+// Complexity: open/close O(1); ask_all and stale O(open fronts); recent_over O(open fronts) at
+// most. Not thread-safe.
 #pragma once
 
 #include <poolkit/core/assert.hpp>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -75,9 +75,14 @@ public:
         return false;
     }
 
-    // How many fronts belong to streams that called within `window` of `now` (the owner's clock).
-    [[nodiscard]] std::size_t recent(std::uint64_t now, std::uint64_t window) const noexcept {
-        return static_cast<std::size_t>(std::count_if(open_.begin(), open_.end(), [&](const Stream* s) { return now - s->last_call <= window; }));
+    // Whether more than `limit` fronts belong to streams that called within `window` of `now` (the
+    // owner's clock). Stops counting past `limit`: O(limit) where most streams call often.
+    [[nodiscard]] bool recent_over(std::uint64_t now, std::uint64_t window, std::size_t limit) const noexcept {
+        std::size_t recent = 0;
+        for (const Stream* s : open_) {
+            if (now - s->last_call <= window && ++recent > limit) return true;
+        }
+        return false;
     }
 
     [[nodiscard]] std::size_t size() const noexcept { return open_.size(); }

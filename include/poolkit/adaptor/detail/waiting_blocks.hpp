@@ -10,13 +10,16 @@
 //   costs at most that many driver queries beyond the batches it returns; newer batches mostly
 //   sit behind older ones on the same streams.
 // - take() is cudaMallocAsync's internal dependency: a block of exactly the request's size and
-//   alignment, oldest batch first, after `order` made the taker wait for that batch's events.
+//   alignment, oldest batch first, after `order` made the taker wait for that batch's events
+//   (take_after: the taker's stream waits on them). hand_oldest_after() hands whole batches, for
+//   any block that fits, once the taker's stream waited on their events.
 // - The events are recycled when their batch is gone. Not thread-safe.
 // Complexity: add O(blocks), no allocation in a steady state; drain O(batches returned + patience + blocks returned); take
 // O(batches) plus the blocks of batches whose size mask admits the request.
 #pragma once
 
 #include <poolkit/adaptor/detail/front_cache.hpp>
+#include <poolkit/core/stream_ref.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -109,19 +112,36 @@ public:
         return nullptr;
     }
 
-    // The events of the oldest `count` batches, to `visit(event)` (it may throw: nothing changes).
-    template <class Visit>
-    void for_each_event(std::size_t count, Visit&& visit) const {
-        for (std::size_t i = 0; i < std::min(count, count_); ++i) {
-            for (const event_type& event : batches_[i].events) visit(event);
-        }
+    // take() for a taker on `taker` (nullptr: a plain allocate): the stream waits on the batch's
+    // events on the GPU, or the host does.
+    [[nodiscard]] void* take_after(std::size_t bytes, std::size_t alignment, const stream_ref* taker) {
+        return take(bytes, alignment, [&](std::span<const event_type> events) {
+            for (const event_type& event : events) {
+                if (taker != nullptr) {
+                    events_->wait(*taker, event);  // on an event done already, as cheap as asking
+                } else {
+                    events_->synchronize(event);
+                }
+            }
+        });
+    }
+
+    // How many events the oldest `count` batches hold.
+    [[nodiscard]] std::size_t events_of_oldest(std::size_t count) const noexcept {
+        std::size_t events = 0;
+        for (std::size_t i = 0; i < std::min(count, count_); ++i) events += batches_[i].events.size();
+        return events;
     }
 
     // Hands the oldest `count` batches to `take(events, blocks)`, which owns their events from
-    // then on; the batches leave. Returns how many blocks it handed.
+    // then on, after `taker` waited on those events (that may throw: then nothing changed); the
+    // batches leave. Returns how many blocks it handed.
     template <class Take>
-    std::size_t hand_oldest(std::size_t count, Take&& take) noexcept {
+    std::size_t hand_oldest_after(std::size_t count, stream_ref taker, Take&& take) {
         count = std::min(count, count_);
+        for (std::size_t i = 0; i < count; ++i) {
+            for (const event_type& event : batches_[i].events) events_->wait(taker, event);
+        }
         std::size_t handed = 0;
         for (std::size_t i = 0; i < count; ++i) {
             batch& b = batches_[i];
