@@ -104,3 +104,106 @@ TEST_CASE("host_events: per-thread streams of stream_ordered stay apart by threa
     pool.release();
     pool.check_invariants();
 }
+
+TEST_CASE("host_events capture: work goes into the graph, and a captured event may not be asked about") {
+    host_events events;
+    const stream_ref s = events.make_stream();
+    events.submit(s);
+    const std::uint64_t id = events.begin_capture(s);
+    CHECK(events.capture_of(s) == id);
+    CHECK(events.capture_of(default_stream) == 0);
+    CHECK(events.submit(s) == 0);  // into the capture, not the timeline
+    CHECK(events.issued(s) == 1);
+    const auto captured = events.record(s);
+    CHECK(captured.capture == id);
+    SUBCASE("a clean capture") {
+        events.submit(s);
+        const auto graph = events.end_capture(s);
+        CHECK((graph.valid && graph.id == id && graph.items == 2));
+        CHECK(events.capture_of(s) == 0);
+        CHECK(events.launch(graph, s) == 2);  // one item on the timeline
+    }
+    SUBCASE("querying a captured event breaks the capture") {
+        CHECK_THROWS_AS(static_cast<void>(events.done(captured)), capture_error);
+        CHECK_THROWS_AS(events.synchronize(captured), capture_error);
+        const auto graph = events.end_capture(s);
+        CHECK_FALSE(graph.valid);
+        CHECK_THROWS_AS(events.launch(graph, s), capture_error);
+        CHECK(events.capture_errors() == 2);
+    }
+    SUBCASE("so does waiting for the whole device") {
+        CHECK_THROWS_AS(events.synchronize_all(), capture_error);
+        CHECK_FALSE(events.end_capture(s).valid);
+    }
+    SUBCASE("and a stream in capture waiting on an event from outside it") {
+        const stream_ref other = events.make_stream();
+        events.submit(other);
+        CHECK_THROWS_AS(events.wait(s, events.record(other)), capture_error);
+        CHECK_FALSE(events.end_capture(s).valid);
+    }
+    CHECK_FALSE(events.capturing());
+}
+
+TEST_CASE("host_events capture: a stream that waits on a captured event joins the capture until it ends") {
+    host_events events;
+    const stream_ref origin = events.make_stream(), forked = events.make_stream();
+    const std::uint64_t id = events.begin_capture(origin, capture_mode::local);
+    events.wait(forked, events.record(origin));
+    CHECK(events.capture_of(forked) == id);
+    events.submit(forked);
+    events.wait(origin, events.record(forked));  // joined back: an edge of the graph
+    CHECK_THROWS_AS(events.end_capture(forked), capture_error);  // only the stream that began it ends it
+    const auto graph = events.end_capture(origin);
+    CHECK((graph.valid && graph.items == 1));
+    CHECK(events.capture_of(forked) == 0);
+    CHECK(events.wait_count() == 0);  // edges, not waits on the timeline
+}
+
+TEST_CASE("host_events capture: the modes prohibit potentially unsafe calls of the threads CUDA says") {
+    host_events events;
+    const stream_ref s = events.make_stream(), eager = events.make_stream();
+    events.submit(eager);
+    const auto outside = events.record(eager);
+    const auto from_other_thread = [&](auto call) {
+        bool threw = false;
+        std::thread other([&] {
+            try {
+                call();
+            } catch (const capture_error&) {
+                threw = true;
+            }
+        });
+        other.join();
+        return threw;
+    };
+    SUBCASE("global: every thread in global mode") {
+        events.begin_capture(s, capture_mode::global);
+        CHECK(from_other_thread([&] { events.unsafe_call("cudaMalloc"); }));
+        CHECK_FALSE(from_other_thread([&] { events.unprohibited([&] { events.unsafe_call("cudaMalloc"); }); }));
+        CHECK_FALSE(from_other_thread([&] {
+            events.exchange_mode(capture_mode::local);
+            static_cast<void>(events.done(outside));  // its own thread captures nothing
+        }));
+        CHECK_FALSE(events.end_capture(s).valid);
+    }
+    SUBCASE("local: the capturing thread only") {
+        events.begin_capture(s, capture_mode::local);
+        CHECK_FALSE(from_other_thread([&] { events.unsafe_call("cudaMalloc"); }));
+        CHECK_THROWS_AS(static_cast<void>(events.done(outside)), capture_error);
+        CHECK_FALSE(events.end_capture(s).valid);
+    }
+    SUBCASE("relaxed: none, though cudaFree still may not synchronize the device") {
+        events.begin_capture(s, capture_mode::relaxed);
+        events.unsafe_call("cudaMalloc");
+        CHECK(events.done(outside) == false);
+        CHECK_THROWS_AS(events.synchronizing_call("cudaFree"), capture_error);
+        CHECK_FALSE(events.end_capture(s).valid);
+    }
+    SUBCASE("after the capture, anything goes") {
+        const auto graph = (events.begin_capture(s), events.end_capture(s));
+        CHECK(graph.valid);
+        events.unsafe_call("cudaMalloc");
+        events.synchronizing_call("cudaFree");
+        events.synchronize_all();
+    }
+}

@@ -94,6 +94,29 @@ public:
         if (!any) detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     }
 
+    // The capture `stream` is in (0: none, or the legacy stream, which cannot capture):
+    // cudaStreamGetCaptureInfo. An invalidated capture still counts until it is ended.
+    [[nodiscard]] static std::uint64_t capture_of(stream_ref stream) {
+        if (stream.get() == cudaStreamLegacy) return 0;
+        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+        unsigned long long id = 0;
+        detail::check_cuda(cudaStreamGetCaptureInfo(stream.get(), &status, &id), "cudaStreamGetCaptureInfo");
+        return status == cudaStreamCaptureStatusNone ? 0 : static_cast<std::uint64_t>(id);
+    }
+
+    // Runs `f` with this thread's capture mode relaxed (cudaThreadExchangeStreamCaptureMode), so
+    // that a capture does not forbid the cudaMalloc it may make; then puts the mode back.
+    template <class F>
+    static decltype(auto) unprohibited(F&& f) {
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        detail::check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+        struct restore {
+            cudaStreamCaptureMode mode;
+            ~restore() { static_cast<void>(cudaThreadExchangeStreamCaptureMode(&mode)); }
+        } guard{mode};
+        return std::forward<F>(f)();
+    }
+
     // The event may be recorded again at once: a wait already issued keeps the state it saw.
     void recycle(event_type event) noexcept {
         try {

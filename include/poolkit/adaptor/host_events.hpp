@@ -14,6 +14,22 @@
 // a simulation runs. per_thread_stream() names another stream on each host thread, as
 // cudaStreamPerThread does, so that per-thread streams can be tested; calls from several threads are
 // serialized by a mutex. Models the Events policy of stream_ordered.
+//
+// Capture (CUDA graphs): begin_capture(s, mode) puts s in capture, as cudaStreamBeginCapture does.
+// Work submitted to a capturing stream goes into the capture, not the timeline; an event recorded
+// there is a captured event; a stream that waits on one joins the capture. end_capture(s) returns
+// the graph, and launch(graph, stream) issues it as one item of work. What CUDA forbids during a
+// capture throws capture_error and invalidates the captures concerned (end_capture then returns an
+// invalid graph), so that a CPU test sees every call that would break a capture on a GPU:
+// - asking about or waiting on the host for a captured event;
+// - a stream in capture waiting on an event from outside it (or from another capture);
+// - waiting on the host for the whole device while any stream is capturing;
+// - a potentially unsafe call — an event query or host wait, or an upstream's allocation
+//   (unsafe_call()) — from a thread that a capture prohibits: its own capture not begun relaxed,
+//   or, while the thread's mode is global (the default), another thread's global capture.
+//   unprohibited(f) runs f in relaxed mode, as cudaThreadExchangeStreamCaptureMode does;
+// - a call that synchronizes the device implicitly (synchronizing_call(): cudaFree) while any
+//   stream is capturing, whatever the mode.
 #pragma once
 
 #include <poolkit/core/assert.hpp>
@@ -27,16 +43,36 @@
 #include <memory>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace poolkit {
+
+// How a capture limits potentially unsafe calls (cudaStreamCaptureMode): global, those of every
+// thread in global mode; local, those of the capturing thread; relaxed, none.
+enum class capture_mode : unsigned char { global, local, relaxed };
+
+// A call that CUDA forbids during a stream capture (host_events' model of it).
+class capture_error : public std::logic_error {
+public:
+    using std::logic_error::logic_error;
+};
 
 class host_events {
 public:
     struct event_type {
         std::size_t stream = 0;    // index of the stream it was recorded on
         std::uint64_t position = 0;  // work items issued there at record time
+        std::uint64_t capture = 0;   // the capture it was recorded in (0: none)
+    };
+    // What end_capture() returns: the capture's id, the work items in it, and whether it is
+    // usable (a forbidden call invalidated it).
+    struct captured_graph {
+        std::uint64_t id = 0;
+        std::uint64_t items = 0;
+        bool valid = false;
     };
     struct logged_wait {
         stream_ref waiter;
@@ -57,10 +93,16 @@ public:
     // The handle that names a stream of its own on each host thread (made at its first use there).
     [[nodiscard]] static stream_ref per_thread_stream() noexcept { return stream_ref{per_thread_handle()}; }
 
-    // Issues one item of work on `stream`; returns its position.
+    // Issues one item of work on `stream`; returns its position (0 for a capturing stream: the item
+    // goes into the capture).
     std::uint64_t submit(stream_ref stream) {
         const std::lock_guard lock(timeline_->mutex);
-        return ++alive(stream).issued;
+        auto& s = alive(stream);
+        if (s.capture != 0) {
+            ++find_capture(s.capture)->items;
+            return 0;
+        }
+        return ++s.issued;
     }
 
     // Completes all work issued on `stream` so far, and what it waits for.
@@ -87,8 +129,76 @@ public:
     void destroy_stream(stream_ref stream) {
         POOLKIT_ASSERT(stream.get() != nullptr, "the default stream cannot be destroyed");
         const std::lock_guard lock(timeline_->mutex);
-        alive(stream).destroyed = true;
+        auto& s = alive(stream);
+        if (s.capture != 0) throw capture_error("poolkit::host_events: a stream in capture was destroyed");
+        s.destroyed = true;
     }
+
+    // Capture. Puts `stream` in a new capture begun by this thread; returns its id.
+    std::uint64_t begin_capture(stream_ref stream, capture_mode mode = capture_mode::global) {
+        const std::lock_guard lock(timeline_->mutex);
+        auto& s = alive(stream);
+        if (s.capture != 0) throw capture_error("poolkit::host_events: begin_capture on a stream already capturing");
+        s.capture = ++timeline_->last_capture;
+        timeline_->captures.push_back({s.capture, mode, std::this_thread::get_id(), s.index, 0, false});
+        return s.capture;
+    }
+    // Ends the capture `stream` began; every stream that joined it leaves it.
+    captured_graph end_capture(stream_ref stream) {
+        const std::lock_guard lock(timeline_->mutex);
+        auto& s = alive(stream);
+        capture_state* c = s.capture != 0 ? find_capture(s.capture) : nullptr;
+        if (c == nullptr || c->origin != s.index) throw capture_error("poolkit::host_events: end_capture on a stream that began no capture");
+        const captured_graph graph{c->id, c->items, !c->invalid};
+        for (auto& member : timeline_->streams) {
+            if (member.capture == graph.id) member.capture = 0;
+        }
+        std::erase_if(timeline_->captures, [&](const capture_state& x) { return x.id == graph.id; });
+        return graph;
+    }
+    // Issues `graph` on `stream` as one item of work.
+    std::uint64_t launch(const captured_graph& graph, stream_ref stream) {
+        if (!graph.valid) throw capture_error("poolkit::host_events: launch of a graph whose capture was invalidated");
+        return submit(stream);
+    }
+    // The capture `stream` is in (0: none): cudaStreamGetCaptureInfo.
+    [[nodiscard]] std::uint64_t capture_of(stream_ref stream) const {
+        const std::lock_guard lock(timeline_->mutex);
+        return state(stream).capture;
+    }
+    [[nodiscard]] bool capturing() const {
+        const std::lock_guard lock(timeline_->mutex);
+        return !timeline_->captures.empty();
+    }
+    // Sets this thread's capture mode; returns the one it had (cudaThreadExchangeStreamCaptureMode).
+    capture_mode exchange_mode(capture_mode mode) {
+        const std::lock_guard lock(timeline_->mutex);
+        return std::exchange(timeline_->thread_modes[std::this_thread::get_id()], mode);
+    }
+    // Runs `f` with this thread in relaxed mode, then puts its mode back.
+    template <class F>
+    decltype(auto) unprohibited(F&& f) {
+        struct restore {
+            host_events& events;
+            capture_mode mode;
+            ~restore() { events.exchange_mode(mode); }
+        } guard{*this, exchange_mode(capture_mode::relaxed)};
+        return std::forward<F>(f)();
+    }
+    // A potentially unsafe call of an upstream (cudaMalloc, say), named `what`: throws capture_error
+    // where a capture prohibits it on this thread.
+    void unsafe_call(const char* what) {
+        const std::lock_guard lock(timeline_->mutex);
+        check_unsafe(what);
+    }
+    // A call that synchronizes the device implicitly (cudaFree, say): throws while any stream is
+    // capturing.
+    void synchronizing_call(const char* what) {
+        const std::lock_guard lock(timeline_->mutex);
+        if (!timeline_->captures.empty()) invalidate_all(what);
+    }
+    // Calls that broke a capture so far.
+    [[nodiscard]] std::size_t capture_errors() const noexcept { return timeline_->capture_errors; }
 
     [[nodiscard]] std::uint64_t issued(stream_ref stream) const {
         const std::lock_guard lock(timeline_->mutex);
@@ -119,11 +229,22 @@ public:
         const std::lock_guard lock(timeline_->mutex);
         const auto& s = alive(stream);
         ++timeline_->record_count;
-        return {s.index, s.issued};
+        return {s.index, s.capture != 0 ? 0 : s.issued, s.capture};
     }
     void wait(stream_ref waiter, const event_type& event) {
         const std::lock_guard lock(timeline_->mutex);
         auto& s = alive(waiter);
+        if (s.capture != 0 || event.capture != 0) {
+            if (s.capture == 0) {  // the waiter joins the event's capture (a fork)
+                s.capture = event.capture;
+                return;
+            }
+            if (event.capture != s.capture) {
+                invalidate(s.capture, event.capture == 0 ? "a stream in capture waited on an event from outside it"
+                                                         : "a stream in capture waited on another capture's event");
+            }
+            return;  // an edge of the graph
+        }
         auto& log = timeline_->waits;
         if (log.size() == log_limit) log.erase(log.begin(), log.begin() + log_limit / 2);
         log.push_back({waiter, event});
@@ -134,17 +255,20 @@ public:
     [[nodiscard]] bool done(const event_type& event) const {
         const std::lock_guard lock(timeline_->mutex);
         ++timeline_->query_count;
+        check_event(event, "an event was queried");
         return is_done(event);
     }
     // The host blocks until the event's work is done: the simulation completes just that.
     void synchronize(const event_type& event) {
         const std::lock_guard lock(timeline_->mutex);
+        check_event(event, "the host waited for an event");
         ++timeline_->synchronizations;
         complete_until(timeline_->streams[event.stream], event.position);
     }
     // The host waits for everything on every stream.
     void synchronize_all() {
         const std::lock_guard lock(timeline_->mutex);
+        if (!timeline_->captures.empty()) invalidate_all("the host waited for the whole device");
         ++timeline_->synchronizations;
         complete_everything();
     }
@@ -171,6 +295,15 @@ private:
         std::uint64_t completed = 0;
         std::deque<pending_wait> waits;  // in the order given; dropped once the stream's work passes them
         bool destroyed = false;
+        std::uint64_t capture = 0;  // the capture it is in (0: none)
+    };
+    struct capture_state {
+        std::uint64_t id;
+        capture_mode mode;
+        std::thread::id thread;  // that began it
+        std::size_t origin;      // the stream it began on
+        std::uint64_t items;
+        bool invalid;
     };
     struct timeline {
         std::deque<stream_state> streams;  // deque: handles are addresses and must stay put
@@ -179,6 +312,10 @@ private:
         std::uint64_t wait_count = 0;
         std::uint64_t record_count = 0;
         std::uint64_t query_count = 0;
+        std::vector<capture_state> captures;  // in progress
+        std::uint64_t last_capture = 0;
+        std::map<std::thread::id, capture_mode> thread_modes;  // global where absent
+        std::size_t capture_errors = 0;
         std::size_t synchronizations = 0;
         std::mutex mutex;
     };
@@ -208,6 +345,48 @@ private:
         if (s.destroyed) throw std::logic_error("poolkit::host_events: a destroyed stream was used");
         return s;
     }
+    capture_state* find_capture(std::uint64_t id) const noexcept {
+        for (auto& c : timeline_->captures) {
+            if (c.id == id) return &c;
+        }
+        return nullptr;
+    }
+    [[noreturn]] void fail(const std::string& what) const {
+        ++timeline_->capture_errors;
+        throw capture_error("poolkit::host_events: " + what + " during a stream capture");
+    }
+    [[noreturn]] void invalidate(std::uint64_t id, std::uint64_t other, const std::string& what) const {
+        for (auto& c : timeline_->captures) c.invalid = c.invalid || c.id == id || c.id == other;
+        fail(what);
+    }
+    [[noreturn]] void invalidate(std::uint64_t id, const std::string& what) const { invalidate(id, id, what); }
+    [[noreturn]] void invalidate_all(const std::string& what) const {
+        for (auto& c : timeline_->captures) c.invalid = true;
+        fail(what);
+    }
+    // A potentially unsafe call from this thread: the captures that prohibit it are invalidated.
+    void check_unsafe(const std::string& what) const {
+        const std::thread::id here = std::this_thread::get_id();
+        const auto mode = timeline_->thread_modes.find(here);
+        const capture_mode thread_mode = mode == timeline_->thread_modes.end() ? capture_mode::global : mode->second;
+        if (thread_mode == capture_mode::relaxed) return;
+        bool prohibited = false;
+        for (auto& c : timeline_->captures) {
+            const bool own = c.thread == here && c.mode != capture_mode::relaxed;
+            const bool others = thread_mode == capture_mode::global && c.thread != here && c.mode == capture_mode::global;
+            if (own || others) {
+                c.invalid = true;
+                prohibited = true;
+            }
+        }
+        if (prohibited) fail(what + " (a potentially unsafe call)");
+    }
+    // Asking about or waiting for `event`: never a captured one; else a potentially unsafe call.
+    void check_event(const event_type& event, const std::string& what) const {
+        if (event.capture != 0) invalidate(event.capture, what + ", a captured one,");
+        if (!timeline_->captures.empty()) check_unsafe(what);
+    }
+
     [[nodiscard]] bool is_done(const event_type& event) const noexcept {
         return timeline_->streams[event.stream].completed >= event.position;
     }

@@ -49,6 +49,7 @@
 #include <poolkit/adaptor/detail/block_uses.hpp>
 #include <poolkit/adaptor/detail/fronts.hpp>
 #include <poolkit/adaptor/detail/gated_upstream.hpp>
+#include <poolkit/adaptor/detail/graph_pools.hpp>
 #include <poolkit/adaptor/detail/passed_through.hpp>
 #include <poolkit/adaptor/detail/pool_tag.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
@@ -73,6 +74,7 @@
 #include <cstdint>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <span>
 #include <thread>
 #include <unordered_map>
@@ -132,6 +134,7 @@ public:
     // Everything is waited for; the pool then returns everything to the upstream.
     ~stream_ordered() {
         try {
+            if (graphs_ != nullptr) events_.synchronize_all();  // graphs may still run on their pools
             settle_everything();
         } catch (...) {
             POOLKIT_ASSERT(false, "stream_ordered could not wait for its streams on destruction");
@@ -142,6 +145,7 @@ public:
     void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
+        if (const std::uint64_t capture = capture_of(stream); capture != 0) return allocate_captured(capture, stream, bytes, alignment);
         const call_on on{*this, &stream};
         ++clock_;
         return allocate_on(&record_for(stream), &stream, bytes, alignment);
@@ -151,6 +155,9 @@ public:
         if (pointer == nullptr) return;
         const call_on on{*this, &stream};
         ++clock_;
+        if (const std::uint64_t capture = capture_of(stream); capture != 0 || graphs_ != nullptr) {
+            if (free_captured(capture, {pointer, bytes, alignment}, stream)) return;
+        }
         if (!uses_.empty() && free_used(pointer, bytes, alignment, &stream)) return;
         --live_count_;
         free_on(stream, {pointer, bytes, alignment});
@@ -201,6 +208,33 @@ public:
         front_into_pool(*forgotten);
         records_.erase_if([&](const record_type& r) { return &r == forgotten; });
     }
+
+    // CUDA graphs (docs/stream_ordering.md): a request on a stream in capture is served by a graph
+    // pool, private to the captures into it, whose blocks serve nothing else until it is released.
+    // capture_into() names the pool the capture `stream` is in allocates from, so that graphs share
+    // one (by default each capture has its own, named by the capture's id: graph_pool_of()).
+    // Requires Events that see captures (cuda_events, host_events) and `stream` in capture.
+    void capture_into(stream_ref stream, std::uint64_t pool) {
+        const std::uint64_t capture = capture_of(stream);
+        if (capture == 0) throw std::logic_error("poolkit: stream_ordered::capture_into of a stream not in capture");
+        graphs().share(capture, pool);
+    }
+    // The graph pool the capture `stream` is in allocates from (0: not in capture).
+    [[nodiscard]] std::uint64_t graph_pool_of(stream_ref stream) {
+        const std::uint64_t capture = capture_of(stream);
+        return capture == 0 ? 0 : (graphs_ != nullptr ? graphs_->pool_of(capture) : capture);
+    }
+    // The graphs that allocate from `pool` will not be launched again: the host waits for the
+    // device (outside any capture), then the pool's free memory goes back upstream, blocks of the
+    // shared pool the graphs held go back to it, and blocks still live go back as they are freed.
+    void release_graph_pool(std::uint64_t pool) {
+        if (graphs_ == nullptr) return;
+        events_.synchronize_all();
+        graphs_->release(pool, [&](const detail::free_block& b) { into_pool(b); });
+    }
+    // Graph pools with memory, and blocks handed out from them.
+    [[nodiscard]] std::size_t graph_pools() const noexcept { return graphs_ != nullptr ? graphs_->pools() : 0; }
+    [[nodiscard]] std::size_t graph_blocks() const noexcept { return graphs_ != nullptr ? graphs_->live_blocks() : 0; }
 
     // Waits for every stream's frees, puts every free block into the pool and returns its wholly
     // free chunks upstream (PyTorch's empty_cache).
@@ -298,6 +332,12 @@ public:
 
 private:
     static constexpr bool counts_reserved = requires(const pool_type& p) { p.reserved_bytes(); };
+    // Events that see stream captures (capture_of, unprohibited): CUDA graphs are served.
+    static constexpr bool sees_captures = requires(Events& e, stream_ref s) {
+        { e.capture_of(s) } -> std::convertible_to<std::uint64_t>;
+        e.unprohibited([] { return 0; });
+    };
+    using graphs_type = detail::graph_pools<Events, pool_type, upstream_type, pool_options>;
     // Events that cost nothing and are done when recorded (completed_events): every free is covered
     // at once and every call polls, which gives the smallest footprint.
     static constexpr bool cheap_events = requires { requires Events::costs_nothing; };
@@ -321,12 +361,62 @@ private:
     // The pool's return gate: memory leaves it only after secure().
     struct gate final : detail::return_gate {
         explicit gate(stream_ordered& owner_) noexcept : owner(&owner_) {}
-        void before_return() noexcept override { owner->secure(); }
+        bool before_return() noexcept override {
+            owner->secure();
+            return true;
+        }
+        void hold(void*, std::size_t, std::size_t) noexcept override {}
         stream_ordered* owner;
     };
 
     pool_type make_pool(const pool_options& options) {
+        options_ = options;
         return build_over<pool_type>(detail::gated_upstream<upstream_type>(upstream_, gate_), options);
+    }
+
+    // The capture `stream` is in: one driver call (cudaStreamGetCaptureInfo); 0 where Events see none.
+    std::uint64_t capture_of(stream_ref stream) {
+        if constexpr (sees_captures) {
+            return static_cast<std::uint64_t>(events_.capture_of(stream));
+        } else {
+            return 0;
+        }
+    }
+    graphs_type& graphs() {
+        if (graphs_ == nullptr) graphs_ = std::make_unique<graphs_type>(events_, upstream_, options_);
+        return *graphs_;
+    }
+
+    // A request on a stream in capture: from the capture's graph pool, grown in relaxed capture
+    // mode (cudaMalloc is then allowed); nothing else this adaptor does could run in a capture.
+    [[gnu::noinline]] void* allocate_captured(std::uint64_t capture, stream_ref stream, std::size_t bytes, std::size_t alignment) {
+        if constexpr (sees_captures && resource<upstream_type>) {
+            void* pointer = graphs().allocate(capture, key_of(stream), stream, bytes, alignment,
+                                              [&](auto call) { return events_.unprohibited(call); });
+            return handed_out(pointer);
+        } else {
+            static_cast<void>(capture), static_cast<void>(stream), static_cast<void>(bytes), static_cast<void>(alignment);
+            throw std::logic_error("poolkit: stream_ordered over virtual memory cannot serve a stream in capture yet");
+        }
+    }
+
+    // A free that concerns a graph: a block of a graph pool (to it), or a block of the shared pool
+    // freed on a stream in capture `capture` (the graph uses it: kept until its pool's release).
+    // False: neither.
+    [[gnu::noinline]] bool free_captured(std::uint64_t capture, const detail::free_block& block, stream_ref stream) noexcept {
+        if (graphs_ != nullptr && graphs_->deallocate(block.pointer, block.bytes, block.alignment, stream, key_of(stream), capture)) {
+            --live_count_;
+            return true;
+        }
+        if (capture == 0) return false;
+        try {
+            graphs().adopt(capture, block);
+        } catch (...) {
+            return false;  // no host memory: freed as if outside the capture (the capture may break)
+        }
+        static_cast<void>(uses_.take(block.pointer));  // its uses end with the graph's
+        --live_count_;
+        return true;
     }
 
     static std::thread::id thread_of(stream_ref stream) {
@@ -570,7 +660,7 @@ private:
     [[nodiscard]] bool handed_by_us(const void* pointer) const noexcept
         requires has_owns<pool_type>
     {
-        return pool_.owns(pointer) || passed_.holds(pointer);
+        return pool_.owns(pointer) || passed_.holds(pointer) || (graphs_ != nullptr && graphs_->owns(pointer));
     }
 
     void front_into_pool(record_type& r) noexcept {
@@ -695,13 +785,15 @@ private:
     upstream_type upstream_;
     Events events_;
     gate gate_{*this};
-    pool_type pool_;  // built over a gated reference to upstream_ (make_pool)
+    pool_options options_;  // the Pool's (set by make_pool), for graph pools
+    pool_type pool_;        // built over a gated reference to upstream_ (make_pool)
     detail::stream_table<record_type> records_;
     detail::pool_tag<Events, record_type> tag_{events_};
     detail::waiting_blocks<Events> waiting_{events_};
     detail::fronts<Events, record_type> fronts_{events_, waiting_};
     detail::block_uses uses_;                           // record_use streams, rarely any
     detail::passed_through<upstream_type> passed_;
+    std::unique_ptr<graphs_type> graphs_;  // made at the first capture
     std::size_t uncovered_misses_ = 0;                  // misses passed through since the home last covered
     std::size_t live_count_ = 0;
     std::size_t trim_at_ = min_trim_records;

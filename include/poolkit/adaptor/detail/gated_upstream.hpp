@@ -22,9 +22,13 @@
 namespace poolkit::detail {
 
 // Called before memory leaves a lane. Must not call into the lane's pool (it is mid-call).
+// before_return() false: the memory may not leave now (a CUDA graph may still use it, or a capture
+// forbids cudaFree); the gate takes a block given back by deallocate with hold(), to return it
+// later itself. Unmapping cannot wait: the pool may map the same addresses again at once.
 class return_gate {
 public:
-    virtual void before_return() noexcept = 0;
+    virtual bool before_return() noexcept = 0;
+    virtual void hold(void* pointer, std::size_t bytes, std::size_t alignment) noexcept = 0;
 
 protected:
     ~return_gate() = default;
@@ -75,7 +79,7 @@ public:
     void unmap(void* at, std::size_t bytes) noexcept
         requires virtual_memory<memory_type>
     {
-        gate_->before_return();
+        static_cast<void>(gate_->before_return());
         memory().unmap(at, bytes);
     }
     [[nodiscard]] bool is_mapped(const void* pointer) const
@@ -129,9 +133,12 @@ private:
     friend class forwarding<gated_upstream<U>, U>;
 
     template <class Call>
-    void around_deallocate(const deallocation_request&, Call&& call) noexcept {
-        gate_->before_return();
-        call();
+    void around_deallocate(const deallocation_request& request, Call&& call) noexcept {
+        if (gate_->before_return()) {
+            call();
+        } else {
+            gate_->hold(request.pointer, request.bytes, request.alignment);
+        }
     }
 
     memory_type& memory() const noexcept { return referent<U>::get(*upstream_); }

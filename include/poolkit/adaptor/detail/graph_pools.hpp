@@ -1,0 +1,263 @@
+// graph_pools<Events, PoolType, Upstream, Options>: the memory of CUDA graphs — pools private to
+// the captures that allocate from them (PyTorch's private pools, made explicit).
+//
+// Contract:
+// - A request on a stream in capture is served by a graph pool: the capture's own (named by the
+//   capture's id), or one the owner named for it (share()), so that several graphs share one.
+//   Addresses handed out there are baked into the graph: a graph pool's blocks never serve work
+//   outside the captures into that pool until release().
+// - Within a pool each stream has a Pool of its own: a block goes back to the Pool of the stream
+//   that took it, and serves that stream's later requests in stream order, which is the graph's
+//   order there. A block freed during the capture on another stream first gets an event recorded
+//   there, in the capture, and waits beside the Pool until the next request of its stream in the
+//   same capture makes that stream wait on it (an edge of the graph); in a later capture it goes
+//   straight in (graphs that share a pool run one after another, as PyTorch requires too).
+// - Captured events are never asked about or waited for on the host, and nothing here gives memory
+//   back to the upstream (cudaFree) before release(): the Pools' gate holds what they return. The
+//   owner grows the Pools inside a relaxed capture mode (Events::unprohibited), as cudaMalloc then
+//   may be called.
+// - A block of the shared pool freed on a stream in capture is used by the graph: adopt() keeps it
+//   with the capture's pool until release(), which hands it back.
+// - release(pool) follows the host's wait for the graphs' last launch: held memory goes upstream,
+//   each Pool returns its wholly free chunks, and a Pool with live blocks stays until they are
+//   freed (then it goes too).
+// Complexity: a request finds its Pool in O(pools' streams); a free of a graph block is O(1)
+// (pointer_map) plus the Pool's. Not thread-safe.
+#pragma once
+
+#include <poolkit/adaptor/detail/front_cache.hpp>
+#include <poolkit/adaptor/detail/gated_upstream.hpp>
+#include <poolkit/adaptor/detail/pointer_map.hpp>
+#include <poolkit/adaptor/detail/stream_table.hpp>
+#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/stream_ref.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+namespace poolkit::detail {
+
+template <class Events, class PoolType, class Upstream, class Options>
+class graph_pools {
+public:
+    using event_type = typename Events::event_type;
+
+    graph_pools(Events& events, Upstream& upstream, const Options& options) : events_(&events), upstream_(&upstream), options_(options) {}
+    graph_pools(const graph_pools&) = delete;
+    graph_pools& operator=(const graph_pools&) = delete;
+    // The owner waited for everything: all goes back.
+    ~graph_pools() {
+        for (auto& p : parts_) {
+            for (auto& [block, event] : p->joining) events_->recycle(event);
+        }
+    }
+
+    // Capture `capture` allocates from graph pool `pool` (by default its own, `capture`).
+    void share(std::uint64_t capture, std::uint64_t pool) {
+        for (auto& [c, p] : shared_) {
+            if (c == capture) {
+                p = pool;
+                return;
+            }
+        }
+        shared_.emplace_back(capture, pool);
+    }
+    [[nodiscard]] std::uint64_t pool_of(std::uint64_t capture) const noexcept {
+        for (const auto& [c, p] : shared_) {
+            if (c == capture) return p;
+        }
+        return capture;
+    }
+
+    // A block for a request on `stream` (whose key is `key`), in capture `capture`. `grow(call)`
+    // runs a call that may reach the upstream (in a relaxed capture mode). May throw (the Pool's
+    // exhaustion, no host memory).
+    template <class Grow>
+    void* allocate(std::uint64_t capture, const stream_key& key, stream_ref stream, std::size_t bytes, std::size_t alignment, Grow&& grow) {
+        part& p = part_for(pool_of(capture), key, capture);
+        join(p, stream);
+        owners_.reserve(owners_.size() + 1);
+        void* pointer = grow([&] { return p.blocks->pool.allocate(bytes, alignment); });
+        owners_.insert(pointer, &p);  // room was reserved
+        ++p.live;
+        return pointer;
+    }
+
+    // Whether `pointer` is a graph block; if so it is freed on `stream` (key `key`, capture
+    // `capture`, 0 outside any). No host memory or no event: the block is held until release.
+    bool deallocate(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream, const stream_key& key,
+                    std::uint64_t capture) noexcept {
+        if (owners_.empty()) return false;
+        part** found = owners_.find(pointer);
+        if (found == nullptr) return false;
+        part& p = **found;
+        owners_.erase(pointer);
+        --p.live;
+        const free_block block{pointer, bytes, alignment};
+        if (capture == 0 || capture != p.capture || key == p.key) {
+            p.blocks->pool.deallocate(pointer, bytes, alignment);
+        } else {  // another stream of the same capture: behind an edge from it
+            try {
+                p.joining.reserve(p.joining.size() + 1);
+                p.joining.emplace_back(block, events_->record(stream));
+            } catch (...) {  // no room or no event: it waits for release
+                try {
+                    held_by_pool_.emplace_back(p.pool, block);
+                } catch (...) {  // no room to note it: lost to the pool until the process ends
+                }
+            }
+        }
+        if (p.released && p.live == 0) drop(p);
+        return true;
+    }
+
+    // A block of the shared pool freed on a stream in capture `capture`: the graph uses it.
+    void adopt(std::uint64_t capture, const free_block& block) { adopted_.emplace_back(pool_of(capture), block); }
+
+    // The graphs of `pool` will not be launched again and their work is done: held memory goes
+    // upstream, adopted blocks to `give_back(block)`, and each Pool of it returns its wholly free
+    // chunks (one with live blocks stays until they are freed).
+    template <class GiveBack>
+    void release(std::uint64_t pool, GiveBack&& give_back) {
+        for (auto it = adopted_.begin(); it != adopted_.end();) {
+            if (it->first == pool) {
+                give_back(it->second);
+                it = adopted_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        std::erase_if(shared_, [&](const auto& entry) { return entry.second == pool; });
+        std::vector<part*> parts;
+        for (auto& p : parts_) {
+            if (p->pool == pool) parts.push_back(p.get());
+        }
+        for (part* p : parts) {
+            for (auto& [block, event] : p->joining) {
+                events_->recycle(event);
+                p->blocks->pool.deallocate(block.pointer, block.bytes, block.alignment);
+            }
+            p->joining.clear();
+            for (auto it = held_by_pool_.begin(); it != held_by_pool_.end();) {
+                if (it->first == pool) {
+                    p->blocks->pool.deallocate(it->second.pointer, it->second.bytes, it->second.alignment);
+                    it = held_by_pool_.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+            p->released = true;
+            p->blocks->give_back_held();
+            if (p->live == 0) {
+                drop(*p);
+            } else {
+                p->blocks->releasing = true;
+                p->blocks->pool.release();
+                p->blocks->releasing = false;
+            }
+        }
+    }
+
+    [[nodiscard]] bool empty() const noexcept { return parts_.empty() && adopted_.empty(); }
+    // Graph pools in use, and the blocks handed out from them.
+    [[nodiscard]] std::size_t pools() const noexcept {
+        std::vector<std::uint64_t> ids;
+        for (const auto& p : parts_) {
+            if (std::find(ids.begin(), ids.end(), p->pool) == ids.end()) ids.push_back(p->pool);
+        }
+        return ids.size();
+    }
+    [[nodiscard]] std::size_t live_blocks() const noexcept { return owners_.size(); }
+    [[nodiscard]] bool owns(const void* pointer) const noexcept { return !owners_.empty() && owners_.find(pointer) != nullptr; }
+
+private:
+    // One Pool, and its gate: what the Pool gives back is held until its pool is released.
+    struct holder final : return_gate {
+        holder(Upstream& upstream_, const Options& options)
+            : upstream(&upstream_), pool(build_over<PoolType>(gated_upstream<Upstream>(upstream_, *this), options)) {}
+        holder(const holder&) = delete;
+        holder& operator=(const holder&) = delete;
+        ~holder() {
+            give_back_held();
+            releasing = true;  // the Pool's destructor returns the rest straight upstream
+        }
+        bool before_return() noexcept override { return releasing; }
+        void hold(void* pointer, std::size_t bytes, std::size_t alignment) noexcept override {
+            try {
+                held.push_back({pointer, bytes, alignment});
+            } catch (...) {  // no room to note it: lost to this pool until the process ends
+            }
+        }
+        void give_back_held() noexcept {
+            if constexpr (resource<Upstream>) {
+                for (const free_block& b : held) upstream->deallocate(b.pointer, b.bytes, b.alignment);
+            }
+            held.clear();
+        }
+        Upstream* upstream;
+        std::vector<free_block> held;
+        bool releasing = false;
+        PoolType pool;  // last: destroyed first, while `releasing`
+    };
+    struct part {
+        std::uint64_t pool = 0;
+        stream_key key;
+        std::uint64_t capture = 0;  // the last capture that took from it
+        std::unique_ptr<holder> blocks;
+        std::vector<std::pair<free_block, event_type>> joining;  // freed on another stream of `capture`
+        std::size_t live = 0;
+        bool released = false;
+    };
+
+    part& part_for(std::uint64_t pool, const stream_key& key, std::uint64_t capture) {
+        for (auto& p : parts_) {
+            if (p->pool == pool && p->key == key && !p->released) {
+                if (p->capture != capture) settle_joining(*p);  // that capture ended: no edge needed
+                p->capture = capture;
+                return *p;
+            }
+        }
+        auto made = std::make_unique<part>();
+        made->pool = pool;
+        made->key = key;
+        made->capture = capture;
+        made->blocks = std::make_unique<holder>(*upstream_, options_);
+        parts_.reserve(parts_.size() + 1);
+        parts_.push_back(std::move(made));
+        return *parts_.back();
+    }
+
+    // The stream of `p` waits on the events of the blocks freed on other streams of its capture
+    // (edges of the graph), and those blocks go into its Pool.
+    void join(part& p, stream_ref stream) {
+        for (auto& [block, event] : p.joining) events_->wait(stream, event);
+        settle_joining(p);
+    }
+    void settle_joining(part& p) noexcept {
+        for (auto& [block, event] : p.joining) {
+            events_->recycle(event);
+            p.blocks->pool.deallocate(block.pointer, block.bytes, block.alignment);
+        }
+        p.joining.clear();
+    }
+
+    void drop(part& p) noexcept {
+        for (auto& [block, event] : p.joining) events_->recycle(event);
+        std::erase_if(parts_, [&](const std::unique_ptr<part>& x) { return x.get() == &p; });
+    }
+
+    Events* events_;
+    Upstream* upstream_;
+    Options options_;
+    std::vector<std::unique_ptr<part>> parts_;
+    pointer_map<part*> owners_;                                       // live graph blocks
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> shared_;     // capture, pool
+    std::vector<std::pair<std::uint64_t, free_block>> held_by_pool_;  // frees that found no room
+    std::vector<std::pair<std::uint64_t, free_block>> adopted_;       // pool, shared-pool block
+};
+
+}  // namespace poolkit::detail

@@ -1,0 +1,212 @@
+// CUDA graphs over simulated streams: stream_ordered serves a stream in capture from a graph pool,
+// makes no call a capture forbids (host_events throws on each, as CUDA would break the capture),
+// and never hands a graph's memory to work outside the captures into its pool until released.
+#include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/core/ref.hpp>
+#include <poolkit/presets.hpp>
+#include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/upstream/new_delete_resource.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <random>
+#include <utility>
+#include <vector>
+
+using namespace poolkit;
+
+namespace {
+
+constexpr std::size_t KiB = std::size_t{1} << 10;
+constexpr std::size_t MiB = std::size_t{1} << 20;
+
+// An upstream whose calls are what a capture sees of cudaMalloc and cudaFree: a potentially unsafe
+// call, and one that synchronizes the device.
+class capture_checked_upstream {
+public:
+    capture_checked_upstream(new_delete_resource& memory, host_events events) : memory_(&memory), events_(std::move(events)) {}
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        events_.unsafe_call("cudaMalloc");
+        ++allocations_;
+        return memory_->allocate(bytes, alignment);
+    }
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        try {
+            events_.synchronizing_call("cudaFree");
+        } catch (const capture_error&) {  // counted by events.capture_errors()
+        }
+        memory_->deallocate(pointer, bytes, alignment);
+    }
+    [[nodiscard]] std::size_t allocations() const noexcept { return allocations_; }
+    friend bool operator==(const capture_checked_upstream& a, const capture_checked_upstream& b) noexcept { return &a == &b; }
+
+private:
+    new_delete_resource* memory_;
+    host_events events_;
+    std::size_t allocations_ = 0;
+};
+
+using checked_pool = stream_ordered<best_fit<ref<capture_checked_upstream>>, host_events>;
+using checked_caching = caching_allocator<ref<capture_checked_upstream>, host_events>;
+
+struct fixture {
+    new_delete_resource memory;
+    host_events events;
+    capture_checked_upstream upstream{memory, events};
+    stream_ref eager = events.make_stream(), capturing = events.make_stream();
+};
+
+struct span {
+    std::uintptr_t begin, end;
+};
+bool overlaps(const void* pointer, std::size_t bytes, const std::vector<span>& spans) {
+    const auto at = reinterpret_cast<std::uintptr_t>(pointer);
+    for (const span& s : spans) {
+        if (at < s.end && s.begin < at + bytes) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a capture is served from a graph pool with no forbidden call, in every capture mode", Pool, checked_pool, checked_caching) {
+    fixture f;
+    Pool pool{ref(f.upstream), {}, f.events};
+    // A warm shared pool, with blocks freed on the eager stream.
+    std::vector<void*> warm;
+    for (int i = 0; i < 8; ++i) warm.push_back(pool.allocate_async(256 * KiB, 256, f.eager));
+    for (void* p : warm) pool.deallocate_async(p, 256 * KiB, 256, f.eager);
+    f.events.submit(f.eager);
+    for (const capture_mode mode : {capture_mode::global, capture_mode::local, capture_mode::relaxed}) {
+        CAPTURE(static_cast<int>(mode));
+        const std::uint64_t id = f.events.begin_capture(f.capturing, mode);
+        CHECK(pool.graph_pool_of(f.capturing) == id);
+        std::vector<span> graph;
+        void* a = pool.allocate_async(1 * MiB, 256, f.capturing);
+        f.events.submit(f.capturing);  // a kernel that uses it
+        pool.deallocate_async(a, 1 * MiB, 256, f.capturing);
+        void* again = pool.allocate_async(1 * MiB, 256, f.capturing);
+        CHECK(again == a);  // reused in stream order, which is the graph's order
+        void* larger = pool.allocate_async(8 * MiB, 256, f.capturing);  // growth, in relaxed mode
+        f.events.submit(f.capturing);
+        graph.push_back({reinterpret_cast<std::uintptr_t>(again), reinterpret_cast<std::uintptr_t>(again) + 1 * MiB});
+        graph.push_back({reinterpret_cast<std::uintptr_t>(larger), reinterpret_cast<std::uintptr_t>(larger) + 8 * MiB});
+        pool.deallocate_async(larger, 8 * MiB, 256, f.capturing);
+        pool.deallocate_async(again, 1 * MiB, 256, f.capturing);
+        const auto captured = f.events.end_capture(f.capturing);
+        REQUIRE(captured.valid);
+        CHECK(f.events.capture_errors() == 0);
+        CHECK(pool.graph_pools() == 1);
+        for (void* w : warm) CHECK_FALSE(overlaps(w, 256 * KiB, graph));  // the graph's memory is not the shared pool's
+        // Launches interleaved with eager work: no eager block is ever a graph's.
+        std::mt19937_64 random(7);
+        std::vector<std::pair<void*, std::size_t>> live;
+        for (int launch = 0; launch < 1000; ++launch) {
+            f.events.launch(captured, f.capturing);
+            const std::size_t bytes = (1 + random() % 64) * 64 * KiB;
+            void* p = pool.allocate_async(bytes, 256, f.eager);
+            CHECK_FALSE(overlaps(p, bytes, graph));
+            live.emplace_back(p, bytes);
+            if (live.size() > 16) {
+                pool.deallocate_async(live.front().first, live.front().second, 256, f.eager);
+                live.erase(live.begin());
+            }
+            if (launch % 100 == 0) f.events.complete_all();
+        }
+        for (auto [p, bytes] : live) pool.deallocate_async(p, bytes, 256, f.eager);
+        pool.release_graph_pool(id);
+        CHECK(pool.graph_pools() == 0);
+        pool.check_invariants();
+    }
+    CHECK(f.events.capture_errors() == 0);
+}
+
+TEST_CASE("a capture over two streams: a block freed on the other stream is reused behind an edge of the graph") {
+    fixture f;
+    checked_pool pool{ref(f.upstream), {}, f.events};
+    const stream_ref side = f.events.make_stream();
+    f.events.begin_capture(f.capturing, capture_mode::global);
+    f.events.wait(side, f.events.record(f.capturing));  // fork: side joins the capture
+    void* a = pool.allocate_async(1 * MiB, 256, f.capturing);
+    f.events.wait(side, f.events.record(f.capturing));
+    f.events.submit(side);  // side uses a
+    pool.deallocate_async(a, 1 * MiB, 256, side);  // freed on the other stream, in the capture
+    const std::size_t waits = f.events.wait_count();
+    void* b = pool.allocate_async(1 * MiB, 256, f.capturing);
+    CHECK(b == a);  // after capturing waited on side's event: an edge, not a wait on the timeline
+    CHECK(f.events.wait_count() == waits);
+    void* c = pool.allocate_async(1 * MiB, 256, side);
+    CHECK(c != a);  // side's own pool: never the block capturing uses
+    pool.deallocate_async(c, 1 * MiB, 256, side);
+    pool.deallocate_async(b, 1 * MiB, 256, f.capturing);
+    f.events.wait(f.capturing, f.events.record(side));  // join
+    const auto captured = f.events.end_capture(f.capturing);
+    CHECK(captured.valid);
+    CHECK(f.events.capture_errors() == 0);
+    pool.release_graph_pool(captured.id);
+    pool.check_invariants();
+}
+
+TEST_CASE("a block of the shared pool freed in a capture stays the graph's until its pool is released") {
+    fixture f;
+    checked_pool pool{ref(f.upstream), {}, f.events};
+    void* input = pool.allocate_async(2 * MiB, 256, f.eager);
+    f.events.complete_all();
+    const std::uint64_t id = f.events.begin_capture(f.capturing);
+    f.events.submit(f.capturing);  // the graph reads `input`
+    pool.deallocate_async(input, 2 * MiB, 256, f.capturing);
+    CHECK(f.events.end_capture(f.capturing).valid);
+    CHECK(pool.live_blocks() == 0);
+    std::vector<void*> eager;
+    for (int i = 0; i < 4; ++i) {
+        eager.push_back(pool.allocate_async(2 * MiB, 256, f.eager));
+        CHECK(eager.back() != input);
+    }
+    for (void* p : eager) pool.deallocate_async(p, 2 * MiB, 256, f.eager);
+    pool.release_graph_pool(id);
+    f.events.complete_all();
+    bool reused = false;
+    eager.clear();
+    for (int i = 0; i < 6; ++i) {
+        eager.push_back(pool.allocate_async(2 * MiB, 256, f.eager));
+        reused = reused || eager.back() == input;
+    }
+    CHECK(reused);  // back in the shared pool
+    for (void* p : eager) pool.deallocate_async(p, 2 * MiB, 256, f.eager);
+    pool.check_invariants();
+    CHECK(f.events.capture_errors() == 0);
+}
+
+TEST_CASE("graphs share a pool: a later capture into it reuses what an earlier one freed, eager frees included") {
+    fixture f;
+    checked_pool pool{ref(f.upstream), {}, f.events};
+    CHECK_THROWS_AS(pool.capture_into(f.capturing, 42), std::logic_error);  // not in capture
+    const std::uint64_t first = f.events.begin_capture(f.capturing);
+    pool.capture_into(f.capturing, 42);
+    CHECK(pool.graph_pool_of(f.capturing) == 42);
+    void* output = pool.allocate_async(4 * MiB, 256, f.capturing);  // outlives the capture
+    CHECK(f.events.end_capture(f.capturing).valid);
+    CHECK(first != 0);
+    // Freed eagerly once read: it goes back to pool 42, never to eager work.
+    pool.deallocate_async(output, 4 * MiB, 256, f.eager);
+    CHECK(pool.graph_blocks() == 0);
+    void* eager = pool.allocate_async(4 * MiB, 256, f.eager);
+    CHECK(eager != output);
+    pool.deallocate_async(eager, 4 * MiB, 256, f.eager);
+    const std::size_t upstream_calls = f.upstream.allocations();
+    f.events.begin_capture(f.capturing);
+    pool.capture_into(f.capturing, 42);
+    void* again = pool.allocate_async(4 * MiB, 256, f.capturing);
+    CHECK(again == output);
+    CHECK(f.upstream.allocations() == upstream_calls);  // no growth
+    pool.deallocate_async(again, 4 * MiB, 256, f.capturing);
+    CHECK(f.events.end_capture(f.capturing).valid);
+    CHECK(pool.graph_pools() == 1);
+    pool.release_graph_pool(42);
+    CHECK(pool.graph_pools() == 0);
+    pool.check_invariants();
+    CHECK(f.events.capture_errors() == 0);
+}
