@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -207,6 +208,72 @@ TEST_CASE("graphs share a pool: a later capture into it reuses what an earlier o
     CHECK(pool.graph_pools() == 1);
     pool.release_graph_pool(42);
     CHECK(pool.graph_pools() == 0);
+    pool.check_invariants();
+    CHECK(f.events.capture_errors() == 0);
+}
+
+TEST_CASE("a graph block freed in a capture into another pool is not reused before its own pool's release") {
+    fixture f;
+    checked_pool pool{ref(f.upstream), {}, f.events};
+    const std::uint64_t first = f.events.begin_capture(f.capturing);
+    void* output = pool.allocate_async(1 * MiB, 256, f.capturing);
+    CHECK(f.events.end_capture(f.capturing).valid);
+    const stream_ref other = f.events.make_stream();
+    const std::uint64_t second = f.events.begin_capture(other);  // a graph of its own pool reads it last
+    f.events.submit(other);
+    pool.deallocate_async(output, 1 * MiB, 256, other);
+    CHECK(f.events.end_capture(other).valid);
+    f.events.begin_capture(f.capturing);
+    pool.capture_into(f.capturing, first);
+    void* next = pool.allocate_async(1 * MiB, 256, f.capturing);
+    CHECK(next != output);  // the second graph may run beside this one
+    pool.deallocate_async(next, 1 * MiB, 256, f.capturing);
+    CHECK(f.events.end_capture(f.capturing).valid);
+    pool.release_graph_pool(second);
+    pool.release_graph_pool(first);
+    CHECK(pool.graph_pools() == 0);
+    CHECK(pool.graph_blocks() == 0);
+    pool.check_invariants();
+    CHECK(f.events.capture_errors() == 0);
+}
+
+TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture the pool serves breaks nothing", Pool, checked_pool, checked_caching) {
+    fixture f;
+    Pool pool{ref(f.upstream), {}, f.events};
+    const stream_ref second = f.events.make_stream();
+    const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
+    void* captured = pool.allocate_async(1 * MiB, 256, f.capturing);  // the pool now knows of the capture
+    std::thread eager([&] {
+        // Frees mostly on the other stream, work that lags, growth: event records, queries, waits
+        // and cudaMalloc, each of which the capture forbids this thread unless it is relaxed.
+        std::mt19937_64 random(3);
+        std::vector<std::pair<void*, std::size_t>> live;
+        for (int i = 0; i < 2000; ++i) {
+            const stream_ref on = i % 2 == 0 ? f.eager : second;
+            if (live.size() < 32 || random() % 2 == 0) {
+                const std::size_t bytes = (1 + random() % 512) * 4 * KiB;
+                live.emplace_back(pool.allocate_async(bytes, 256, on), bytes);
+            } else {
+                const std::size_t index = random() % live.size();
+                pool.deallocate_async(live[index].first, live[index].second, 256, on);
+                live[index] = live.back();
+                live.pop_back();
+            }
+            f.events.submit(on);
+            if (i % 50 == 0) f.events.complete(i % 100 == 0 ? f.eager : second);
+        }
+        for (auto [p, bytes] : live) pool.deallocate_async(p, bytes, 256, f.eager);
+    });
+    eager.join();
+    pool.deallocate_async(captured, 1 * MiB, 256, f.capturing);
+    CHECK(f.events.end_capture(f.capturing).valid);
+    CHECK(f.events.capture_errors() == 0);
+    // A call on the stream that captured shows the capture ended: what was held goes back.
+    void* after = pool.allocate_async(4 * KiB, 256, f.capturing);
+    pool.deallocate_async(after, 4 * KiB, 256, f.capturing);
+    f.events.complete_all();
+    pool.release_graph_pool(id);
+    pool.release();
     pool.check_invariants();
     CHECK(f.events.capture_errors() == 0);
 }

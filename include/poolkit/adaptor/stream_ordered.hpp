@@ -136,6 +136,9 @@ public:
         try {
             if (graphs_ != nullptr) events_.synchronize_all();  // graphs may still run on their pools
             settle_everything();
+            if constexpr (resource<upstream_type>) {
+                for (const detail::free_block& b : held_returns_) upstream_.deallocate(b.pointer, b.bytes, b.alignment);
+            }
         } catch (...) {
             POOLKIT_ASSERT(false, "stream_ordered could not wait for its streams on destruction");
         }
@@ -148,6 +151,9 @@ public:
         if (const std::uint64_t capture = capture_of(stream); capture != 0) return allocate_captured(capture, stream, bytes, alignment);
         const call_on on{*this, &stream};
         ++clock_;
+        if (!captures_.empty() && during_captures(&stream)) {
+            return capture_safe([&] { return allocate_on(&record_for(stream), &stream, bytes, alignment); });
+        }
         return allocate_on(&record_for(stream), &stream, bytes, alignment);
     }
 
@@ -155,12 +161,24 @@ public:
         if (pointer == nullptr) return;
         const call_on on{*this, &stream};
         ++clock_;
-        if (const std::uint64_t capture = capture_of(stream); capture != 0 || graphs_ != nullptr) {
+        const std::uint64_t capture = capture_of(stream);
+        if (capture != 0 || graphs_ != nullptr) {
             if (free_captured(capture, {pointer, bytes, alignment}, stream)) return;
         }
-        if (!uses_.empty() && free_used(pointer, bytes, alignment, &stream)) return;
-        --live_count_;
-        free_on(stream, {pointer, bytes, alignment});
+        const auto free = [&]() noexcept {
+            if (!uses_.empty() && free_used(pointer, bytes, alignment, &stream)) return;
+            --live_count_;
+            free_on(stream, {pointer, bytes, alignment});
+        };
+        if (!captures_.empty() && during_captures(&stream)) {
+            try {
+                capture_safe(free);
+            } catch (...) {  // the capture mode could not be set: freed in the thread's own mode
+                free();
+            }
+        } else {
+            free();
+        }
     }
 
     // Memory usable on any stream at once.
@@ -168,6 +186,7 @@ public:
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
         plain_allocations_ = true;  // the pool has no home from now on (it would wait here each time)
+        if (!captures_.empty() && during_captures(nullptr)) return capture_safe([&] { return allocate_on(nullptr, nullptr, bytes, alignment); });
         return allocate_on(nullptr, nullptr, bytes, alignment);
     }
 
@@ -238,7 +257,16 @@ public:
 
     // Waits for every stream's frees, puts every free block into the pool and returns its wholly
     // free chunks upstream (PyTorch's empty_cache).
+    // While a capture this pool served may still run, only what no capture forbids: the waiting
+    // blocks are waited for, and the chunks given back are held until the captures end.
     void release() {
+        if (!captures_.empty() && during_captures(nullptr)) {
+            capture_safe([&] {
+                waiting_.wait_all([&](const detail::free_block& b) { into_pool(b); });
+                pool_.release();
+            });
+            return;
+        }
         settle_everything();
         pool_.release();
     }
@@ -362,10 +390,16 @@ private:
     struct gate final : detail::return_gate {
         explicit gate(stream_ordered& owner_) noexcept : owner(&owner_) {}
         bool before_return() noexcept override {
+            if (owner->capture_safe_) return false;  // cudaFree would break the capture: held
             owner->secure();
             return true;
         }
-        void hold(void*, std::size_t, std::size_t) noexcept override {}
+        void hold(void* pointer, std::size_t bytes, std::size_t alignment) noexcept override {
+            try {
+                owner->held_returns_.push_back({pointer, bytes, alignment});
+            } catch (...) {  // no room to note it: lost to the upstream until the process ends
+            }
+        }
         stream_ordered* owner;
     };
 
@@ -387,12 +421,56 @@ private:
         return *graphs_;
     }
 
+    // Captures this pool served, by member stream, until a call on that stream shows it ended.
+    void note_capture(std::uint64_t capture, const detail::stream_key& key) {
+        for (const auto& [c, k] : captures_) {
+            if (c == capture && k == key) return;
+        }
+        captures_.emplace_back(capture, key);
+    }
+    // A call outside any capture, on `stream` (nullptr: a plain call). A capture one of whose
+    // streams is now out of it has ended. Returns whether captures may still run; when none do,
+    // the chunks held meanwhile go back upstream.
+    bool during_captures(const stream_ref* stream) {
+        if (stream != nullptr) {
+            const detail::stream_key key = key_of(*stream);
+            std::uint64_t ended = 0;
+            for (const auto& [c, k] : captures_) {
+                if (k == key) ended = c;
+            }
+            if (ended != 0) std::erase_if(captures_, [&](const auto& entry) { return entry.first == ended; });
+        }
+        if (!captures_.empty()) return true;
+        for (const detail::free_block& b : std::exchange(held_returns_, {})) {
+            secure();
+            if constexpr (resource<upstream_type>) upstream_.deallocate(b.pointer, b.bytes, b.alignment);
+        }
+        return false;
+    }
+    // Runs `f` as no capture forbids: this thread in relaxed capture mode (event queries and
+    // cudaMalloc allowed), no device-wide wait, no memory given back upstream (held instead).
+    template <class F>
+    decltype(auto) capture_safe(F&& f) {
+        if constexpr (sees_captures) {
+            const bool outer = std::exchange(capture_safe_, true);
+            struct restore {
+                bool& flag;
+                bool value;
+                ~restore() { flag = value; }
+            } guard{capture_safe_, outer};
+            return events_.unprohibited(std::forward<F>(f));
+        } else {
+            return std::forward<F>(f)();
+        }
+    }
+
     // A request on a stream in capture: from the capture's graph pool, grown in relaxed capture
     // mode (cudaMalloc is then allowed); nothing else this adaptor does could run in a capture.
     [[gnu::noinline]] void* allocate_captured(std::uint64_t capture, stream_ref stream, std::size_t bytes, std::size_t alignment) {
         if constexpr (sees_captures && resource<upstream_type>) {
-            void* pointer = graphs().allocate(capture, key_of(stream), stream, bytes, alignment,
-                                              [&](auto call) { return events_.unprohibited(call); });
+            const detail::stream_key key = key_of(stream);
+            note_capture(capture, key);
+            void* pointer = graphs().allocate(capture, key, stream, bytes, alignment, [&](auto call) { return events_.unprohibited(call); });
             return handed_out(pointer);
         } else {
             static_cast<void>(capture), static_cast<void>(stream), static_cast<void>(bytes), static_cast<void>(alignment);
@@ -404,6 +482,12 @@ private:
     // freed on a stream in capture `capture` (the graph uses it: kept until its pool's release).
     // False: neither.
     [[gnu::noinline]] bool free_captured(std::uint64_t capture, const detail::free_block& block, stream_ref stream) noexcept {
+        if (capture != 0) {
+            try {
+                note_capture(capture, key_of(stream));
+            } catch (...) {  // no host memory to note it: eager calls meanwhile may break the capture
+            }
+        }
         if (graphs_ != nullptr && graphs_->deallocate(block.pointer, block.bytes, block.alignment, stream, key_of(stream), capture)) {
             --live_count_;
             return true;
@@ -484,8 +568,9 @@ private:
                 // stream may be gone: a waiting block of this size, or memory straight from the
                 // upstream, for settle_after such misses; then one wait for the whole device.
                 if (void* pointer = take_waiting(stream, bytes, alignment)) return handed_out(pointer);
-                if (++uncovered_misses_ <= settle_after) {
+                if (++uncovered_misses_ <= settle_after || capture_safe_) {
                     if (void* pointer = passed_.take(upstream_, bytes, alignment)) return handed_out(pointer);
+                    if (capture_safe_) throw out_of_memory("stream_ordered", figures(bytes, alignment));  // no device-wide wait now
                 }
                 settle();
             }
@@ -495,7 +580,7 @@ private:
         }
         if (void* pointer = take_waiting(stream, bytes, alignment)) return handed_out(pointer);
         // Other streams' fronts are asked for; one asked long ago may belong to a stream gone.
-        if (fronts_.open().ask_all(r) && fronts_.open().stale(settle_after)) {
+        if (fronts_.open().ask_all(r) && !capture_safe_ && fronts_.open().stale(settle_after)) {
             settle();
             if (void* pointer = pool_.try_allocate_cached(bytes, alignment)) return handed_out(pointer);
         }
@@ -508,8 +593,10 @@ private:
             if (void* pointer = take_behind_waiting(*r, *stream, bytes, alignment)) return handed_out(pointer);
         }
         if (void* pointer = try_grow(bytes, alignment)) return handed_out(pointer);
-        release();
-        if (void* pointer = try_grow(bytes, alignment)) return handed_out(pointer);
+        if (!capture_safe_) {  // a capture forbids the device-wide wait and cudaFree of a release
+            release();
+            if (void* pointer = try_grow(bytes, alignment)) return handed_out(pointer);
+        }
         throw out_of_memory("stream_ordered", figures(bytes, alignment));
     }
 
@@ -794,6 +881,9 @@ private:
     detail::block_uses uses_;                           // record_use streams, rarely any
     detail::passed_through<upstream_type> passed_;
     std::unique_ptr<graphs_type> graphs_;  // made at the first capture
+    std::vector<std::pair<std::uint64_t, detail::stream_key>> captures_;  // that may still run (note_capture)
+    std::vector<detail::free_block> held_returns_;  // chunks the pool gave back during captures
+    bool capture_safe_ = false;                     // in capture_safe(): no call a capture forbids
     std::size_t uncovered_misses_ = 0;                  // misses passed through since the home last covered
     std::size_t live_count_ = 0;
     std::size_t trim_at_ = min_trim_records;

@@ -8,10 +8,12 @@
 //   outside the captures into that pool until release().
 // - Within a pool each stream has a Pool of its own: a block goes back to the Pool of the stream
 //   that took it, and serves that stream's later requests in stream order, which is the graph's
-//   order there. A block freed during the capture on another stream first gets an event recorded
-//   there, in the capture, and waits beside the Pool until the next request of its stream in the
-//   same capture makes that stream wait on it (an edge of the graph); in a later capture it goes
-//   straight in (graphs that share a pool run one after another, as PyTorch requires too).
+//   order there. A block freed in a capture into its pool on another stream first gets an event
+//   recorded there, in the capture, and waits beside the Pool until the next request of its stream
+//   in that capture makes that stream wait on it (an edge of the graph); a request in a later
+//   capture takes it with no edge (graphs that share a pool run one after another, as PyTorch
+//   requires too). Freed outside any capture, it goes straight back. Freed in a capture into
+//   another pool, whose graph may run beside this pool's, it waits for this pool's release.
 // - Captured events are never asked about or waited for on the host, and nothing here gives memory
 //   back to the upstream (cudaFree) before release(): the Pools' gate holds what they return. The
 //   owner grows the Pools inside a relaxed capture mode (Events::unprohibited), as cudaMalloc then
@@ -51,9 +53,7 @@ public:
     graph_pools& operator=(const graph_pools&) = delete;
     // The owner waited for everything: all goes back.
     ~graph_pools() {
-        for (auto& p : parts_) {
-            for (auto& [block, event] : p->joining) events_->recycle(event);
-        }
+        for (auto& p : parts_) settle(*p);
     }
 
     // Capture `capture` allocates from graph pool `pool` (by default its own, `capture`).
@@ -98,18 +98,17 @@ public:
         owners_.erase(pointer);
         --p.live;
         const free_block block{pointer, bytes, alignment};
-        if (capture == 0 || capture != p.capture || key == p.key) {
+        if (capture == 0 || (capture == p.capture && key == p.key)) {
             p.blocks->pool.deallocate(pointer, bytes, alignment);
-        } else {  // another stream of the same capture: behind an edge from it
+        } else if (pool_of(capture) == p.pool && !p.released) {  // behind an edge from this stream
             try {
                 p.joining.reserve(p.joining.size() + 1);
-                p.joining.emplace_back(block, events_->record(stream));
-            } catch (...) {  // no room or no event: it waits for release
-                try {
-                    held_by_pool_.emplace_back(p.pool, block);
-                } catch (...) {  // no room to note it: lost to the pool until the process ends
-                }
+                p.joining.push_back({block, events_->record(stream), capture});
+            } catch (...) {  // no room or no event: it waits for the release
+                hold(p, block);
             }
+        } else {
+            hold(p, block);
         }
         if (p.released && p.live == 0) drop(p);
         return true;
@@ -137,19 +136,7 @@ public:
             if (p->pool == pool) parts.push_back(p.get());
         }
         for (part* p : parts) {
-            for (auto& [block, event] : p->joining) {
-                events_->recycle(event);
-                p->blocks->pool.deallocate(block.pointer, block.bytes, block.alignment);
-            }
-            p->joining.clear();
-            for (auto it = held_by_pool_.begin(); it != held_by_pool_.end();) {
-                if (it->first == pool) {
-                    p->blocks->pool.deallocate(it->second.pointer, it->second.bytes, it->second.alignment);
-                    it = held_by_pool_.erase(it);
-                } else {
-                    ++it;
-                }
-            }
+            settle(*p);
             p->released = true;
             p->blocks->give_back_held();
             if (p->live == 0) {
@@ -203,20 +190,25 @@ private:
         bool releasing = false;
         PoolType pool;  // last: destroyed first, while `releasing`
     };
+    struct joining_block {
+        free_block block;
+        event_type event;       // recorded on the freeing stream, in `capture`
+        std::uint64_t capture;
+    };
     struct part {
         std::uint64_t pool = 0;
         stream_key key;
         std::uint64_t capture = 0;  // the last capture that took from it
         std::unique_ptr<holder> blocks;
-        std::vector<std::pair<free_block, event_type>> joining;  // freed on another stream of `capture`
-        std::size_t live = 0;
+        std::vector<joining_block> joining;  // freed on another stream in a capture into the pool
+        std::vector<free_block> held;        // back into the Pool at the release only
+        std::size_t live = 0;                // blocks handed out and not freed
         bool released = false;
     };
 
     part& part_for(std::uint64_t pool, const stream_key& key, std::uint64_t capture) {
         for (auto& p : parts_) {
             if (p->pool == pool && p->key == key && !p->released) {
-                if (p->capture != capture) settle_joining(*p);  // that capture ended: no edge needed
                 p->capture = capture;
                 return *p;
             }
@@ -231,22 +223,40 @@ private:
         return *parts_.back();
     }
 
-    // The stream of `p` waits on the events of the blocks freed on other streams of its capture
-    // (edges of the graph), and those blocks go into its Pool.
+    // Blocks freed on other streams go into `p`'s Pool: behind a wait of `stream` on their event
+    // where they were freed in `p`'s capture (an edge of the graph), at once where that capture
+    // ended. May throw (from the wait): then nothing changed.
     void join(part& p, stream_ref stream) {
-        for (auto& [block, event] : p.joining) events_->wait(stream, event);
-        settle_joining(p);
-    }
-    void settle_joining(part& p) noexcept {
-        for (auto& [block, event] : p.joining) {
-            events_->recycle(event);
-            p.blocks->pool.deallocate(block.pointer, block.bytes, block.alignment);
+        for (const joining_block& j : p.joining) {
+            if (j.capture == p.capture) events_->wait(stream, j.event);
+        }
+        for (const joining_block& j : p.joining) {
+            events_->recycle(j.event);
+            p.blocks->pool.deallocate(j.block.pointer, j.block.bytes, j.block.alignment);
         }
         p.joining.clear();
     }
 
+    void hold(part& p, const free_block& block) noexcept {
+        try {
+            p.held.push_back(block);
+        } catch (...) {  // no room to note it: lost to the pool until the process ends
+        }
+    }
+
+    // Every block freed into `p` goes into its Pool: its graphs will not run again.
+    void settle(part& p) noexcept {
+        for (const joining_block& j : p.joining) {
+            events_->recycle(j.event);
+            p.blocks->pool.deallocate(j.block.pointer, j.block.bytes, j.block.alignment);
+        }
+        p.joining.clear();
+        for (const free_block& b : p.held) p.blocks->pool.deallocate(b.pointer, b.bytes, b.alignment);
+        p.held.clear();
+    }
+
     void drop(part& p) noexcept {
-        for (auto& [block, event] : p.joining) events_->recycle(event);
+        settle(p);
         std::erase_if(parts_, [&](const std::unique_ptr<part>& x) { return x.get() == &p; });
     }
 
@@ -255,9 +265,8 @@ private:
     Options options_;
     std::vector<std::unique_ptr<part>> parts_;
     pointer_map<part*> owners_;                                       // live graph blocks
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> shared_;     // capture, pool
-    std::vector<std::pair<std::uint64_t, free_block>> held_by_pool_;  // frees that found no room
-    std::vector<std::pair<std::uint64_t, free_block>> adopted_;       // pool, shared-pool block
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> shared_;  // capture, pool
+    std::vector<std::pair<std::uint64_t, free_block>> adopted_;    // pool, shared-pool block
 };
 
 }  // namespace poolkit::detail
