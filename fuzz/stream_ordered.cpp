@@ -1,9 +1,10 @@
 // Fuzzes stream_ordered<best_fit> over simulated streams (host_events): fuzzer-chosen allocations
 // on up to eight streams, frees on the same or another stream, record_use, work completing,
-// streams destroyed and made, forget_stream, release and plain allocate/deallocate. Every block
+// streams destroyed and made, forget_stream, release, plain allocate/deallocate, and stream
+// captures (CUDA graphs) in the three modes, ended and their graph pools released. Every block
 // must be aligned and disjoint from every live block, check_invariants() holds after each step, no
-// destroyed stream is ever touched (host_events throws std::logic_error), and at the end every
-// byte is back upstream.
+// destroyed stream is ever touched (host_events throws std::logic_error), no call breaks a capture
+// (host_events throws capture_error), and at the end every byte is back upstream.
 // Fuzzers build with NDEBUG; their checks must stay on.
 #define POOLKIT_ENABLE_ASSERTS 1
 
@@ -42,6 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         std::array<std::optional<poolkit::stream_ref>, 8> streams;  // empty: never made, or destroyed
         streams[0] = poolkit::stream_ref{};
         std::map<std::uintptr_t, live_block> live;
+        std::optional<std::size_t> capturing;  // the stream slot in capture
+        std::uint64_t capture_pool = 0;
         const auto stream_at = [&](std::size_t slot) -> poolkit::stream_ref {
             if (!streams[slot]) streams[slot] = events.make_stream();
             return *streams[slot];
@@ -58,7 +61,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             const std::size_t slot = data[i + 1] % streams.size();
             const std::size_t amount = std::size_t{data[i + 2]} << 4 | (data[i + 3] & 15);
             const std::size_t alignment = std::size_t{1} << (data[i + 3] >> 4);
-            switch (op % 10) {
+            switch (op % 12) {
             case 0: case 1: case 2: {  // allocate on a stream, then work uses it there
                 const std::size_t bytes = 1 + (op & 16 ? amount << 8 : amount);
                 const poolkit::stream_ref s = stream_at(slot);
@@ -106,7 +109,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 break;
             }
             case 7:  // a stream ends (its work is issued; it is never touched again)
-                if (slot != 0 && streams[slot]) {
+                if (slot != 0 && streams[slot] && capturing != slot) {
                     // Forgetting is optional for a stream's lane, required where it is named in record_use.
                     bool named = false;
                     for (auto& [address, block] : live) {
@@ -120,6 +123,28 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 break;
             case 8:
                 pool.release();
+                break;
+            case 10:  // a capture begins; its first request tells the pool
+                if (!capturing && slot != 0) {
+                    const poolkit::stream_ref s = stream_at(slot);
+                    static constexpr poolkit::capture_mode modes[] = {poolkit::capture_mode::global, poolkit::capture_mode::local,
+                                                                      poolkit::capture_mode::relaxed};
+                    events.begin_capture(s, modes[(op >> 4) % 3]);
+                    capturing = slot;
+                    capture_pool = pool.graph_pool_of(s);
+                    try {
+                        void* first = pool.allocate_async(1 + amount, alignment, s);
+                        pool.deallocate_async(first, 1 + amount, alignment, s);
+                    } catch (const poolkit::out_of_memory&) {  // the pool knows of the capture all the same
+                    }
+                }
+                break;
+            case 11:  // the capture ends, and its graph pool may be released
+                if (capturing) {
+                    if (!events.end_capture(*streams[*capturing]).valid) std::abort();
+                    capturing.reset();
+                    if (op & 16) pool.release_graph_pool(capture_pool);
+                }
                 break;
             default: {  // plain allocate, memory usable on any stream at once
                 const std::size_t bytes = 1 + amount;
@@ -138,7 +163,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             }
             }
             pool.check_invariants();
+            if (events.capture_errors() != 0) std::abort();
         }
+        if (capturing && !events.end_capture(*streams[*capturing]).valid) std::abort();
         events.complete_all();
         for (const auto& [address, block] : live) pool.deallocate(reinterpret_cast<void*>(address), block.bytes, block.alignment);
         pool.release();

@@ -277,3 +277,23 @@ TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture th
     pool.check_invariants();
     CHECK(f.events.capture_errors() == 0);
 }
+
+TEST_CASE("a block recorded as used by a capturing stream stays the graph's when freed during the capture") {
+    fixture f;
+    checked_pool pool{ref(f.upstream), {}, f.events};
+    void* input = pool.allocate_async(1 * MiB, 256, f.eager);
+    const std::uint64_t id = f.events.begin_capture(f.capturing);
+    void* scratch = pool.allocate_async(4 * KiB, 256, f.capturing);  // the pool learns of the capture
+    pool.record_use(input, f.capturing);  // the graph reads it (PyTorch's record_stream)
+    f.events.submit(f.capturing);
+    pool.deallocate_async(input, 1 * MiB, 256, f.eager);  // no captured event may wait among the eager ones
+    void* eager = pool.allocate_async(1 * MiB, 256, f.eager);
+    CHECK(eager != input);
+    CHECK_THROWS_AS(pool.forget_stream(f.capturing), std::logic_error);
+    pool.deallocate_async(scratch, 4 * KiB, 256, f.capturing);
+    CHECK(f.events.end_capture(f.capturing).valid);
+    pool.deallocate_async(eager, 1 * MiB, 256, f.eager);
+    pool.release_graph_pool(id);
+    pool.check_invariants();
+    CHECK(f.events.capture_errors() == 0);
+}

@@ -134,7 +134,10 @@ public:
     // Everything is waited for; the pool then returns everything to the upstream.
     ~stream_ordered() {
         try {
-            if (graphs_ != nullptr) events_.synchronize_all();  // graphs may still run on their pools
+            if (graphs_ != nullptr) {  // graphs may still run on their pools
+                events_.synchronize_all();
+                graphs_->release_all([&](const detail::free_block& b) { into_pool(b); });
+            }
             settle_everything();
             if constexpr (resource<upstream_type>) {
                 for (const detail::free_block& b : held_returns_) upstream_.deallocate(b.pointer, b.bytes, b.alignment);
@@ -193,6 +196,7 @@ public:
     // The caller promises no work still uses the block.
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
+        if (graphs_ != nullptr && free_captured(0, {pointer, bytes, alignment}, default_stream)) return;
         if (!uses_.empty() && free_used(pointer, bytes, alignment, nullptr)) return;
         --live_count_;
         into_pool({pointer, bytes, alignment});
@@ -216,11 +220,16 @@ public:
     // stream gone quiet is settled after settle_after misses); required for one named in
     // record_use whose blocks are still live.
     void forget_stream(stream_ref stream) {
+        if (capture_of(stream) != 0) throw std::logic_error("poolkit: stream_ordered::forget_stream of a stream in capture");
         const detail::stream_use gone{stream, thread_of(stream)};
         const bool used = uses_.uses(gone);
         record_type* forgotten = records_.find(key_of(stream));
         if (forgotten == nullptr && !used) return;
-        wait_for(stream);
+        if (!captures_.empty() && during_captures(&stream)) {
+            capture_safe([&] { wait_for(stream); });
+        } else {
+            wait_for(stream);
+        }
         uses_.forget(gone);
         if (forgotten == nullptr) return;
         if (tag_.home() == forgotten) tag_.clear();  // its frees are done
@@ -489,6 +498,7 @@ private:
             }
         }
         if (graphs_ != nullptr && graphs_->deallocate(block.pointer, block.bytes, block.alignment, stream, key_of(stream), capture)) {
+            if (!uses_.empty()) static_cast<void>(uses_.take(block.pointer));  // the graph pool orders its own
             --live_count_;
             return true;
         }
@@ -826,6 +836,13 @@ private:
             // A per-thread stream of another thread cannot take an event from here: the device waits.
             if (std::erase_if(streams, [](const detail::stream_use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
                 events_.synchronize_all();
+            }
+            // A use on a stream in capture is the graph's: the block stays with its graph pool.
+            for (const detail::stream_use& user : streams) {
+                if (const std::uint64_t capture = capture_of(user.stream); capture != 0) {
+                    graphs().adopt(capture, block);
+                    return true;
+                }
             }
             if (passed_.holds(pointer)) {  // back to the upstream only once every use is done (see free_on)
                 for (const detail::stream_use& user : streams) wait_for(user.stream);

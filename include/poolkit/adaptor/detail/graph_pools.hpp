@@ -149,6 +149,17 @@ public:
         }
     }
 
+    // release() of every pool: the owner waited for everything (its destruction).
+    template <class GiveBack>
+    void release_all(GiveBack&& give_back) {
+        std::vector<std::uint64_t> pools;
+        for (const auto& p : parts_) {
+            if (!p->released) pools.push_back(p->pool);
+        }
+        for (const auto& [pool, block] : adopted_) pools.push_back(pool);
+        for (const std::uint64_t pool : pools) release(pool, give_back);
+    }
+
     [[nodiscard]] bool empty() const noexcept { return parts_.empty() && adopted_.empty(); }
     // Graph pools in use, and the blocks handed out from them.
     [[nodiscard]] std::size_t pools() const noexcept {
