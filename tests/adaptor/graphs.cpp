@@ -3,6 +3,7 @@
 // and never hands a graph's memory to work outside the captures into its pool until released.
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/presets.hpp>
 #include <poolkit/strategy/best_fit.hpp>
@@ -69,6 +70,15 @@ bool overlaps(const void* pointer, std::size_t bytes, const std::vector<span>& s
         if (at < s.end && s.begin < at + bytes) return true;
     }
     return false;
+}
+
+template <class Pool>
+void release_graph_pool(Pool& pool, std::uint64_t id) {
+    pool.release_graph_pool(id);
+}
+template <class Pool>
+void release_graph_pool(synchronized<Pool>& pool, std::uint64_t id) {
+    pool.locked([&](Pool& p) { p.release_graph_pool(id); });
 }
 
 }  // namespace
@@ -237,9 +247,11 @@ TEST_CASE("a graph block freed in a capture into another pool is not reused befo
     CHECK(f.events.capture_errors() == 0);
 }
 
-TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture the pool serves breaks nothing", Pool, checked_pool, checked_caching) {
-    fixture f;
-    Pool pool{ref(f.upstream), {}, f.events};
+namespace {
+
+// A capture on this thread while another thread works eagerly through the same pool.
+template <class Pool>
+void eager_beside_capture(fixture& f, Pool& pool) {
     const stream_ref second = f.events.make_stream();
     const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
     void* captured = pool.allocate_async(1 * MiB, 256, f.capturing);  // the pool now knows of the capture
@@ -272,10 +284,24 @@ TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture th
     void* after = pool.allocate_async(4 * KiB, 256, f.capturing);
     pool.deallocate_async(after, 4 * KiB, 256, f.capturing);
     f.events.complete_all();
-    pool.release_graph_pool(id);
+    release_graph_pool(pool, id);
     pool.release();
     pool.check_invariants();
     CHECK(f.events.capture_errors() == 0);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture the pool serves breaks nothing", Pool, checked_pool, checked_caching) {
+    fixture f;
+    Pool pool{ref(f.upstream), {}, f.events};
+    eager_beside_capture(f, pool);
+}
+
+TEST_CASE("the synchronized caching preset: a capture on one thread, eager work on another") {
+    fixture f;
+    synchronized<checked_caching> pool{std::in_place, ref(f.upstream), caching_options{}, f.events};
+    eager_beside_capture(f, pool);
 }
 
 TEST_CASE("a block recorded as used by a capturing stream stays the graph's when freed during the capture") {

@@ -94,10 +94,16 @@ public:
         if (!any) detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     }
 
-    // The capture `stream` is in (0: none, or the legacy stream, which cannot capture):
-    // cudaStreamGetCaptureInfo. An invalidated capture still counts until it is ended.
+    // The capture `stream` is in (0: none, or the legacy stream, which cannot capture). Asked on
+    // every call of stream_ordered: the driver's cuStreamIsCapturing first (the runtime's calls
+    // cost more and stop scaling past two threads, see identity()), then, only for a stream in
+    // capture, cudaStreamGetCaptureInfo for its id. An invalidated capture counts until it ends.
     [[nodiscard]] static std::uint64_t capture_of(stream_ref stream) {
         if (stream.get() == cudaStreamLegacy) return 0;
+        if (const auto is_capturing = driver_stream_is_capturing()) {
+            CUstreamCaptureStatus driver_status = CU_STREAM_CAPTURE_STATUS_NONE;
+            if (is_capturing(stream.get(), &driver_status) == CUDA_SUCCESS && driver_status == CU_STREAM_CAPTURE_STATUS_NONE) return 0;
+        }
         cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
         unsigned long long id = 0;
         detail::check_cuda(cudaStreamGetCaptureInfo(stream.get(), &status, &id), "cudaStreamGetCaptureInfo");
@@ -193,6 +199,15 @@ private:
             const auto found = detail::cuda_driver::lookup("cuStreamGetId", 12000);
             if (found.function == nullptr) static_cast<void>(cudaGetLastError());
             return reinterpret_cast<PFN_cuStreamGetId_v12000>(found.function);
+        }();
+        return function;
+    }
+
+    static PFN_cuStreamIsCapturing_v10000 driver_stream_is_capturing() noexcept {
+        static const auto function = [] {
+            const auto found = detail::cuda_driver::lookup("cuStreamIsCapturing", 10000);
+            if (found.function == nullptr) static_cast<void>(cudaGetLastError());
+            return reinterpret_cast<PFN_cuStreamIsCapturing_v10000>(found.function);
         }();
         return function;
     }

@@ -30,6 +30,11 @@
 // frees and the covers. When the upstream is exhausted the host waits for everything, every free
 // block goes into the pool, the pool releases its wholly free chunks and the request is tried once
 // more before out_of_memory.
+// CUDA graphs (Events that see captures: cuda_events, host_events; docs/stream_ordering.md): a
+// call on a stream in capture is served by a graph pool (detail/graph_pools.hpp) and makes no call
+// a capture forbids — no event query or host wait, no device-wide wait, no cudaFree; growth in
+// relaxed capture mode. While a capture it served may run, calls on other streams stay
+// capture-safe: relaxed mode, no device-wide wait, chunks given back held until it ended.
 // Complexity: a stream's record O(1); a hit is a front take (O(1) when its size mask rules the
 // size out) or the Pool's cached allocate; a free is a front push, or the Pool's deallocate for
 // the home. Records of streams not seen since the last trim, with empty fronts, are dropped once
@@ -154,7 +159,7 @@ public:
         if (const std::uint64_t capture = capture_of(stream); capture != 0) return allocate_captured(capture, stream, bytes, alignment);
         const call_on on{*this, &stream};
         ++clock_;
-        if (!captures_.empty() && during_captures(&stream)) {
+        if (graphs_ != nullptr && graphs_->running() && during_captures(&stream)) {
             return capture_safe([&] { return allocate_on(&record_for(stream), &stream, bytes, alignment); });
         }
         return allocate_on(&record_for(stream), &stream, bytes, alignment);
@@ -173,7 +178,7 @@ public:
             --live_count_;
             free_on(stream, {pointer, bytes, alignment});
         };
-        if (!captures_.empty() && during_captures(&stream)) {
+        if (graphs_ != nullptr && graphs_->running() && during_captures(&stream)) {
             try {
                 capture_safe(free);
             } catch (...) {  // the capture mode could not be set: freed in the thread's own mode
@@ -189,7 +194,7 @@ public:
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
         plain_allocations_ = true;  // the pool has no home from now on (it would wait here each time)
-        if (!captures_.empty() && during_captures(nullptr)) return capture_safe([&] { return allocate_on(nullptr, nullptr, bytes, alignment); });
+        if (graphs_ != nullptr && graphs_->running() && during_captures(nullptr)) return capture_safe([&] { return allocate_on(nullptr, nullptr, bytes, alignment); });
         return allocate_on(nullptr, nullptr, bytes, alignment);
     }
 
@@ -225,7 +230,7 @@ public:
         const bool used = uses_.uses(gone);
         record_type* forgotten = records_.find(key_of(stream));
         if (forgotten == nullptr && !used) return;
-        if (!captures_.empty() && during_captures(&stream)) {
+        if (graphs_ != nullptr && graphs_->running() && during_captures(&stream)) {
             capture_safe([&] { wait_for(stream); });
         } else {
             wait_for(stream);
@@ -269,7 +274,7 @@ public:
     // While a capture this pool served may still run, only what no capture forbids: the waiting
     // blocks are waited for, and the chunks given back are held until the captures end.
     void release() {
-        if (!captures_.empty() && during_captures(nullptr)) {
+        if (graphs_ != nullptr && graphs_->running() && during_captures(nullptr)) {
             capture_safe([&] {
                 waiting_.wait_all([&](const detail::free_block& b) { into_pool(b); });
                 pool_.release();
@@ -290,6 +295,7 @@ public:
         requires has_check_invariants<pool_type>
     {
         pool_.check_invariants();
+        if (graphs_ != nullptr) graphs_->check_invariants();
         POOLKIT_VERIFY(records_.consistent(), "a stream record missing from its index");
         POOLKIT_VERIFY(fronts_.open().consistent() && waiting_.consistent(), "open fronts or waiting blocks lost count");
         std::size_t bytes = 0, open = 0;
@@ -430,26 +436,12 @@ private:
         return *graphs_;
     }
 
-    // Captures this pool served, by member stream, until a call on that stream shows it ended.
-    void note_capture(std::uint64_t capture, const detail::stream_key& key) {
-        for (const auto& [c, k] : captures_) {
-            if (c == capture && k == key) return;
-        }
-        captures_.emplace_back(capture, key);
-    }
-    // A call outside any capture, on `stream` (nullptr: a plain call). A capture one of whose
-    // streams is now out of it has ended. Returns whether captures may still run; when none do,
-    // the chunks held meanwhile go back upstream.
+    // A call outside any capture, on `stream` (nullptr: a plain call), while captures this pool
+    // served may run. Returns whether they still may; when none do, the chunks held meanwhile go
+    // back upstream.
     bool during_captures(const stream_ref* stream) {
-        if (stream != nullptr) {
-            const detail::stream_key key = key_of(*stream);
-            std::uint64_t ended = 0;
-            for (const auto& [c, k] : captures_) {
-                if (k == key) ended = c;
-            }
-            if (ended != 0) std::erase_if(captures_, [&](const auto& entry) { return entry.first == ended; });
-        }
-        if (!captures_.empty()) return true;
+        const detail::stream_key key = stream != nullptr ? key_of(*stream) : detail::stream_key{};
+        if (graphs_->running_after(stream != nullptr ? &key : nullptr)) return true;
         for (const detail::free_block& b : std::exchange(held_returns_, {})) {
             secure();
             if constexpr (resource<upstream_type>) upstream_.deallocate(b.pointer, b.bytes, b.alignment);
@@ -478,7 +470,7 @@ private:
     [[gnu::noinline]] void* allocate_captured(std::uint64_t capture, stream_ref stream, std::size_t bytes, std::size_t alignment) {
         if constexpr (sees_captures && resource<upstream_type>) {
             const detail::stream_key key = key_of(stream);
-            note_capture(capture, key);
+            graphs().note_running(capture, key);
             void* pointer = graphs().allocate(capture, key, stream, bytes, alignment, [&](auto call) { return events_.unprohibited(call); });
             return handed_out(pointer);
         } else {
@@ -493,7 +485,7 @@ private:
     [[gnu::noinline]] bool free_captured(std::uint64_t capture, const detail::free_block& block, stream_ref stream) noexcept {
         if (capture != 0) {
             try {
-                note_capture(capture, key_of(stream));
+                graphs().note_running(capture, key_of(stream));
             } catch (...) {  // no host memory to note it: eager calls meanwhile may break the capture
             }
         }
@@ -898,7 +890,6 @@ private:
     detail::block_uses uses_;                           // record_use streams, rarely any
     detail::passed_through<upstream_type> passed_;
     std::unique_ptr<graphs_type> graphs_;  // made at the first capture
-    std::vector<std::pair<std::uint64_t, detail::stream_key>> captures_;  // that may still run (note_capture)
     std::vector<detail::free_block> held_returns_;  // chunks the pool gave back during captures
     bool capture_safe_ = false;                     // in capture_safe(): no call a capture forbids
     std::size_t uncovered_misses_ = 0;                  // misses passed through since the home last covered

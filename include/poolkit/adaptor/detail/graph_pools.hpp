@@ -20,6 +20,9 @@
 //   may be called.
 // - A block of the shared pool freed on a stream in capture is used by the graph: adopt() keeps it
 //   with the capture's pool until release(), which hands it back.
+// - It keeps which captures may still run: from a call on one of their streams in capture
+//   (note_running) until a call on one of them finds it out of capture (running_after), so that
+//   the owner's calls on other streams meanwhile make none a capture forbids.
 // - release(pool) follows the host's wait for the graphs' last launch: held memory goes upstream,
 //   each Pool returns its wholly free chunks, and a Pool with live blocks stays until they are
 //   freed (then it goes too).
@@ -31,6 +34,8 @@
 #include <poolkit/adaptor/detail/gated_upstream.hpp>
 #include <poolkit/adaptor/detail/pointer_map.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
+#include <poolkit/core/assert.hpp>
+#include <poolkit/core/concepts.hpp>
 #include <poolkit/core/rebind.hpp>
 #include <poolkit/core/stream_ref.hpp>
 
@@ -160,7 +165,40 @@ public:
         for (const std::uint64_t pool : pools) release(pool, give_back);
     }
 
+    // Capture `capture` may run: a call on its stream `key` was in it.
+    void note_running(std::uint64_t capture, const stream_key& key) {
+        for (const auto& [c, k] : running_) {
+            if (c == capture && k == key) return;
+        }
+        running_.emplace_back(capture, key);
+    }
+    // A call on the stream `key` (nullptr: none) found it in no capture: a capture it was in has
+    // ended. Returns whether any capture may still run.
+    bool running_after(const stream_key* key) noexcept {
+        if (key != nullptr) {
+            std::uint64_t ended = 0;
+            for (const auto& [c, k] : running_) {
+                if (k == *key) ended = c;
+            }
+            if (ended != 0) std::erase_if(running_, [&](const auto& entry) { return entry.first == ended; });
+        }
+        return !running_.empty();
+    }
+    [[nodiscard]] bool running() const noexcept { return !running_.empty(); }
+
     [[nodiscard]] bool empty() const noexcept { return parts_.empty() && adopted_.empty(); }
+
+    // Each Pool's own invariants, and the live counts agree with the blocks handed out.
+    void check_invariants() const
+        requires has_check_invariants<PoolType>
+    {
+        std::size_t live = 0;
+        for (const auto& p : parts_) {
+            p->blocks->pool.check_invariants();
+            live += p->live;
+        }
+        POOLKIT_VERIFY(live == owners_.size(), "graph pools lost count of their blocks");
+    }
     // Graph pools in use, and the blocks handed out from them.
     [[nodiscard]] std::size_t pools() const noexcept {
         std::vector<std::uint64_t> ids;
@@ -278,6 +316,7 @@ private:
     pointer_map<part*> owners_;                                       // live graph blocks
     std::vector<std::pair<std::uint64_t, std::uint64_t>> shared_;  // capture, pool
     std::vector<std::pair<std::uint64_t, free_block>> adopted_;    // pool, shared-pool block
+    std::vector<std::pair<std::uint64_t, stream_key>> running_;    // captures that may run, by member stream
 };
 
 }  // namespace poolkit::detail
