@@ -9,6 +9,8 @@
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
 
+#include "../support/spans.hpp"
+
 #include <doctest/doctest.h>
 
 #include <cstddef>
@@ -19,6 +21,9 @@
 #include <vector>
 
 using namespace poolkit;
+using poolkit::test::overlaps;
+using poolkit::test::span;
+using poolkit::test::span_of;
 
 namespace {
 
@@ -61,16 +66,6 @@ struct fixture {
     stream_ref eager = events.make_stream(), capturing = events.make_stream();
 };
 
-struct span {
-    std::uintptr_t begin, end;
-};
-bool overlaps(const void* pointer, std::size_t bytes, const std::vector<span>& spans) {
-    const auto at = reinterpret_cast<std::uintptr_t>(pointer);
-    for (const span& s : spans) {
-        if (at < s.end && s.begin < at + bytes) return true;
-    }
-    return false;
-}
 
 template <class Pool>
 void release_graph_pool(Pool& pool, std::uint64_t id) {
@@ -103,8 +98,8 @@ TEST_CASE_TEMPLATE("a capture is served from a graph pool with no forbidden call
         CHECK(again == a);  // reused in stream order, which is the graph's order
         void* larger = pool.allocate_async(8 * MiB, 256, f.capturing);  // growth, in relaxed mode
         f.events.submit(f.capturing);
-        graph.push_back({reinterpret_cast<std::uintptr_t>(again), reinterpret_cast<std::uintptr_t>(again) + 1 * MiB});
-        graph.push_back({reinterpret_cast<std::uintptr_t>(larger), reinterpret_cast<std::uintptr_t>(larger) + 8 * MiB});
+        graph.push_back(span_of(again, 1 * MiB));
+        graph.push_back(span_of(larger, 8 * MiB));
         pool.deallocate_async(larger, 8 * MiB, 256, f.capturing);
         pool.deallocate_async(again, 1 * MiB, 256, f.capturing);
         const auto captured = f.events.end_capture(f.capturing);

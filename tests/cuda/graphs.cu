@@ -3,6 +3,7 @@
 // stream, which never receive the graph's memory, and the graph's own checks see only its writes.
 #include "support.hpp"
 #include "late_kernels.cuh"
+#include "../support/spans.hpp"
 
 #include <poolkit/presets.hpp>
 
@@ -11,23 +12,8 @@
 #include <utility>
 #include <vector>
 
-namespace {
-
 using namespace poolkit;
 using namespace poolkit::test;
-
-struct span {
-    std::uintptr_t begin, end;
-};
-bool overlaps(const void* pointer, std::size_t bytes, const std::vector<span>& spans) {
-    const auto at = reinterpret_cast<std::uintptr_t>(pointer);
-    for (const span& s : spans) {
-        if (at < s.end && s.begin < at + bytes) return true;
-    }
-    return false;
-}
-
-}  // namespace
 
 TEST_CASE("the caching preset under stream capture, in every mode: graph memory never serves eager work") {
     for (const cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed}) {
@@ -57,8 +43,7 @@ TEST_CASE("the caching preset under stream capture, in every mode: graph memory 
         REQUIRE(cudaStreamEndCapture(capturing.handle, &graph) == cudaSuccess);
         cudaGraphExec_t exec{};
         REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
-        const std::vector<span> graph_memory{{reinterpret_cast<std::uintptr_t>(a), reinterpret_cast<std::uintptr_t>(a) + small * 4},
-                                             {reinterpret_cast<std::uintptr_t>(b), reinterpret_cast<std::uintptr_t>(b) + large * 4}};
+        const std::vector<span> graph_memory{span_of(a, small * 4), span_of(b, large * 4)};
 
         std::mt19937_64 random(11);
         int overlapping = 0;

@@ -192,23 +192,20 @@ private:
         return free_[index];
     }
 
-    // cuStreamGetId from the runtime's entry point table, once per process; nullptr where the
-    // driver has none.
+    // A driver entry point from the runtime's table, as `Function`; nullptr where the driver has none.
+    template <class Function>
+    static Function driver_entry(const char* symbol, unsigned int version) noexcept {
+        const auto found = detail::cuda_driver::lookup(symbol, version);
+        if (found.function == nullptr) static_cast<void>(cudaGetLastError());
+        return reinterpret_cast<Function>(found.function);
+    }
+    // cuStreamGetId and cuStreamIsCapturing, looked up once per process.
     static PFN_cuStreamGetId_v12000 driver_stream_get_id() noexcept {
-        static const auto function = [] {
-            const auto found = detail::cuda_driver::lookup("cuStreamGetId", 12000);
-            if (found.function == nullptr) static_cast<void>(cudaGetLastError());
-            return reinterpret_cast<PFN_cuStreamGetId_v12000>(found.function);
-        }();
+        static const auto function = driver_entry<PFN_cuStreamGetId_v12000>("cuStreamGetId", 12000);
         return function;
     }
-
     static PFN_cuStreamIsCapturing_v10000 driver_stream_is_capturing() noexcept {
-        static const auto function = [] {
-            const auto found = detail::cuda_driver::lookup("cuStreamIsCapturing", 10000);
-            if (found.function == nullptr) static_cast<void>(cudaGetLastError());
-            return reinterpret_cast<PFN_cuStreamIsCapturing_v10000>(found.function);
-        }();
+        static const auto function = driver_entry<PFN_cuStreamIsCapturing_v10000>("cuStreamIsCapturing", 10000);
         return function;
     }
 
