@@ -2,6 +2,7 @@
 // makes no call a capture forbids (host_events throws on each, as CUDA would break the capture),
 // and never hands a graph's memory to work outside the captures into its pool until released.
 #include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/per_thread.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/core/ref.hpp>
@@ -317,4 +318,65 @@ TEST_CASE("a block recorded as used by a capturing stream stays the graph's when
     pool.release_graph_pool(id);
     pool.check_invariants();
     CHECK(f.events.capture_errors() == 0);
+}
+
+TEST_CASE("per_thread: a capturing stream bypasses the thread caches, and graph blocks never enter them") {
+    fixture f;
+    per_thread<synchronized<checked_caching>, host_events> pool{std::in_place, per_thread_options{}, f.events, ref(f.upstream),
+                                                               caching_options{}, f.events};
+    // Warm caches: small blocks freed on the eager stream and on the stream about to capture.
+    for (stream_ref s : {f.eager, f.capturing}) {
+        void* p = pool.allocate_async(4 * KiB, 256, s);
+        pool.deallocate_async(p, 4 * KiB, 256, s);
+    }
+    f.events.submit(f.eager), f.events.submit(f.capturing);
+    const std::size_t cached = pool.cached_bytes();
+    REQUIRE(cached > 0);
+
+    const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
+    std::vector<span> graph;
+    void* a = pool.allocate_async(4 * KiB, 256, f.capturing);  // not the cached block of its stream
+    graph.push_back(span_of(a, 4 * KiB));
+    CHECK(pool.cached_bytes() == cached);
+    pool.deallocate_async(a, 4 * KiB, 256, f.capturing);  // back to the graph pool, not a cache
+    CHECK(pool.cached_bytes() == cached);
+    void* b = pool.allocate_async(4 * KiB, 256, f.capturing);
+    void* large = pool.allocate_async(8 * MiB, 256, f.capturing);  // past max_size: straight through
+    graph.push_back(span_of(b, 4 * KiB));
+    graph.push_back(span_of(large, 8 * MiB));
+    void* during = pool.allocate_async(4 * KiB, 256, f.eager);  // an eager hit meanwhile
+    CHECK_FALSE(overlaps(during, 4 * KiB, graph));
+    pool.deallocate_async(during, 4 * KiB, 256, f.eager);
+    pool.deallocate_async(large, 8 * MiB, 256, f.capturing);
+    f.events.submit(f.capturing);
+    const auto captured = f.events.end_capture(f.capturing);
+    REQUIRE(captured.valid);
+    CHECK(f.events.capture_errors() == 0);
+
+    // b outlives the capture: its free on an eager stream goes back to the graph pool too.
+    pool.deallocate_async(b, 4 * KiB, 256, f.eager);
+    CHECK(pool.upstream_resource().locked([](auto& p) { return p.graph_blocks(); }) == 0);
+    for (int launch = 0; launch < 50; ++launch) {
+        f.events.launch(captured, f.capturing);
+        for (stream_ref s : {f.eager, f.capturing}) {
+            void* e = pool.allocate_async(4 * KiB, 256, s);
+            CHECK_FALSE(overlaps(e, 4 * KiB, graph));
+            pool.deallocate_async(e, 4 * KiB, 256, s);
+        }
+    }
+    f.events.complete_all();
+    release_graph_pool(pool.upstream_resource(), id);
+    pool.check_invariants();
+    CHECK(pool.live_bytes() == 0);
+    CHECK(f.events.capture_errors() == 0);
+}
+
+TEST_CASE("per_thread with see_captures off asks nothing about captures: a capture through it breaks") {
+    fixture f;
+    per_thread<synchronized<checked_caching>, host_events> pool{std::in_place, per_thread_options{.see_captures = false}, f.events,
+                                                               ref(f.upstream), caching_options{}, f.events};
+    f.events.begin_capture(f.capturing, capture_mode::relaxed);
+    CHECK_THROWS_AS(static_cast<void>(pool.allocate_async(4 * KiB, 256, f.capturing)), capture_error);  // its identity was asked
+    CHECK_FALSE(f.events.end_capture(f.capturing).valid);
+    CHECK(f.events.capture_errors() == 1);
 }

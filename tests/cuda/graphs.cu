@@ -5,23 +5,56 @@
 #include "late_kernels.cuh"
 #include "../support/spans.hpp"
 
+#include <poolkit/interop/thrust_allocator.hpp>
 #include <poolkit/presets.hpp>
+
+#include <cub/device/device_reduce.cuh>
+#include <thrust/copy.h>
+#include <thrust/device_vector.h>
+#include <thrust/fill.h>
+#include <thrust/functional.h>
+#include <thrust/sort.h>
+#include <thrust/tabulate.h>
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
 using namespace poolkit;
 using namespace poolkit::test;
 
-TEST_CASE("the caching preset under stream capture, in every mode: graph memory never serves eager work") {
+namespace {
+
+// The graph-pool calls of a preset: stream_ordered's own, or its upstream's under the lock
+// (per_thread over synchronized<>).
+std::uint64_t capture_id(cudaStream_t stream) {
+    cudaStreamCaptureStatus status{};
+    unsigned long long id = 0;
+    REQUIRE(cudaStreamGetCaptureInfo(stream, &status, &id) == cudaSuccess);
+    return id;
+}
+std::size_t graph_pools(caching_device_allocator& pool) { return pool.graph_pools(); }
+std::size_t graph_pools(per_thread_caching_device_allocator& pool) {
+    return pool.upstream_resource().locked([](auto& p) { return p.graph_pools(); });
+}
+void release_graph_pool(caching_device_allocator& pool, std::uint64_t id) { pool.release_graph_pool(id); }
+void release_graph_pool(per_thread_caching_device_allocator& pool, std::uint64_t id) {
+    pool.upstream_resource().locked([&](auto& p) { p.release_graph_pool(id); });
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("a preset under stream capture, in every mode: graph memory never serves eager work", Pool, caching_device_allocator,
+                   per_thread_caching_device_allocator) {
     for (const cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed}) {
         CAPTURE(static_cast<int>(mode));
-        caching_device_allocator pool;
+        Pool pool;
         scoped_stream capturing, eager;
         counter bad;
-        constexpr std::size_t small = std::size_t{1} << 20, large = std::size_t{4} << 20;  // uint32 counts
+        // uint32 counts: 4 MiB blocks (per_thread's largest cached class) and 16 MiB ones (past it)
+        constexpr std::size_t small = std::size_t{1} << 20, large = std::size_t{4} << 20;
         for (int i = 0; i < 4; ++i) {  // a warm shared pool
             void* p = pool.allocate_async(small * 4, 256, eager);
             pool.deallocate_async(p, small * 4, 256, eager);
@@ -29,11 +62,16 @@ TEST_CASE("the caching preset under stream capture, in every mode: graph memory 
         REQUIRE(cudaStreamSynchronize(eager.handle) == cudaSuccess);
 
         REQUIRE(cudaStreamBeginCapture(capturing.handle, mode) == cudaSuccess);
-        const std::uint64_t graph_pool = pool.graph_pool_of(capturing);
-        CHECK(graph_pool != 0);
+        const std::uint64_t graph_pool = capture_id(capturing.handle);  // each capture's own pool by default
         auto* a = static_cast<std::uint32_t*>(pool.allocate_async(small * 4, 256, capturing));
         slow_fill<<<grid, block, 0, capturing.handle>>>(a, small, 7, 0);
         count_other<<<grid, block, 0, capturing.handle>>>(a, small, 7, 0, bad.device);
+        // Eager work on another stream of this thread meanwhile: none of its calls may break the
+        // capture, and it gets none of the graph's memory.
+        auto* during = static_cast<std::uint32_t*>(pool.allocate_async(small * 4, 256, eager));
+        CHECK_FALSE(overlaps(during, small * 4, {span_of(a, small * 4)}));
+        slow_fill<<<grid, block, 0, eager.handle>>>(during, small, 6, 0);
+        pool.deallocate_async(during, small * 4, 256, eager);
         pool.deallocate_async(a, small * 4, 256, capturing);
         auto* b = static_cast<std::uint32_t*>(pool.allocate_async(large * 4, 256, capturing));  // grows the graph pool
         slow_fill<<<grid, block, 0, capturing.handle>>>(b, large, 8, slow / 4);
@@ -60,10 +98,116 @@ TEST_CASE("the caching preset under stream capture, in every mode: graph memory 
         CHECK(bad.read() == 0);
         REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
         REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
-        CHECK(pool.graph_pools() == 1);
-        pool.release_graph_pool(graph_pool);
-        CHECK(pool.graph_pools() == 0);
+        CHECK(graph_pools(pool) == 1);
+        release_graph_pool(pool, graph_pool);
+        CHECK(graph_pools(pool) == 0);
         pool.check_invariants();
         REQUIRE(cudaGetLastError() == cudaSuccess);
     }
+}
+
+TEST_CASE("a capture over two streams: a block freed on the forked stream serves the origin only behind the graph's edge") {
+    for (const cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeRelaxed}) {
+        CAPTURE(static_cast<int>(mode));
+        caching_device_allocator pool;
+        scoped_stream origin, forked, eager;
+        counter bad;
+        cudaEvent_t fork{}, join{};
+        REQUIRE(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming) == cudaSuccess);
+        REQUIRE(cudaEventCreateWithFlags(&join, cudaEventDisableTiming) == cudaSuccess);
+        constexpr std::size_t count = std::size_t{1} << 20;
+
+        REQUIRE(cudaStreamBeginCapture(origin.handle, mode) == cudaSuccess);
+        const std::uint64_t graph_pool = pool.graph_pool_of(origin);
+        auto* a = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, origin));
+        slow_fill<<<grid, block, 0, origin.handle>>>(a, count, 7, 0);
+        REQUIRE(cudaEventRecord(fork, origin.handle) == cudaSuccess);
+        REQUIRE(cudaStreamWaitEvent(forked.handle, fork, 0) == cudaSuccess);  // joins the capture
+        count_other<<<grid, block, 0, forked.handle>>>(a, count, 7, slow, bad.device);  // reads late
+        pool.deallocate_async(a, count * 4, 256, forked);
+        auto* b = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, origin));  // may be a's block
+        slow_fill<<<grid, block, 0, origin.handle>>>(b, count, 8, 0);  // must follow the late read
+        count_other<<<grid, block, 0, origin.handle>>>(b, count, 8, 0, bad.device);
+        REQUIRE(cudaEventRecord(join, forked.handle) == cudaSuccess);
+        REQUIRE(cudaStreamWaitEvent(origin.handle, join, 0) == cudaSuccess);
+        pool.deallocate_async(b, count * 4, 256, origin);
+        cudaGraph_t graph{};
+        REQUIRE(cudaStreamEndCapture(origin.handle, &graph) == cudaSuccess);
+        cudaGraphExec_t exec{};
+        REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+        const std::vector<span> graph_memory{span_of(a, count * 4), span_of(b, count * 4)};
+
+        int overlapping = 0;
+        for (int launch = 0; launch < 1000; ++launch) {
+            REQUIRE(cudaGraphLaunch(exec, origin.handle) == cudaSuccess);
+            auto* e = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, eager));
+            overlapping += overlaps(e, count * 4, graph_memory);
+            slow_fill<<<grid, block, 0, eager.handle>>>(e, count, 9, 0);
+            pool.deallocate_async(e, count * 4, 256, eager);
+        }
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        CHECK(overlapping == 0);
+        CHECK(bad.read() == 0);
+        MESSAGE(std::string(a == b ? "the forked stream's block served" : "another block served") << " the origin's next request");
+        REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+        REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+        REQUIRE(cudaEventDestroy(fork) == cudaSuccess);
+        REQUIRE(cudaEventDestroy(join) == cudaSuccess);
+        pool.release_graph_pool(graph_pool);
+        pool.check_invariants();
+        REQUIRE(cudaGetLastError() == cudaSuccess);
+    }
+}
+
+namespace {
+struct scramble {  // a permutation of 0 .. 65,535
+    __host__ __device__ unsigned operator()(unsigned i) const { return (i * 40503u) & 0xffffu; }
+};
+}  // namespace
+
+TEST_CASE("Thrust and CUB in a captured region take their temporaries from the capture's graph pool") {
+    caching_device_allocator pool;
+    scoped_stream capturing, eager;
+    constexpr std::size_t n = std::size_t{1} << 16;
+    thrust::device_vector<unsigned> source(n), keys(n), other(n);  // cudaMalloc'ed, outside the pool
+    thrust::tabulate(source.begin(), source.end(), scramble{});
+    thrust::device_vector<unsigned> sum(1);
+    unsigned* const k = thrust::raw_pointer_cast(keys.data());
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+
+    REQUIRE(cudaStreamBeginCapture(capturing.handle, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    const std::uint64_t graph_pool = capture_id(capturing.handle);
+    REQUIRE(cudaMemcpyAsync(k, thrust::raw_pointer_cast(source.data()), n * 4, cudaMemcpyDeviceToDevice, capturing.handle) == cudaSuccess);
+    thrust::sort(thrust_policy_nosync(pool, capturing), keys.begin(), keys.end());
+    std::size_t temporary = 0;
+    REQUIRE(cub::DeviceReduce::Sum(nullptr, temporary, k, thrust::raw_pointer_cast(sum.data()), static_cast<int>(n), capturing.handle) == cudaSuccess);
+    void* scratch = pool.allocate_async(temporary, 256, capturing);
+    REQUIRE(cub::DeviceReduce::Sum(scratch, temporary, k, thrust::raw_pointer_cast(sum.data()), static_cast<int>(n), capturing.handle) == cudaSuccess);
+    pool.deallocate_async(scratch, temporary, 256, capturing);
+    cudaGraph_t graph{};
+    REQUIRE(cudaStreamEndCapture(capturing.handle, &graph) == cudaSuccess);
+    cudaGraphExec_t exec{};
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    CHECK(pool.graph_pools() == 1);
+
+    for (int launch = 0; launch < 20; ++launch) {
+        thrust::fill(keys.begin(), keys.end(), 0u);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        REQUIRE(cudaGraphLaunch(exec, capturing.handle) == cudaSuccess);
+        // An eager sort through the same pool meanwhile, on another stream.
+        thrust::copy(source.begin(), source.end(), other.begin());
+        thrust::sort(thrust_policy_nosync(pool, eager), other.begin(), other.end(), thrust::greater<unsigned>());
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        CHECK(thrust::is_sorted(keys.begin(), keys.end()));
+        CHECK(keys[0] == 0u);
+        CHECK(keys[n - 1] == n - 1);
+        CHECK(sum[0] == static_cast<unsigned>(n * (n - 1) / 2));
+        CHECK(other[0] == n - 1);
+    }
+    REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+    REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+    pool.release_graph_pool(graph_pool);
+    CHECK(pool.graph_pools() == 0);
+    pool.check_invariants();
+    REQUIRE(cudaGetLastError() == cudaSuccess);
 }

@@ -3,7 +3,7 @@
 // Events are created with cudaEventDisableTiming and pooled: record() takes one from the pool (or
 // creates one) and records it, recycle() puts it back. wait() is cudaStreamWaitEvent (no host
 // synchronization); done() is cudaEventQuery; synchronize() is cudaEventSynchronize. An event is
-// made on the device of the stream it is recorded on (cudaStreamGetDevice) and pooled per device,
+// made on the device of the stream it is recorded on (the context's, see device_of) and pooled per device,
 // so one pool may serve streams of several devices: pinned host memory used by all of them
 // (cudaHostAllocPortable). synchronize_all() waits for every device an event was recorded on.
 // Not thread-safe (stream_ordered is not either; synchronized<> guards both).
@@ -97,17 +97,32 @@ public:
     // The capture `stream` is in (0: none, or the legacy stream, which cannot capture). Asked on
     // every call of stream_ordered: the driver's cuStreamIsCapturing first (the runtime's calls
     // cost more and stop scaling past two threads, see identity()), then, only for a stream in
-    // capture, cudaStreamGetCaptureInfo for its id. An invalidated capture counts until it ends.
+    // capture, cudaStreamGetCaptureInfo for its id. An invalidated capture counts until it ends
+    // (as `invalidated_capture` where the runtime gives no id for it).
+    static constexpr std::uint64_t invalidated_capture = ~std::uint64_t{0};
     [[nodiscard]] static std::uint64_t capture_of(stream_ref stream) {
-        if (stream.get() == cudaStreamLegacy) return 0;
-        if (const auto is_capturing = driver_stream_is_capturing()) {
+        // The legacy default stream cannot capture: no driver call for it (nor for handle 0, unless
+        // this translation unit made that the per-thread stream).
+        if (stream.get() == cudaStreamLegacy || (stream.get() == nullptr && !per_thread(stream))) return 0;
+        // The driver's call needs the thread's context current: the runtime's first call on this
+        // thread makes it so.
+        thread_local bool context_current = false;
+        const auto is_capturing = driver_stream_is_capturing();
+        if (is_capturing != nullptr && context_current) {
             CUstreamCaptureStatus driver_status = CU_STREAM_CAPTURE_STATUS_NONE;
             if (is_capturing(stream.get(), &driver_status) == CUDA_SUCCESS && driver_status == CU_STREAM_CAPTURE_STATUS_NONE) return 0;
         }
+        context_current = true;
         cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
         unsigned long long id = 0;
-        detail::check_cuda(cudaStreamGetCaptureInfo(stream.get(), &status, &id), "cudaStreamGetCaptureInfo");
-        return status == cudaStreamCaptureStatusNone ? 0 : static_cast<std::uint64_t>(id);
+        const cudaError_t asked = cudaStreamGetCaptureInfo(stream.get(), &status, &id);
+        if (asked == cudaErrorStreamCaptureInvalidated) {
+            static_cast<void>(cudaGetLastError());
+            return invalidated_capture;
+        }
+        detail::check_cuda(asked, "cudaStreamGetCaptureInfo");
+        if (status == cudaStreamCaptureStatusNone) return 0;
+        return id != 0 ? static_cast<std::uint64_t>(id) : invalidated_capture;
     }
 
     // Runs `f` with this thread's capture mode relaxed (cudaThreadExchangeStreamCaptureMode), so
@@ -138,7 +153,8 @@ public:
     // cudaStreamGetId (65 ns) stopped scaling past two threads; the driver's call scales. The
     // special handles (0, cudaStreamLegacy, cudaStreamPerThread) are never destroyed: their bits,
     // with the top bit set, at no cost (stream_ordered keeps per-thread ones apart by thread); so
-    // is any handle the driver cannot say (a stream being captured into a graph).
+    // is any handle the driver cannot say. Never asked of a stream in capture: cuStreamGetId
+    // fails there, and the failure invalidates the capture.
     [[nodiscard]] static std::uint64_t identity(stream_ref stream) noexcept {
         constexpr std::uint64_t special = std::uint64_t{1} << 63;
         if (stream.get() == nullptr || stream.get() == cudaStreamLegacy || stream.get() == cudaStreamPerThread) {
@@ -169,14 +185,22 @@ public:
         return count;
     }
 
-    // The device of `stream`: cudaStreamGetDevice (CUDA 12.8+), else the current device; the
-    // legacy and per-thread default streams are the current device's.
+    // The device of `stream`: its context's (cuStreamGetCtx, cuCtxGetDevice_v2), as a stream in
+    // capture allows those calls where cudaStreamGetDevice would invalidate the capture; the current
+    // device where the driver lacks them. The legacy and per-thread default streams are the
+    // current device's.
     [[nodiscard]] static int device_of(stream_ref stream) {
         int device = 0;
-#if CUDART_VERSION >= 12080
-        if (cudaStreamGetDevice(stream.get(), &device) == cudaSuccess) return device;
-        static_cast<void>(cudaGetLastError());
-#endif
+        if (stream.get() != nullptr && stream.get() != cudaStreamLegacy && stream.get() != cudaStreamPerThread) {
+            static const auto get_context = driver_entry<PFN_cuStreamGetCtx_v9020>("cuStreamGetCtx", 9020);
+            static const auto context_device = driver_entry<PFN_cuCtxGetDevice_v13000>("cuCtxGetDevice", 13000);
+            CUcontext context = nullptr;
+            CUdevice found = 0;
+            if (get_context != nullptr && context_device != nullptr && get_context(stream.get(), &context) == CUDA_SUCCESS &&
+                context_device(&found, context) == CUDA_SUCCESS) {
+                return static_cast<int>(found);
+            }
+        }
         detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
         return device;
     }

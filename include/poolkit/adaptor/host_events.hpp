@@ -29,7 +29,8 @@
 //   or, while the thread's mode is global (the default), another thread's global capture.
 //   unprohibited(f) runs f in relaxed mode, as cudaThreadExchangeStreamCaptureMode does;
 // - a call that synchronizes the device implicitly (synchronizing_call(): cudaFree) while any
-//   stream is capturing, whatever the mode.
+//   stream is capturing, whatever the mode;
+// - asking a stream in capture for its identity (cuStreamGetId fails there, whatever the mode).
 #pragma once
 
 #include <poolkit/core/assert.hpp>
@@ -275,9 +276,12 @@ public:
     void recycle(const event_type&) noexcept {}
     // Streams are never handed out again: the index tells them apart (for the per-thread handle,
     // the calling thread's stream).
+    // Asking a stream in capture for its id breaks the capture, as cuStreamGetId does.
     [[nodiscard]] std::uint64_t identity(stream_ref stream) const {
         const std::lock_guard lock(timeline_->mutex);
-        return state(stream).index;
+        const stream_state& s = state(stream);
+        if (s.capture != 0) invalidate(s.capture, "asking a stream in capture for its id");
+        return s.index;
     }
     [[nodiscard]] static bool per_thread(stream_ref stream) noexcept { return stream.get() == per_thread_handle(); }
 

@@ -33,8 +33,14 @@
 // thread still calls it is undefined, and a global container of its blocks is declared after it.
 // Statistics are exact: live_bytes() and cached_bytes() sum per-thread counters that only their
 // thread writes. Upstream sees blocks in thread caches as live.
-// Complexity: a hit or a free is O(1) plus Events::identity (65 ns for a created stream on an
-// H200, nothing for the special handles); a miss is Upstream's allocate.
+// CUDA graphs: a call on a stream in capture bypasses the caches: the upstream serves it from a
+// graph pool, and the block goes back there at its free, in the capture or after it (marked at its
+// allocation; a filter keeps other frees lock-free). The upstream must see captures (a
+// stream_ordered over cuda_events). A set evicted, a release() or an exhaustion while a capture
+// runs waits for the device, which breaks the capture: not yet avoided.
+// Complexity: a hit or a free is O(1) plus Events::identity (cuStreamGetId, 29 ns for a created
+// stream on the H200, nothing for the special handles) and, where Events see captures, the
+// capture check (cuStreamIsCapturing, 30 ns); a miss is Upstream's allocate.
 // Alignment: up to default_alignment from the caches; larger as Upstream gives it.
 // Exhaustion: when Upstream throws out_of_memory on a miss, the calling thread gives back its
 // cache, every other thread is told to give back its own, and the request is tried once more.
@@ -60,6 +66,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -76,6 +83,10 @@ struct per_thread_options {
     // Streams a thread keeps bins for; one more evicts the least recently used (after waiting for
     // the device).
     std::size_t streams_per_thread = 4;
+    // Each stream call asks whether its stream is in capture (CUDA graphs), where Events can say.
+    // false saves that driver call, which stops scaling past a few threads (docs/threads.md), for
+    // programs that never capture a stream this front serves: such a capture would break.
+    bool see_captures = true;
 };
 
 namespace detail::per_thread_parts {
@@ -150,6 +161,46 @@ public:
 
 private:
     std::atomic<std::int64_t> value_{0};
+};
+
+// Live blocks that must go back to the upstream at their free (a graph pool's), asked at every
+// free of a cached size: a filter of 65,536 address bits answers the frees of other blocks with
+// one relaxed load, no lock; a set under a lock answers the rest exactly. Bits are set as blocks
+// are added and cleared when the set empties.
+class marked_blocks {
+public:
+    void add(void* pointer) {
+        const std::lock_guard lock(mutex_);
+        set_.insert(pointer);
+        bits_[word(pointer)].fetch_or(bit(pointer), std::memory_order_relaxed);
+        count_.store(set_.size(), std::memory_order_relaxed);
+    }
+    // Whether `pointer` was marked (and now is not any more).
+    bool take(void* pointer) noexcept {
+        if (count_.load(std::memory_order_relaxed) == 0) return false;
+        if ((bits_[word(pointer)].load(std::memory_order_relaxed) & bit(pointer)) == 0) return false;
+        const std::lock_guard lock(mutex_);
+        if (set_.erase(pointer) == 0) return false;
+        if (set_.empty()) {
+            for (auto& w : bits_) w.store(0, std::memory_order_relaxed);
+        }
+        count_.store(set_.size(), std::memory_order_relaxed);
+        return true;
+    }
+    [[nodiscard]] std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
+
+private:
+    static constexpr std::size_t words = 1024;
+    static std::uint64_t hash(const void* pointer) noexcept {
+        return (reinterpret_cast<std::uintptr_t>(pointer) >> 8) * 0x9e3779b97f4a7c15ull;
+    }
+    static std::size_t word(const void* pointer) noexcept { return static_cast<std::size_t>(hash(pointer) >> 54); }
+    static std::uint64_t bit(const void* pointer) noexcept { return std::uint64_t{1} << ((hash(pointer) >> 48) & 63); }
+
+    std::mutex mutex_;
+    std::unordered_set<void*> set_;                      // guarded by mutex_
+    std::array<std::atomic<std::uint64_t>, words> bits_{};
+    std::atomic<std::size_t> count_{0};
 };
 
 }  // namespace detail::per_thread_parts
@@ -329,6 +380,7 @@ private:
         std::int64_t retired_live = 0, retired_hits = 0, retired_misses = 0;
         std::vector<void*> used_elsewhere;  // live blocks given to record_use; guarded by mutex
         std::atomic<std::size_t> used_count{0};
+        detail::per_thread_parts::marked_blocks graph_blocks;  // live blocks of graph pools
         std::atomic<std::uint64_t> epoch{0};
     };
 
@@ -450,6 +502,8 @@ private:
             return pointer;
         }
         const std::size_t size = detail::per_thread_parts::class_size(index);
+        const bool on_stream = request.kind == allocation_kind::allocate_async;
+        if (on_stream && in_capture(request.stream)) [[unlikely]] return take_for_graph(mine, request, size);
         if (mine == nullptr) {  // the thread's caches are gone: a block of the class from the upstream
             void* pointer = take_from_upstream(nullptr, request, size);
             if (pointer != nullptr) count(nullptr, static_cast<std::int64_t>(size), 1);
@@ -457,7 +511,6 @@ private:
         }
         thread_cache& c = *mine;
         catch_up(c);
-        const bool on_stream = request.kind == allocation_kind::allocate_async;
         stream_set& set = *set_for(c, on_stream, request.stream);
         if (set.counts[index] > 0) {
             void* pointer = set.slot(index, --set.counts[index]);
@@ -517,9 +570,10 @@ private:
             return;
         }
         const std::size_t size = detail::per_thread_parts::class_size(index);
-        const bool used_elsewhere = forget_use(request.pointer);
+        const bool passes_back = forget_use(request.pointer) || core_->graph_blocks.take(request.pointer) ||
+                                 (request.on_stream && in_capture(request.stream));
         thread_cache* c = cache_or_null();
-        stream_set* set = c != nullptr && !used_elsewhere ? free_set(*c, request.on_stream, request.stream) : nullptr;
+        stream_set* set = c != nullptr && !passes_back ? free_set(*c, request.on_stream, request.stream) : nullptr;
         if (set == nullptr) {  // used on other streams, no cache (gone, or no memory): straight back
             hand_back(request, request.pointer, size);
             count(c, -static_cast<std::int64_t>(size));
@@ -534,6 +588,44 @@ private:
         set->bytes += size;
         c->cached.add(static_cast<std::int64_t>(size));
         if (static_cast<std::size_t>(c->cached.get()) > options_.max_cached_bytes) shrink(*c, *set, request);
+    }
+
+    // CUDA graphs: a stream in capture never meets the caches, whose blocks serve eager work (and
+    // asking it for its identity would break the capture). Its requests take blocks of their class
+    // from the upstream, which serves them from a graph pool, and are marked (graph_blocks), so that
+    // their frees, in capture or not, go back there too; a free in capture goes to the upstream
+    // (the graph may use the block). One driver call per stream call (cuStreamIsCapturing).
+    static constexpr bool sees_captures = requires(Events& e, stream_ref s) {
+        { e.capture_of(s) } -> std::convertible_to<std::uint64_t>;
+    };
+    bool in_capture(stream_ref stream) noexcept {
+        if constexpr (sees_captures && stream_resource<Upstream>) {
+            if (!options_.see_captures) return false;
+            try {
+                return static_cast<std::uint64_t>(events_.capture_of(stream)) != 0;
+            } catch (...) {  // the driver could not say: as if in capture (the upstream decides)
+                return true;
+            }
+        } else {
+            static_cast<void>(stream);
+            return false;
+        }
+    }
+    void* take_for_graph(thread_cache* c, const allocation_request& request, std::size_t size) {
+        if constexpr (stream_resource<Upstream>) {
+            void* pointer = upstream_.allocate_async(size, default_alignment, request.stream);
+            try {
+                core_->graph_blocks.add(pointer);
+            } catch (...) {
+                upstream_.deallocate_async(pointer, size, default_alignment, request.stream);
+                throw;
+            }
+            count(c, static_cast<std::int64_t>(size), 1);
+            return pointer;
+        } else {
+            static_cast<void>(c), static_cast<void>(request), static_cast<void>(size);
+            return nullptr;
+        }
     }
 
     // Whether `pointer` was given to record_use (and now is not any more).

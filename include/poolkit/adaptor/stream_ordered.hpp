@@ -32,9 +32,11 @@
 // more before out_of_memory.
 // CUDA graphs (Events that see captures: cuda_events, host_events; docs/stream_ordering.md): a
 // call on a stream in capture is served by a graph pool (detail/graph_pools.hpp) and makes no call
-// a capture forbids — no event query or host wait, no device-wide wait, no cudaFree; growth in
-// relaxed capture mode. While a capture it served may run, calls on other streams stay
-// capture-safe: relaxed mode, no device-wide wait, chunks given back held until it ended.
+// a capture forbids — no event query or host wait, no device-wide wait, no cudaFree, no question
+// a capturing stream fails (its identity: graph pools key streams by handle); growth in relaxed
+// capture mode. While a capture it served may run, calls on other streams stay capture-safe:
+// relaxed mode, no device-wide wait, chunks given back held until it ended. Every stream call
+// asks whether its stream is in capture (one driver call, cuStreamIsCapturing).
 // Complexity: a stream's record O(1); a hit is a front take (O(1) when its size mask rules the
 // size out) or the Pool's cached allocate; a free is a front push, or the Pool's deallocate for
 // the home. Records of streams not seen since the last trim, with empty fronts, are dropped once
@@ -440,7 +442,7 @@ private:
     // served may run. Returns whether they still may; when none do, the chunks held meanwhile go
     // back upstream.
     bool during_captures(const stream_ref* stream) {
-        const detail::stream_key key = stream != nullptr ? key_of(*stream) : detail::stream_key{};
+        const detail::stream_key key = stream != nullptr ? capture_key_of(*stream) : detail::stream_key{};
         if (graphs_->running_after(stream != nullptr ? &key : nullptr)) return true;
         for (const detail::free_block& b : std::exchange(held_returns_, {})) {
             secure();
@@ -469,7 +471,7 @@ private:
     // mode (cudaMalloc is then allowed); nothing else this adaptor does could run in a capture.
     [[gnu::noinline]] void* allocate_captured(std::uint64_t capture, stream_ref stream, std::size_t bytes, std::size_t alignment) {
         if constexpr (sees_captures && resource<upstream_type>) {
-            const detail::stream_key key = key_of(stream);
+            const detail::stream_key key = capture_key_of(stream);
             graphs().note_running(capture, key);
             void* pointer = graphs().allocate(capture, key, stream, bytes, alignment, [&](auto call) { return events_.unprohibited(call); });
             return handed_out(pointer);
@@ -485,11 +487,11 @@ private:
     [[gnu::noinline]] bool free_captured(std::uint64_t capture, const detail::free_block& block, stream_ref stream) noexcept {
         if (capture != 0) {
             try {
-                graphs().note_running(capture, key_of(stream));
+                graphs().note_running(capture, capture_key_of(stream));
             } catch (...) {  // no host memory to note it: eager calls meanwhile may break the capture
             }
         }
-        if (graphs_ != nullptr && graphs_->deallocate(block.pointer, block.bytes, block.alignment, stream, key_of(stream), capture)) {
+        if (graphs_ != nullptr && graphs_->deallocate(block.pointer, block.bytes, block.alignment, stream, capture_key_of(stream), capture)) {
             if (!uses_.empty()) static_cast<void>(uses_.take(block.pointer));  // the graph pool orders its own
             --live_count_;
             return true;
@@ -509,6 +511,10 @@ private:
         return Events::per_thread(stream) ? std::this_thread::get_id() : std::thread::id{};
     }
     detail::stream_key key_of(stream_ref stream) const { return {static_cast<std::uint64_t>(events_.identity(stream)), thread_of(stream)}; }
+    // The key of graph pools and captures: the handle, as a stream in capture cannot be asked for
+    // its identity (that breaks the capture). A handle is only reused after its stream was
+    // destroyed, which ends its captures.
+    static detail::stream_key capture_key_of(stream_ref stream) noexcept { return {stream_id(stream), thread_of(stream)}; }
     static std::uintptr_t address_of(const void* pointer) noexcept { return reinterpret_cast<std::uintptr_t>(pointer); }
 
     record_type& record_for(stream_ref stream) {
