@@ -6,6 +6,9 @@
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/core/ref.hpp>
+#include <poolkit/observe/fragmentation.hpp>
+#include <poolkit/observe/memory_summary.hpp>
+#include <poolkit/observe/snapshot.hpp>
 #include <poolkit/presets.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
@@ -16,6 +19,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <random>
 #include <thread>
 #include <utility>
@@ -379,4 +384,52 @@ TEST_CASE("per_thread with see_captures off asks nothing about captures: a captu
     CHECK_THROWS_AS(static_cast<void>(pool.allocate_async(4 * KiB, 256, f.capturing)), capture_error);  // its identity was asked
     CHECK_FALSE(f.events.end_capture(f.capturing).valid);
     CHECK(f.events.capture_errors() == 1);
+}
+
+TEST_CASE("graph pools in the walk: snapshot segments carry their pool, fragmentation and the summary count them") {
+    fixture f;
+    checked_caching pool{ref(f.upstream), {}, f.events};
+    void* eager = pool.allocate_async(64 * KiB, 256, f.eager);
+    const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::relaxed);
+    void* kept = pool.allocate_async(1 * MiB, 256, f.capturing);  // outlives the capture (an output)
+    void* scratch = pool.allocate_async(256 * KiB, 256, f.capturing);
+    pool.deallocate_async(scratch, 256 * KiB, 256, f.capturing);
+    pool.deallocate_async(eager, 64 * KiB, 256, f.capturing);  // kept for the graph, which reads it
+    f.events.submit(f.capturing);
+    REQUIRE(f.events.end_capture(f.capturing).valid);
+
+    const auto address = [](const void* p) { return reinterpret_cast<std::uintptr_t>(p); };
+    bool adopted_pending = false, kept_live = false, scratch_free = false;
+    std::size_t chunk_bytes = 0, block_bytes = 0;
+    std::uintptr_t last_chunk = 0;
+    pool.for_each_block([&](const chunk_view& chunk, const block_view& block) {
+        if (chunk.address != last_chunk) chunk_bytes += chunk.bytes, last_chunk = chunk.address;
+        block_bytes += block.bytes;
+        if (block.address == address(eager)) adopted_pending = block.pending_free && !block.live && chunk.pool == 0;
+        if (block.address == address(kept)) kept_live = block.live && chunk.pool == id;
+        if (block.address == address(scratch)) scratch_free = !block.live && chunk.pool == id;
+    });
+    CHECK(adopted_pending);
+    CHECK(kept_live);
+    CHECK(scratch_free);
+    CHECK(block_bytes == chunk_bytes);  // the blocks of every chunk tile it, graph pools' too
+
+    const fragmentation_figures figures = fragmentation(pool);
+    CHECK(figures.private_pools == 1);
+    CHECK(figures.private_live_bytes >= 1 * MiB);
+    CHECK(figures.private_reserved_bytes >= figures.private_live_bytes + 256 * KiB);
+    CHECK(snapshot(pool).find("\"segment_pool_id\": [0, " + std::to_string(id) + "]") != std::string::npos);
+    const std::string summary = memory_summary(std::map<std::string, std::int64_t>{}, figures);
+    CHECK(summary.find("| Graph pools: 1 ") != std::string::npos);
+    for (std::size_t at = 0, next = 0; (next = summary.find('\n', at)) != std::string::npos; at = next + 1) {
+        CHECK(next - at == 77);  // every row as wide as the rules
+    }
+
+    pool.deallocate_async(kept, 1 * MiB, 256, f.eager);
+    f.events.complete_all();
+    pool.release_graph_pool(id);
+    CHECK(fragmentation(pool).private_pools == 0);
+    CHECK(snapshot(pool).find("segment_pool_id") == std::string::npos);
+    pool.check_invariants();
+    CHECK(f.events.capture_errors() == 0);
 }

@@ -85,9 +85,9 @@ TEST_CASE("memory_summary: a table of current, peak, total allocated and freed")
     outer.deallocate(a, 3 << 20);
     const std::string table = memory_summary(outer);
     CHECK(table.find("poolkit memory summary") != std::string::npos);
-    CHECK(table.find("| Allocated memory     | 1.50 KiB    | 3.00 MiB    | 3.00 MiB    | 3.00 MiB    |") != std::string::npos);
+    CHECK(table.find("| Allocated memory  | 1.50 KiB    | 3.00 MiB    | 3.00 MiB    | 3.00 MiB    |") != std::string::npos);
     CHECK(table.find("Reserved memory") != std::string::npos);
-    CHECK(table.find("| Allocations          | 1           | 2           | 2           | 1           |") != std::string::npos);
+    CHECK(table.find("| Allocations       | 1           | 2           | 2           | 1           |") != std::string::npos);
     CHECK(table.find("Segments") != std::string::npos);
     CHECK(table.find("OOMs: 0") != std::string::npos);
     CHECK(memory_summary(pool).find("Reserved memory") == std::string::npos);  // only the inner statistics<> is found
@@ -98,7 +98,7 @@ TEST_CASE("memory_summary: a table of current, peak, total allocated and freed")
     CHECK(memory_summary(over_double).find("Free blocks: 3") != std::string::npos);
     delete &over_double.upstream_resource().get();
     const std::map<std::string, std::int64_t> partial{{"reserved_bytes.all.current", 2 << 20}, {"reserved_bytes.all.peak", 4 << 20}};
-    CHECK(memory_summary(partial).find("| Reserved memory      | 2.00 MiB    | 4.00 MiB    | -           | -           |") != std::string::npos);
+    CHECK(memory_summary(partial).find("| Reserved memory   | 2.00 MiB    | 4.00 MiB    | -           | -           |") != std::string::npos);
     CHECK(detail::human_bytes(512) == "512 B");
     CHECK(detail::human_bytes(std::int64_t{5} << 30) == "5.00 GiB");
 }

@@ -319,8 +319,9 @@ public:
         }
     }
 
-    // The walk of walk.hpp over the pool, in address order; a block in a front or waiting is
-    // pending_free (with its stream, for a front), not live. O(blocks + pending log pending).
+    // The walk of walk.hpp over the pool, in address order; a block in a front, waiting, or kept
+    // by a graph pool (freed in a capture) is pending_free (with its stream, for a front), not
+    // live. Then the graph pools' chunks (chunk_view::pool set). O(blocks + pending log pending).
     template <class Visitor>
         requires walkable<pool_type>
     void for_each_block(Visitor&& visit) const {
@@ -330,6 +331,9 @@ public:
             for (const detail::free_block& b : r.front.blocks()) pending_blocks.emplace_back(address_of(b.pointer), stream_id(r.stream));
         });
         waiting_.for_each_block([&](const detail::free_block& b) { pending_blocks.emplace_back(address_of(b.pointer), 0); });
+        if (graphs_ != nullptr) {
+            graphs_->for_each_adopted([&](std::uint64_t, const detail::free_block& b) { pending_blocks.emplace_back(address_of(b.pointer), 0); });
+        }
         std::sort(pending_blocks.begin(), pending_blocks.end());
         pool_.for_each_block([&](const chunk_view& chunk, const block_view& block) {
             block_view seen = block;
@@ -341,6 +345,7 @@ public:
             }
             visit(chunk, seen);
         });
+        if (graphs_ != nullptr) graphs_->for_each_block(visit);
     }
 
     // Blocks handed out now; streams with a record; blocks in fronts; blocks waiting for events.

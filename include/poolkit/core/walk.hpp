@@ -18,6 +18,7 @@ struct chunk_view {
     std::uintptr_t address = 0;
     std::size_t bytes = 0;
     std::uintptr_t stream = 0;  // the stream the chunk serves, 0 when it is not tied to one
+    std::uint64_t pool = 0;     // the private pool holding it (a CUDA graph's), 0 for the shared one
 };
 
 // One block of a chunk.

@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <vector>
 
 namespace poolkit {
 
@@ -20,6 +22,11 @@ struct fragmentation_figures {
     std::size_t free_bytes = 0;         // sum of free block sizes (pending frees included)
     std::size_t free_blocks = 0;
     std::size_t largest_free_block = 0;
+    // Of those, in private pools (CUDA graphs' memory, chunk_view::pool): how many pools, their
+    // chunks' bytes and their live blocks' bytes.
+    std::size_t private_pools = 0;
+    std::size_t private_reserved_bytes = 0;
+    std::size_t private_live_bytes = 0;
 
     // Reserved over live; 0 when nothing is live.
     [[nodiscard]] double reserved_over_live() const noexcept {
@@ -36,15 +43,21 @@ template <walkable R>
     fragmentation_figures figures;
     std::uintptr_t last_chunk = 0;
     bool any_chunk = false;
+    std::vector<std::uint64_t> pools;  // private ones seen
     r.for_each_block([&](const chunk_view& chunk, const block_view& block) {
         if (!any_chunk || chunk.address != last_chunk) {
             ++figures.chunks;
             figures.reserved_bytes += chunk.bytes;
             last_chunk = chunk.address;
             any_chunk = true;
+            if (chunk.pool != 0) {
+                figures.private_reserved_bytes += chunk.bytes;
+                if (std::find(pools.begin(), pools.end(), chunk.pool) == pools.end()) pools.push_back(chunk.pool);
+            }
         }
         if (block.live) {
             figures.live_bytes += block.bytes;
+            if (chunk.pool != 0) figures.private_live_bytes += block.bytes;
             ++figures.live_blocks;
         } else {
             figures.free_bytes += block.bytes;
@@ -52,6 +65,7 @@ template <walkable R>
             figures.largest_free_block = std::max(figures.largest_free_block, block.bytes);
         }
     });
+    figures.private_pools = pools.size();
     return figures;
 }
 

@@ -75,7 +75,7 @@ std::optional<fragmentation_figures> find_fragmentation(const R& r) {
     text += "|                     poolkit memory summary                                |\n";
     text += line;
     char row[160];
-    std::snprintf(row, sizeof row, "| %-21s| %-12s| %-12s| %-12s| %-12s|\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
+    std::snprintf(row, sizeof row, "| %-18s| %-12s| %-12s| %-12s| %-12s|\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
                   "Tot Freed");
     text += row;
     text += line;
@@ -86,7 +86,7 @@ std::optional<fragmentation_figures> find_fragmentation(const R& r) {
             if (found == stats.end()) return std::string("-");
             return bytes ? detail::human_bytes(found->second) : std::to_string(found->second);
         };
-        std::snprintf(row, sizeof row, "| %-21s| %-12s| %-12s| %-12s| %-12s|\n", label, cell("current").c_str(),
+        std::snprintf(row, sizeof row, "| %-18s| %-12s| %-12s| %-12s| %-12s|\n", label, cell("current").c_str(),
                       cell("peak").c_str(), cell("allocated").c_str(), cell("freed").c_str());
         text += row;
     };
@@ -103,7 +103,7 @@ std::optional<fragmentation_figures> find_fragmentation(const R& r) {
         const auto found = stats.find(key);
         return found == stats.end() ? std::string("-") : std::to_string(found->second);
     };
-    std::snprintf(row, sizeof row, "| OOMs: %-8s Alloc retries: %-8s Upstream allocs: %-8s frees: %-6s|\n",
+    std::snprintf(row, sizeof row, "| OOMs: %-8s Alloc retries: %-8s Upstream allocs: %-8s frees: %-2s|\n",
                   count("num_ooms").c_str(), count("num_alloc_retries").c_str(), count("num_device_alloc").c_str(),
                   count("num_device_free").c_str());
     text += row;
@@ -112,6 +112,12 @@ std::optional<fragmentation_figures> find_fragmentation(const R& r) {
         std::snprintf(row, sizeof row, "| Reserved / live: %-6.3f Largest free / free: %-6.3f Free blocks: %-9zu|\n",
                       fragments->reserved_over_live(), fragments->largest_free_over_free(), fragments->free_blocks);
         text += row;
+        if (fragments->private_pools > 0) {  // CUDA graphs' memory, included in the figures above
+            std::snprintf(row, sizeof row, "| Graph pools: %-5zu reserved: %-13s live: %-25s|\n", fragments->private_pools,
+                          detail::human_bytes(static_cast<std::int64_t>(fragments->private_reserved_bytes)).c_str(),
+                          detail::human_bytes(static_cast<std::int64_t>(fragments->private_live_bytes)).c_str());
+            text += row;
+        }
     }
     text += rule;
     return text;

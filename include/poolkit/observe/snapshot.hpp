@@ -8,7 +8,9 @@
 //                     "state": "active_allocated", "stream": 0},
 //                    {"address": ..., "size": 2096128, "requested_size": 0, "state": "inactive", ...}]}]}
 // A block's state is active_allocated (live), active_pending_free (freed, waiting on a stream)
-// or inactive (free). Addresses are decimal, as PyTorch writes them. O(blocks).
+// or inactive (free). Addresses are decimal, as PyTorch writes them. A segment of a private pool
+// (a CUDA graph's, chunk_view::pool) also has "segment_pool_id": [0, pool]; the shared pool's
+// segments have none (PyTorch's (0, 0)). O(blocks).
 #pragma once
 
 #include <poolkit/core/walk.hpp>
@@ -34,7 +36,9 @@ template <walkable R>
         json += "{\"address\": " + std::to_string(current.address) + ", \"total_size\": " + std::to_string(current.bytes) +
                 ", \"allocated_size\": " + std::to_string(allocated) + ", \"active_size\": " + std::to_string(active) +
                 ", \"requested_size\": " + std::to_string(requested) + ", \"stream\": " + std::to_string(current.stream) +
-                ", \"segment_type\": \"large\", \"blocks\": [" + blocks + "]}";
+                ", \"segment_type\": \"large\"" +
+                (current.pool != 0 ? ", \"segment_pool_id\": [0, " + std::to_string(current.pool) + "]" : std::string()) +
+                ", \"blocks\": [" + blocks + "]}";
         blocks.clear();
         allocated = active = requested = 0;
     };

@@ -18,7 +18,7 @@ def _segment(device, segment, expandable):
         "requested_size": segment["requested_size"],
         "stream": segment["stream"],
         "segment_type": segment["segment_type"],
-        "segment_pool_id": (0, 0),
+        "segment_pool_id": tuple(segment.get("segment_pool_id", (0, 0))),  # a CUDA graph's pool: (0, id)
         "is_expandable": expandable,
         "frames": [],
         "blocks": [{

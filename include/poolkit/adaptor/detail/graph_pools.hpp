@@ -38,6 +38,7 @@
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/rebind.hpp>
 #include <poolkit/core/stream_ref.hpp>
+#include <poolkit/core/walk.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -208,6 +209,42 @@ public:
         return ids.size();
     }
     [[nodiscard]] std::size_t live_blocks() const noexcept { return owners_.size(); }
+
+    // The walk (walk.hpp) of every graph pool: each Pool's chunks with chunk_view::pool and the
+    // stream key's handle set, a block freed into it but not in it yet (joining, held) pending_free;
+    // then what the gates hold, a chunk of one free block each.
+    template <class Visitor>
+        requires walkable<PoolType>
+    void for_each_block(Visitor&& visit) const {
+        for (const auto& p : parts_) {
+            std::vector<std::uintptr_t> pending;
+            pending.reserve(p->joining.size() + p->held.size());
+            for (const joining_block& j : p->joining) pending.push_back(reinterpret_cast<std::uintptr_t>(j.block.pointer));
+            for (const free_block& b : p->held) pending.push_back(reinterpret_cast<std::uintptr_t>(b.pointer));
+            std::sort(pending.begin(), pending.end());
+            p->blocks->pool.for_each_block([&](const chunk_view& chunk, const block_view& block) {
+                chunk_view in_pool = chunk;
+                in_pool.pool = p->pool;
+                in_pool.stream = static_cast<std::uintptr_t>(p->key.stream);  // the handle (capture_key_of)
+                block_view seen = block;
+                if (seen.live && std::binary_search(pending.begin(), pending.end(), block.address)) {
+                    seen.live = false;
+                    seen.pending_free = true;
+                    seen.stream = in_pool.stream;
+                }
+                visit(in_pool, seen);
+            });
+            for (const free_block& b : p->blocks->held) {
+                const auto address = reinterpret_cast<std::uintptr_t>(b.pointer);
+                visit(chunk_view{address, b.bytes, 0, p->pool}, block_view{address, b.bytes});
+            }
+        }
+    }
+    // `visit(pool, block)` for each block of the shared pool a graph pool keeps (adopt()).
+    template <class Visit>
+    void for_each_adopted(Visit&& visit) const {
+        for (const auto& [pool, block] : adopted_) visit(pool, block);
+    }
     [[nodiscard]] bool owns(const void* pointer) const noexcept { return !owners_.empty() && owners_.find(pointer) != nullptr; }
 
 private:
