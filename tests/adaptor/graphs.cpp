@@ -376,14 +376,46 @@ TEST_CASE("per_thread: a capturing stream bypasses the thread caches, and graph 
     CHECK(f.events.capture_errors() == 0);
 }
 
-TEST_CASE("per_thread with see_captures off asks nothing about captures: a capture through it breaks") {
+TEST_CASE("capture checks: every call, only while a capture is announced, never") {
     fixture f;
-    per_thread<synchronized<checked_caching>, host_events> pool{std::in_place, per_thread_options{.see_captures = false}, f.events,
-                                                               ref(f.upstream), caching_options{}, f.events};
-    f.events.begin_capture(f.capturing, capture_mode::relaxed);
-    CHECK_THROWS_AS(static_cast<void>(pool.allocate_async(4 * KiB, 256, f.capturing)), capture_error);  // its identity was asked
-    CHECK_FALSE(f.events.end_capture(f.capturing).valid);
-    CHECK(f.events.capture_errors() == 1);
+    SUBCASE("stream_ordered, announced: an announced capture works, an unannounced one breaks") {
+        checked_caching pool{ref(f.upstream), {}, f.events};
+        pool.capture_checks(capture_check::announced);
+        CHECK(pool.capture_checks() == capture_check::announced);
+        {
+            const announced_capture announce;
+            CHECK(captures_announced());
+            const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
+            pool.deallocate_async(pool.allocate_async(4 * KiB, 256, f.capturing), 4 * KiB, 256, f.capturing);
+            REQUIRE(f.events.end_capture(f.capturing).valid);
+            pool.release_graph_pool(id);
+        }
+        CHECK_FALSE(captures_announced());
+        f.events.begin_capture(f.capturing, capture_mode::relaxed);
+        CHECK(pool.graph_pool_of(f.capturing) != 0);  // asked of the user: always answered
+        CHECK_THROWS_AS(static_cast<void>(pool.allocate_async(4 * KiB, 256, f.capturing)), capture_error);  // its identity was asked
+        CHECK_FALSE(f.events.end_capture(f.capturing).valid);
+        CHECK(f.events.capture_errors() == 1);
+    }
+    SUBCASE("per_thread, never: even an announced capture breaks") {
+        per_thread<synchronized<checked_caching>, host_events> pool{std::in_place, per_thread_options{.captures = capture_check::never}, f.events,
+                                                                   ref(f.upstream), caching_options{}, f.events};
+        const announced_capture announce;
+        f.events.begin_capture(f.capturing, capture_mode::relaxed);
+        CHECK_THROWS_AS(static_cast<void>(pool.allocate_async(4 * KiB, 256, f.capturing)), capture_error);
+        CHECK_FALSE(f.events.end_capture(f.capturing).valid);
+    }
+    SUBCASE("per_thread, announced: an announced capture goes to the graph pool") {
+        per_thread<synchronized<checked_caching>, host_events> pool{std::in_place, per_thread_options{.captures = capture_check::announced},
+                                                                   f.events, ref(f.upstream), caching_options{}, f.events};
+        const announced_capture announce;
+        f.events.begin_capture(f.capturing, capture_mode::global);
+        void* p = pool.allocate_async(4 * KiB, 256, f.capturing);
+        CHECK(pool.upstream_resource().locked([](auto& u) { return u.graph_blocks(); }) == 1);
+        pool.deallocate_async(p, 4 * KiB, 256, f.capturing);
+        CHECK(f.events.end_capture(f.capturing).valid);
+        CHECK(f.events.capture_errors() == 0);
+    }
 }
 
 TEST_CASE("graph pools in the walk: snapshot segments carry their pool, fragmentation and the summary count them") {

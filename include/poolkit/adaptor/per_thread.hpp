@@ -36,7 +36,7 @@
 // CUDA graphs: a call on a stream in capture bypasses the caches: the upstream serves it from a
 // graph pool, and the block goes back there at its free, in the capture or after it (marked at its
 // allocation; a filter keeps other frees lock-free). The upstream must see captures (a
-// stream_ordered over cuda_events). A set evicted, a release() or an exhaustion while a capture
+// stream_ordered over cuda_events) and check them at least as often as options.captures says. A set evicted, a release() or an exhaustion while a capture
 // runs waits for the device, which breaks the capture: not yet avoided.
 // Complexity: a hit or a free is O(1) plus Events::identity (cuStreamGetId, 29 ns for a created
 // stream on the H200, nothing for the special handles) and, where Events see captures, the
@@ -49,6 +49,7 @@
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
+#include <poolkit/core/captures.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/forwarding.hpp>
 #include <poolkit/core/properties.hpp>
@@ -83,10 +84,10 @@ struct per_thread_options {
     // Streams a thread keeps bins for; one more evicts the least recently used (after waiting for
     // the device).
     std::size_t streams_per_thread = 4;
-    // Each stream call asks whether its stream is in capture (CUDA graphs), where Events can say.
-    // false saves that driver call, which stops scaling past a few threads (docs/threads.md), for
-    // programs that never capture a stream this front serves: such a capture would break.
-    bool see_captures = true;
+    // When a stream call asks whether its stream is in capture (CUDA graphs), where Events can
+    // say (core/captures.hpp): every call by default; announced or never save that driver call,
+    // which stops scaling past a few threads (docs/threads.md).
+    capture_check captures = capture_check::every_call;
 };
 
 namespace detail::per_thread_parts {
@@ -600,7 +601,7 @@ private:
     };
     bool in_capture(stream_ref stream) noexcept {
         if constexpr (sees_captures && stream_resource<Upstream>) {
-            if (!options_.see_captures) return false;
+            if (!asks_about_captures(options_.captures)) [[likely]] return false;
             try {
                 return static_cast<std::uint64_t>(events_.capture_of(stream)) != 0;
             } catch (...) {  // the driver could not say: as if in capture (the upstream decides)

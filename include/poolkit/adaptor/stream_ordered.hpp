@@ -36,7 +36,8 @@
 // a capturing stream fails (its identity: graph pools key streams by handle); growth in relaxed
 // capture mode. While a capture it served may run, calls on other streams stay capture-safe:
 // relaxed mode, no device-wide wait, chunks given back held until it ended. Every stream call
-// asks whether its stream is in capture (one driver call, cuStreamIsCapturing).
+// asks whether its stream is in capture (one driver call, cuStreamIsCapturing), or only while a
+// capture is announced (capture_checks(), core/captures.hpp).
 // Complexity: a stream's record O(1); a hit is a front take (O(1) when its size mask rules the
 // size out) or the Pool's cached allocate; a free is a front push, or the Pool's deallocate for
 // the home. Records of streams not seen since the last trim, with empty fronts, are dropped once
@@ -64,6 +65,7 @@
 #include <poolkit/adaptor/stream_concepts.hpp>
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
+#include <poolkit/core/captures.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/config.hpp>
 #include <poolkit/core/cuda_mr_spelling.hpp>
@@ -250,13 +252,13 @@ public:
     // one (by default each capture has its own, named by the capture's id: graph_pool_of()).
     // Requires Events that see captures (cuda_events, host_events) and `stream` in capture.
     void capture_into(stream_ref stream, std::uint64_t pool) {
-        const std::uint64_t capture = capture_of(stream);
+        const std::uint64_t capture = capture_of(stream, capture_check::every_call);
         if (capture == 0) throw std::logic_error("poolkit: stream_ordered::capture_into of a stream not in capture");
         graphs().share(capture, pool);
     }
     // The graph pool the capture `stream` is in allocates from (0: not in capture).
     [[nodiscard]] std::uint64_t graph_pool_of(stream_ref stream) {
-        const std::uint64_t capture = capture_of(stream);
+        const std::uint64_t capture = capture_of(stream, capture_check::every_call);
         return capture == 0 ? 0 : (graphs_ != nullptr ? graphs_->pool_of(capture) : capture);
     }
     // The graphs that allocate from `pool` will not be launched again: the host waits for the
@@ -370,6 +372,10 @@ public:
     // cudaMemPoolReuseAllowInternalDependencies. On by default; off, a stream never waits on
     // another's work for memory, at the cost of growth.
     void internal_dependencies(bool allowed) noexcept { internal_dependencies_ = allowed; }
+    // When stream calls ask whether their stream is in capture (core/captures.hpp): every call by
+    // default (one driver call each); only while a capture is announced; never.
+    void capture_checks(capture_check check) noexcept { capture_check_ = check; }
+    [[nodiscard]] capture_check capture_checks() const noexcept { return capture_check_; }
     [[nodiscard]] bool internal_dependencies() const noexcept { return internal_dependencies_; }
 
     [[nodiscard]] upstream_type& upstream_resource() noexcept { return upstream_; }
@@ -430,9 +436,12 @@ private:
         return build_over<pool_type>(detail::gated_upstream<upstream_type>(upstream_, gate_), options);
     }
 
-    // The capture `stream` is in: one driver call (cudaStreamGetCaptureInfo); 0 where Events see none.
-    std::uint64_t capture_of(stream_ref stream) {
+    // The capture `stream` is in (0: none, or Events see none), asked where `check` (by default the
+    // one set) says: on CUDA one driver call.
+    std::uint64_t capture_of(stream_ref stream) { return capture_of(stream, capture_check_); }
+    std::uint64_t capture_of([[maybe_unused]] stream_ref stream, [[maybe_unused]] capture_check check) {
         if constexpr (sees_captures) {
+            if (!asks_about_captures(check)) [[likely]] return 0;
             return static_cast<std::uint64_t>(events_.capture_of(stream));
         } else {
             return 0;
@@ -911,6 +920,7 @@ private:
     std::uint64_t polls_ = 0;  // hits since the start, for poll_interval
     bool plain_allocations_ = false;
     bool internal_dependencies_ = true;
+    capture_check capture_check_ = capture_check::every_call;
     const stream_ref* call_stream_ = nullptr;  // the stream of the call in progress (call_on)
     bool closing_ = false;                     // destroyed: everything was waited for
 };
