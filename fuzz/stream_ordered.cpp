@@ -1,7 +1,8 @@
 // Fuzzes stream_ordered<best_fit> over simulated streams (host_events): fuzzer-chosen allocations
 // on up to eight streams, frees on the same or another stream, record_use, work completing,
 // streams destroyed and made, forget_stream, release, plain allocate/deallocate, and stream
-// captures (CUDA graphs) in the three modes, ended and their graph pools released. Every block
+// captures (CUDA graphs) in the three modes, ended and their graph pools released (or their
+// graphs destroyed, after which the pools release themselves). Every block
 // must be aligned and disjoint from every live block, check_invariants() holds after each step, no
 // destroyed stream is ever touched (host_events throws std::logic_error), no call breaks a capture
 // (host_events throws capture_error), and at the end every byte is back upstream.
@@ -139,11 +140,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                     }
                 }
                 break;
-            case 11:  // the capture ends, and its graph pool may be released
+            case 11:  // the capture ends; its graph pool may be released, or its graph destroyed
                 if (capturing) {
-                    if (!events.end_capture(*streams[*capturing]).valid) std::abort();
+                    const auto graph = events.end_capture(*streams[*capturing]);
+                    if (!graph.valid) std::abort();
                     capturing.reset();
-                    if (op & 16) pool.release_graph_pool(capture_pool);
+                    if (op & 16) {
+                        pool.release_graph_pool(capture_pool);
+                    } else if (op & 32) {  // the pool releases itself once told, at a later call
+                        events.destroy_graph(graph);
+                    }
                 }
                 break;
             default: {  // plain allocate, memory usable on any stream at once

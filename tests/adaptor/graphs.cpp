@@ -465,3 +465,73 @@ TEST_CASE("graph pools in the walk: snapshot segments carry their pool, fragment
     pool.check_invariants();
     CHECK(f.events.capture_errors() == 0);
 }
+
+TEST_CASE("a graph pool releases itself once its graphs are destroyed and their launches are done") {
+    fixture f;
+    checked_caching pool{ref(f.upstream), {}, f.events};
+    const auto eager_call = [&] { pool.deallocate_async(pool.allocate_async(4 * KiB, 256, f.eager), 4 * KiB, 256, f.eager); };
+
+    SUBCASE("one graph; an output it allocated outlives it") {
+        f.events.begin_capture(f.capturing, capture_mode::global);
+        void* scratch = pool.allocate_async(1 * MiB, 256, f.capturing);
+        f.events.submit(f.capturing);
+        pool.deallocate_async(scratch, 1 * MiB, 256, f.capturing);
+        void* output = pool.allocate_async(64 * KiB, 256, f.capturing);
+        const auto graph = f.events.end_capture(f.capturing);
+        REQUIRE(graph.valid);
+        f.events.launch(graph, f.capturing);
+        f.events.destroy_graph(graph);
+        eager_call();
+        CHECK(pool.graph_pools() == 1);  // its launch may still run
+        f.events.complete(f.capturing);
+        eager_call();  // released now, but for the output
+        CHECK(pool.graph_blocks() == 1);
+        pool.deallocate_async(output, 64 * KiB, 256, f.eager);
+        CHECK(pool.graph_pools() == 0);
+    }
+    SUBCASE("two graphs sharing a pool: released after both") {
+        constexpr std::uint64_t shared = 1000;
+        std::vector<host_events::captured_graph> graphs;
+        for (int i = 0; i < 2; ++i) {
+            f.events.begin_capture(f.capturing, capture_mode::global);
+            pool.capture_into(f.capturing, shared);
+            pool.deallocate_async(pool.allocate_async(1 * MiB, 256, f.capturing), 1 * MiB, 256, f.capturing);
+            graphs.push_back(f.events.end_capture(f.capturing));
+        }
+        f.events.destroy_graph(graphs[0]);
+        eager_call();
+        CHECK(pool.graph_pools() == 1);
+        f.events.destroy_graph(graphs[1]);
+        eager_call();
+        CHECK(pool.graph_pools() == 0);
+    }
+    SUBCASE("not while another capture the pool serves may run") {
+        f.events.begin_capture(f.capturing, capture_mode::relaxed);
+        pool.deallocate_async(pool.allocate_async(1 * MiB, 256, f.capturing), 1 * MiB, 256, f.capturing);
+        const auto first = f.events.end_capture(f.capturing);
+        const stream_ref second = f.events.make_stream();
+        f.events.begin_capture(second, capture_mode::relaxed);
+        void* in_second = pool.allocate_async(1 * MiB, 256, second);
+        f.events.destroy_graph(first);
+        eager_call();  // the second capture may run: no memory goes upstream now
+        CHECK(pool.graph_pools() == 2);
+        pool.deallocate_async(in_second, 1 * MiB, 256, second);
+        const auto second_graph = f.events.end_capture(second);
+        pool.deallocate_async(pool.allocate_async(4 * KiB, 256, second), 4 * KiB, 256, second);  // finds it ended
+        eager_call();
+        CHECK(pool.graph_pools() == 1);
+        f.events.destroy_graph(second_graph);
+        pool.release();  // empty_cache releases gone graphs' pools too
+        CHECK(pool.graph_pools() == 0);
+    }
+    SUBCASE("an invalidated capture's pool goes at the next call") {
+        f.events.begin_capture(f.capturing, capture_mode::global);
+        pool.deallocate_async(pool.allocate_async(1 * MiB, 256, f.capturing), 1 * MiB, 256, f.capturing);
+        CHECK_THROWS_AS(f.events.synchronize_all(), capture_error);
+        CHECK_FALSE(f.events.end_capture(f.capturing).valid);
+        eager_call();
+        CHECK(pool.graph_pools() == 0);
+        CHECK(f.events.capture_errors() == 1);
+    }
+    pool.check_invariants();
+}

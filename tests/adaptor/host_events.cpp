@@ -207,3 +207,33 @@ TEST_CASE("host_events capture: the modes prohibit potentially unsafe calls of t
         events.synchronize_all();
     }
 }
+
+TEST_CASE("host_events: on_graph_gone runs once the graph is destroyed and its launches completed, at once for an invalidated capture") {
+    host_events events;
+    const stream_ref s = events.make_stream(), other = events.make_stream();
+    int gone = 0;
+    CHECK_THROWS_AS(events.on_graph_gone(s, [&] { ++gone; }), std::logic_error);  // not in capture
+    events.begin_capture(s);
+    events.on_graph_gone(s, [&] { ++gone; });
+    events.submit(s);
+    const auto graph = events.end_capture(s);
+    REQUIRE(graph.valid);
+    events.launch(graph, other);
+    events.destroy_graph(graph);
+    CHECK(gone == 0);  // its launch still runs
+    CHECK_THROWS_AS(events.launch(graph, other), std::logic_error);
+    events.complete(other);
+    CHECK(gone == 1);
+
+    events.begin_capture(s, capture_mode::global);
+    events.on_graph_gone(s, [&] { ++gone; });
+    CHECK_THROWS_AS(events.synchronize_all(), capture_error);  // invalidates the capture
+    CHECK_FALSE(events.end_capture(s).valid);
+    CHECK(gone == 2);  // no graph came out to hold it
+
+    events.begin_capture(s);
+    events.on_graph_gone(s, [&] { ++gone; });
+    const auto never_launched = events.end_capture(s);
+    events.destroy_graph(never_launched);
+    CHECK(gone == 3);
+}

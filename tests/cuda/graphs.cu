@@ -211,3 +211,31 @@ TEST_CASE("Thrust and CUB in a captured region take their temporaries from the c
     pool.check_invariants();
     REQUIRE(cudaGetLastError() == cudaSuccess);
 }
+
+TEST_CASE("a graph pool releases itself once the graph and its executable are destroyed and their launches are done") {
+    caching_device_allocator pool;
+    scoped_stream capturing, eager;
+    constexpr std::size_t count = std::size_t{1} << 20;
+    REQUIRE(cudaStreamBeginCapture(capturing.handle, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    auto* a = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, capturing));
+    slow_fill<<<grid, block, 0, capturing.handle>>>(a, count, 7, slow);
+    pool.deallocate_async(a, count * 4, 256, capturing);
+    cudaGraph_t graph{};
+    REQUIRE(cudaStreamEndCapture(capturing.handle, &graph) == cudaSuccess);
+    cudaGraphExec_t exec{};
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    REQUIRE(cudaGraphLaunch(exec, capturing.handle) == cudaSuccess);
+    REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);  // its launch still runs: the release waits for it
+    REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+    CHECK(pool.graph_pools() == 1);
+    // CUDA tells from a thread of its own once the launch is done; each call looks.
+    int calls = 0;
+    for (; calls < 20000 && pool.graph_pools() != 0; ++calls) {
+        pool.deallocate_async(pool.allocate_async(4096, 256, eager), 4096, 256, eager);
+        if (calls % 100 == 99) REQUIRE(cudaStreamSynchronize(capturing.handle) == cudaSuccess);
+    }
+    MESSAGE("released after " << calls << " eager calls");
+    CHECK(pool.graph_pools() == 0);
+    pool.check_invariants();
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+}

@@ -20,6 +20,7 @@
 #include <cudaTypedefs.h>
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -138,6 +139,33 @@ public:
         return std::forward<F>(f)();
     }
 
+    // `gone` runs once the graph being captured on `stream` is gone: a user object the graph retains
+    // (cudaUserObjectCreate, cudaGraphRetainUserObject through cudaStreamGetCaptureInfo's graph),
+    // whose destructor CUDA runs on a thread of its own after the graph and every executable made
+    // from it are destroyed and their launches are done. `gone` must make no CUDA call. For an
+    // invalidated capture (no graph will come out) it runs at once. Throws cuda_error.
+    static void on_graph_gone(stream_ref stream, std::function<void()> gone) {
+        cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+        cudaGraph_t graph = nullptr;
+        detail::check_cuda(cudaStreamGetCaptureInfo(stream.get(), &status, nullptr, &graph), "cudaStreamGetCaptureInfo");
+        if (status != cudaStreamCaptureStatusActive || graph == nullptr) {
+            gone();
+            return;
+        }
+        auto* owned = new graph_gone{std::move(gone)};
+        cudaUserObject_t object{};
+        if (const cudaError_t made = cudaUserObjectCreate(&object, owned, &graph_gone::run, 1, cudaUserObjectNoDestructorSync);
+            made != cudaSuccess) {
+            delete owned;
+            detail::throw_cuda_error(made, "cudaUserObjectCreate");
+        }
+        if (const cudaError_t retained = cudaGraphRetainUserObject(graph, object, 1, cudaGraphUserObjectMove); retained != cudaSuccess) {
+            owned->armed = false;
+            static_cast<void>(cudaUserObjectRelease(object, 1));  // its destructor then does nothing
+            detail::throw_cuda_error(retained, "cudaGraphRetainUserObject");
+        }
+    }
+
     // The event may be recorded again at once: a wait already issued keeps the state it saw.
     void recycle(event_type event) noexcept {
         try {
@@ -206,6 +234,17 @@ public:
     }
 
 private:
+    // What a graph's user object holds (on_graph_gone).
+    struct graph_gone {
+        std::function<void()> gone;
+        bool armed = true;
+        static void CUDART_CB run(void* self) {
+            auto* owned = static_cast<graph_gone*>(self);
+            if (owned->armed) owned->gone();
+            delete owned;
+        }
+    };
+
     std::vector<cudaEvent_t>& pool_of(int device) {
         const auto index = static_cast<std::size_t>(device);
         if (index >= free_.size()) {

@@ -31,6 +31,9 @@
 // - a call that synchronizes the device implicitly (synchronizing_call(): cudaFree) while any
 //   stream is capturing, whatever the mode;
 // - asking a stream in capture for its identity (cuStreamGetId fails there, whatever the mode).
+// on_graph_gone(s, f) attaches f to the graph being captured on s, as a CUDA user object retained
+// by it does: f runs once the graph is destroyed (destroy_graph) and the work its launches issued
+// has completed, or at end_capture when the capture was invalidated (no graph comes out).
 #pragma once
 
 #include <poolkit/core/assert.hpp>
@@ -40,6 +43,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -108,22 +112,23 @@ public:
 
     // Completes all work issued on `stream` so far, and what it waits for.
     void complete(stream_ref stream) {
-        const std::lock_guard lock(timeline_->mutex);
-        auto& s = state(stream);
-        complete_until(s, s.issued);
+        run(locked([&] {
+            auto& s = state(stream);
+            complete_until(s, s.issued);
+        }));
     }
 
     // Completes the work issued on `stream` up to `position` (a value submit() returned), and what
     // it waits for: work that finishes in the order it was issued, some of it still running.
     void complete(stream_ref stream, std::uint64_t position) {
-        const std::lock_guard lock(timeline_->mutex);
-        auto& s = state(stream);
-        complete_until(s, std::min(position, s.issued));
+        run(locked([&] {
+            auto& s = state(stream);
+            complete_until(s, std::min(position, s.issued));
+        }));
     }
 
     void complete_all() {
-        const std::lock_guard lock(timeline_->mutex);
-        complete_everything();
+        run(locked([&] { complete_everything(); }));
     }
 
     // The handle must not be used again (it is never handed out again either).
@@ -141,26 +146,63 @@ public:
         auto& s = alive(stream);
         if (s.capture != 0) throw capture_error("poolkit::host_events: begin_capture on a stream already capturing");
         s.capture = ++timeline_->last_capture;
-        timeline_->captures.push_back({s.capture, mode, std::this_thread::get_id(), s.index, 0, false});
+        timeline_->captures.push_back({s.capture, mode, std::this_thread::get_id(), s.index, 0, false, {}});
         return s.capture;
     }
     // Ends the capture `stream` began; every stream that joined it leaves it.
     captured_graph end_capture(stream_ref stream) {
-        const std::lock_guard lock(timeline_->mutex);
-        auto& s = alive(stream);
-        capture_state* c = s.capture != 0 ? find_capture(s.capture) : nullptr;
-        if (c == nullptr || c->origin != s.index) throw capture_error("poolkit::host_events: end_capture on a stream that began no capture");
-        const captured_graph graph{c->id, c->items, !c->invalid};
-        for (auto& member : timeline_->streams) {
-            if (member.capture == graph.id) member.capture = 0;
+        captured_graph graph;
+        std::vector<std::function<void()>> gone;  // an invalidated capture's: no graph holds them
+        {
+            const std::lock_guard lock(timeline_->mutex);
+            auto& s = alive(stream);
+            capture_state* c = s.capture != 0 ? find_capture(s.capture) : nullptr;
+            if (c == nullptr || c->origin != s.index) throw capture_error("poolkit::host_events: end_capture on a stream that began no capture");
+            graph = {c->id, c->items, !c->invalid};
+            if (graph.valid) {
+                timeline_->graphs.push_back({graph.id, std::move(c->gone), 0, 0, false});
+            } else {
+                gone = std::move(c->gone);
+            }
+            for (auto& member : timeline_->streams) {
+                if (member.capture == graph.id) member.capture = 0;
+            }
+            std::erase_if(timeline_->captures, [&](const capture_state& x) { return x.id == graph.id; });
         }
-        std::erase_if(timeline_->captures, [&](const capture_state& x) { return x.id == graph.id; });
+        run(std::move(gone));
         return graph;
     }
     // Issues `graph` on `stream` as one item of work.
     std::uint64_t launch(const captured_graph& graph, stream_ref stream) {
         if (!graph.valid) throw capture_error("poolkit::host_events: launch of a graph whose capture was invalidated");
-        return submit(stream);
+        const std::lock_guard lock(timeline_->mutex);
+        graph_state* g = find_graph(graph.id);
+        if (g == nullptr || g->destroyed) throw std::logic_error("poolkit::host_events: launch of a destroyed graph");
+        auto& s = alive(stream);
+        if (s.capture != 0) {  // into the capture, as a child graph
+            ++find_capture(s.capture)->items;
+            return 0;
+        }
+        g->last_stream = s.index;
+        g->last_launch = ++s.issued;
+        return g->last_launch;
+    }
+    // `gone` runs once the graph being captured on `stream` is gone (a CUDA user object the graph
+    // retains). Throws std::logic_error for a stream not in capture.
+    void on_graph_gone(stream_ref stream, std::function<void()> gone) {
+        const std::lock_guard lock(timeline_->mutex);
+        const auto& s = alive(stream);
+        if (s.capture == 0) throw std::logic_error("poolkit::host_events: on_graph_gone for a stream not in capture");
+        find_capture(s.capture)->gone.push_back(std::move(gone));
+    }
+    // cudaGraphExecDestroy and cudaGraphDestroy: the graph's on_graph_gone functions run once the
+    // work of its last launch completed (now, or at the complete() that completes it).
+    void destroy_graph(const captured_graph& graph) {
+        run(locked([&] {
+            graph_state* g = find_graph(graph.id);
+            if (g == nullptr || g->destroyed) throw std::logic_error("poolkit::host_events: destroy_graph of no live graph");
+            g->destroyed = true;
+        }));
     }
     // The capture `stream` is in (0: none): cudaStreamGetCaptureInfo.
     [[nodiscard]] std::uint64_t capture_of(stream_ref stream) const {
@@ -261,17 +303,19 @@ public:
     }
     // The host blocks until the event's work is done: the simulation completes just that.
     void synchronize(const event_type& event) {
-        const std::lock_guard lock(timeline_->mutex);
-        check_event(event, "the host waited for an event");
-        ++timeline_->synchronizations;
-        complete_until(timeline_->streams[event.stream], event.position);
+        run(locked([&] {
+            check_event(event, "the host waited for an event");
+            ++timeline_->synchronizations;
+            complete_until(timeline_->streams[event.stream], event.position);
+        }));
     }
     // The host waits for everything on every stream.
     void synchronize_all() {
-        const std::lock_guard lock(timeline_->mutex);
-        if (!timeline_->captures.empty()) invalidate_all("the host waited for the whole device");
-        ++timeline_->synchronizations;
-        complete_everything();
+        run(locked([&] {
+            if (!timeline_->captures.empty()) invalidate_all("the host waited for the whole device");
+            ++timeline_->synchronizations;
+            complete_everything();
+        }));
     }
     void recycle(const event_type&) noexcept {}
     // Streams are never handed out again: the index tells them apart (for the per-thread handle,
@@ -308,6 +352,14 @@ private:
         std::size_t origin;      // the stream it began on
         std::uint64_t items;
         bool invalid;
+        std::vector<std::function<void()>> gone;  // on_graph_gone
+    };
+    struct graph_state {
+        std::uint64_t id;
+        std::vector<std::function<void()>> gone;
+        std::size_t last_stream;    // where it was last launched
+        std::uint64_t last_launch;  // that launch's position there (0: never launched)
+        bool destroyed;
     };
     struct timeline {
         std::deque<stream_state> streams;  // deque: handles are addresses and must stay put
@@ -317,12 +369,37 @@ private:
         std::uint64_t record_count = 0;
         std::uint64_t query_count = 0;
         std::vector<capture_state> captures;  // in progress
+        std::vector<graph_state> graphs;      // captured, until their on_graph_gone functions ran
         std::uint64_t last_capture = 0;
         std::map<std::thread::id, capture_mode> thread_modes;  // global where absent
         std::size_t capture_errors = 0;
         std::size_t synchronizations = 0;
         std::mutex mutex;
     };
+
+    // Runs `f` under the lock; then returns the on_graph_gone functions of destroyed graphs whose
+    // work completed, to be run once the lock is released (run()).
+    template <class F>
+    std::vector<std::function<void()>> locked(F&& f) {
+        const std::lock_guard lock(timeline_->mutex);
+        std::forward<F>(f)();
+        std::vector<std::function<void()>> ready;
+        std::erase_if(timeline_->graphs, [&](graph_state& g) {
+            if (!g.destroyed || timeline_->streams[g.last_stream].completed < g.last_launch) return false;
+            for (auto& gone : g.gone) ready.push_back(std::move(gone));
+            return true;
+        });
+        return ready;
+    }
+    static void run(std::vector<std::function<void()>> functions) {
+        for (auto& f : functions) f();
+    }
+    graph_state* find_graph(std::uint64_t id) const {
+        for (auto& g : timeline_->graphs) {
+            if (g.id == id) return &g;
+        }
+        return nullptr;
+    }
 
     static stream_handle per_thread_handle() noexcept {
         static const char tag = 0;  // an address no stream_state has

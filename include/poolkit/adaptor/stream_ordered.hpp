@@ -163,8 +163,11 @@ public:
         if (const std::uint64_t capture = capture_of(stream); capture != 0) return allocate_captured(capture, stream, bytes, alignment);
         const call_on on{*this, &stream};
         ++clock_;
-        if (graphs_ != nullptr && graphs_->running() && during_captures(&stream)) {
-            return capture_safe([&] { return allocate_on(&record_for(stream), &stream, bytes, alignment); });
+        if (graphs_ != nullptr) [[unlikely]] {
+            release_gone_graphs();
+            if (graphs_->running() && during_captures(&stream)) {
+                return capture_safe([&] { return allocate_on(&record_for(stream), &stream, bytes, alignment); });
+            }
         }
         return allocate_on(&record_for(stream), &stream, bytes, alignment);
     }
@@ -182,6 +185,7 @@ public:
             --live_count_;
             free_on(stream, {pointer, bytes, alignment});
         };
+        if (graphs_ != nullptr) release_gone_graphs();
         if (graphs_ != nullptr && graphs_->running() && during_captures(&stream)) {
             try {
                 capture_safe(free);
@@ -198,7 +202,10 @@ public:
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
         plain_allocations_ = true;  // the pool has no home from now on (it would wait here each time)
-        if (graphs_ != nullptr && graphs_->running() && during_captures(nullptr)) return capture_safe([&] { return allocate_on(nullptr, nullptr, bytes, alignment); });
+        if (graphs_ != nullptr) [[unlikely]] {
+            release_gone_graphs();
+            if (graphs_->running() && during_captures(nullptr)) return capture_safe([&] { return allocate_on(nullptr, nullptr, bytes, alignment); });
+        }
         return allocate_on(nullptr, nullptr, bytes, alignment);
     }
 
@@ -278,6 +285,7 @@ public:
     // While a capture this pool served may still run, only what no capture forbids: the waiting
     // blocks are waited for, and the chunks given back are held until the captures end.
     void release() {
+        if (graphs_ != nullptr) release_gone_graphs();
         if (graphs_ != nullptr && graphs_->running() && during_captures(nullptr)) {
             capture_safe([&] {
                 waiting_.wait_all([&](const detail::free_block& b) { into_pool(b); });
@@ -487,6 +495,7 @@ private:
         if constexpr (sees_captures && resource<upstream_type>) {
             const detail::stream_key key = capture_key_of(stream);
             graphs().note_running(capture, key);
+            graphs_->watch(capture, stream);
             void* pointer = graphs().allocate(capture, key, stream, bytes, alignment, [&](auto call) { return events_.unprohibited(call); });
             return handed_out(pointer);
         } else {
@@ -502,6 +511,7 @@ private:
         if (capture != 0) {
             try {
                 graphs().note_running(capture, capture_key_of(stream));
+                graphs_->watch(capture, stream);
             } catch (...) {  // no host memory to note it: eager calls meanwhile may break the capture
             }
         }
@@ -519,6 +529,16 @@ private:
         static_cast<void>(uses_.take(block.pointer));  // its uses end with the graph's
         --live_count_;
         return true;
+    }
+
+    // Graph pools release themselves once their graphs are gone (graph_pools::watch), at the next
+    // call outside any capture: no host wait, their launches are done.
+    void release_gone_graphs() noexcept {
+        if (!graphs_->graphs_gone()) [[likely]] return;
+        try {
+            graphs_->release_gone([&](const detail::free_block& b) { into_pool(b); });
+        } catch (...) {  // no host memory: those pools wait for release_graph_pool() or the destruction
+        }
     }
 
     static std::thread::id thread_of(stream_ref stream) {

@@ -26,6 +26,11 @@
 // - release(pool) follows the host's wait for the graphs' last launch: held memory goes upstream,
 //   each Pool returns its wholly free chunks, and a Pool with live blocks stays until they are
 //   freed (then it goes too).
+// - Where Events can tell when a graph is gone (on_graph_gone: a CUDA user object the graph
+//   retains, released once the graph and its executables are destroyed and their launches done),
+//   watch() asks to be told for each capture; release_gone() then releases every pool all of
+//   whose captures' graphs are gone. The telling may come from any thread (a CUDA thread): it
+//   only notes the capture, under a lock of its own, for the owner's next call.
 // Complexity: a request finds its Pool in O(pools' streams); a free of a graph block is O(1)
 // (pointer_map) plus the Pool's. Not thread-safe.
 #pragma once
@@ -41,9 +46,12 @@
 #include <poolkit/core/walk.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -186,6 +194,57 @@ public:
         return !running_.empty();
     }
     [[nodiscard]] bool running() const noexcept { return !running_.empty(); }
+
+    // Asks the Events to tell when the graph of capture `capture` (on `stream`) is gone, once per
+    // capture; nothing where they cannot. Where asking fails (no host memory, the driver), no pool
+    // is released by release_gone() any more: that capture's graph could share one unseen.
+    void watch(std::uint64_t capture, stream_ref stream) noexcept {
+        if constexpr (tells_graph_gone) {
+            if (watch_failed_ || std::find(watched_.begin(), watched_.end(), capture) != watched_.end()) return;
+            try {
+                watched_.reserve(watched_.size() + 1);
+                events_->on_graph_gone(stream, [gone = gone_, capture]() noexcept { gone->note(capture); });
+                watched_.push_back(capture);
+            } catch (...) {
+                watch_failed_ = true;
+            }
+        } else {
+            static_cast<void>(capture), static_cast<void>(stream);
+        }
+    }
+    // Whether release_gone() has work: a watched graph told gone (any thread may tell), or gone
+    // ones kept while other captures ran that have ended.
+    [[nodiscard]] bool graphs_gone() const noexcept {
+        return gone_->any.load(std::memory_order_acquire) || (!kept_gone_.empty() && running_.empty());
+    }
+    // Releases every pool whose watched captures' graphs are all gone (their launches are done);
+    // pools of other captures, watched or not, stay. While another capture may run nothing goes
+    // (a release gives memory upstream): the gone ones are kept for a later call. Returns how many
+    // pools were released.
+    template <class GiveBack>
+    std::size_t release_gone(GiveBack&& give_back) {
+        for (const std::uint64_t capture : gone_->take()) {
+            kept_gone_.push_back(capture);
+            std::erase_if(running_, [&](const auto& entry) { return entry.first == capture; });  // its capture ended
+        }
+        if (watch_failed_ || !running_.empty()) return 0;
+        const std::vector<std::uint64_t> gone = std::exchange(kept_gone_, {});
+        std::vector<std::uint64_t> pools;
+        for (const std::uint64_t capture : gone) {
+            std::erase(watched_, capture);
+            pools.push_back(pool_of(capture));
+        }
+        std::sort(pools.begin(), pools.end());
+        pools.erase(std::unique(pools.begin(), pools.end()), pools.end());
+        std::size_t released = 0;
+        for (const std::uint64_t pool : pools) {
+            if (std::any_of(watched_.begin(), watched_.end(), [&](std::uint64_t c) { return pool_of(c) == pool; })) continue;
+            release(pool, give_back);
+            ++released;
+        }
+        for (const std::uint64_t capture : gone) std::erase_if(shared_, [&](const auto& entry) { return entry.first == capture; });
+        return released;
+    }
 
     [[nodiscard]] bool empty() const noexcept { return parts_.empty() && adopted_.empty(); }
 
@@ -346,6 +405,29 @@ private:
         std::erase_if(parts_, [&](const std::unique_ptr<part>& x) { return x.get() == &p; });
     }
 
+    static constexpr bool tells_graph_gone = requires(Events& e, stream_ref s, std::function<void()> f) { e.on_graph_gone(s, f); };
+
+    // Captures whose graphs are gone, as told from any thread.
+    struct gone_list {
+        std::mutex mutex;
+        std::vector<std::uint64_t> captures;
+        std::atomic<bool> any{false};
+        void note(std::uint64_t capture) noexcept {
+            const std::lock_guard lock(mutex);
+            try {
+                captures.push_back(capture);
+            } catch (...) {  // no host memory: that pool waits for an explicit release
+                return;
+            }
+            any.store(true, std::memory_order_release);
+        }
+        std::vector<std::uint64_t> take() {
+            const std::lock_guard lock(mutex);
+            any.store(false, std::memory_order_relaxed);
+            return std::exchange(captures, {});
+        }
+    };
+
     Events* events_;
     Upstream* upstream_;
     Options options_;
@@ -354,6 +436,10 @@ private:
     std::vector<std::pair<std::uint64_t, std::uint64_t>> shared_;  // capture, pool
     std::vector<std::pair<std::uint64_t, free_block>> adopted_;    // pool, shared-pool block
     std::vector<std::pair<std::uint64_t, stream_key>> running_;    // captures that may run, by member stream
+    std::vector<std::uint64_t> watched_;                           // captures whose graph's end Events will tell
+    std::vector<std::uint64_t> kept_gone_;                         // told gone while other captures ran
+    bool watch_failed_ = false;
+    std::shared_ptr<gone_list> gone_ = std::make_shared<gone_list>();  // outlives this object in the telling
 };
 
 }  // namespace poolkit::detail
