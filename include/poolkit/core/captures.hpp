@@ -5,9 +5,11 @@
 //   capture_check::every_call  each stream call asks (Events::capture_of: on CUDA one driver call,
 //                              cuStreamIsCapturing): any capture works, announced or not. The default.
 //   capture_check::announced   asks only while a capture is announced somewhere in the process;
-//                              otherwise a stream call costs nothing more. A capture through the
-//                              block that nobody announced breaks (a capturing stream is asked
-//                              what capture forbids).
+//                              otherwise a stream call costs nothing more. Every capture through
+//                              the block must be announced: one that is not is broken by the first
+//                              call that asks its stream what capture forbids (stream_ordered asks
+//                              each call), and per_thread may even keep a block the graph uses in
+//                              a thread cache when such a capture frees it (its frees ask nothing).
 //   capture_check::never       never asks: no capture may go through the block.
 //
 // Announce a capture for as long as calls on its streams may be made in it: from before
