@@ -601,7 +601,7 @@ private:
     };
     bool in_capture(stream_ref stream) noexcept {
         if constexpr (sees_captures && stream_resource<Upstream>) {
-            if (!asks_about_captures(options_.captures)) [[likely]] return false;
+            if (!asks_about_captures(options_.captures)) return false;
             try {
                 return static_cast<std::uint64_t>(events_.capture_of(stream)) != 0;
             } catch (...) {  // the driver could not say: as if in capture (the upstream decides)

@@ -380,11 +380,11 @@ public:
     // cudaMemPoolReuseAllowInternalDependencies. On by default; off, a stream never waits on
     // another's work for memory, at the cost of growth.
     void internal_dependencies(bool allowed) noexcept { internal_dependencies_ = allowed; }
+    [[nodiscard]] bool internal_dependencies() const noexcept { return internal_dependencies_; }
     // When stream calls ask whether their stream is in capture (core/captures.hpp): every call by
     // default (one driver call each); only while a capture is announced; never.
     void capture_checks(capture_check check) noexcept { capture_check_ = check; }
     [[nodiscard]] capture_check capture_checks() const noexcept { return capture_check_; }
-    [[nodiscard]] bool internal_dependencies() const noexcept { return internal_dependencies_; }
 
     [[nodiscard]] upstream_type& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const upstream_type& upstream_resource() const noexcept { return upstream_; }
@@ -449,7 +449,7 @@ private:
     std::uint64_t capture_of(stream_ref stream) { return capture_of(stream, capture_check_); }
     std::uint64_t capture_of([[maybe_unused]] stream_ref stream, [[maybe_unused]] capture_check check) {
         if constexpr (sees_captures) {
-            if (!asks_about_captures(check)) [[likely]] return 0;
+            if (!asks_about_captures(check)) return 0;
             return static_cast<std::uint64_t>(events_.capture_of(stream));
         } else {
             return 0;
