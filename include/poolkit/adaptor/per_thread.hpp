@@ -36,8 +36,9 @@
 // CUDA graphs: a call on a stream in capture bypasses the caches: the upstream serves it from a
 // graph pool, and the block goes back there at its free, in the capture or after it (marked at its
 // allocation; a filter keeps other frees lock-free). The upstream must see captures (a
-// stream_ordered over cuda_events) and check them at least as often as options.captures says. A set evicted, a release() or an exhaustion while a capture
-// runs waits for the device, which breaks the capture: not yet avoided.
+// stream_ordered over cuda_events) and check them at least as often as options.captures says. A
+// set evicted, a release() or an exhaustion while a capture runs waits for the device, which
+// breaks the capture: not yet avoided.
 // Complexity: a hit or a free is O(1) plus Events::identity (cuStreamGetId, 29 ns for a created
 // stream on the H200, nothing for the special handles) and, where Events see captures, the
 // capture check (cuStreamIsCapturing, 30 ns); a miss is Upstream's allocate.
@@ -188,7 +189,6 @@ public:
         count_.store(set_.size(), std::memory_order_relaxed);
         return true;
     }
-    [[nodiscard]] std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
 
 private:
     static constexpr std::size_t words = 1024;
