@@ -16,7 +16,9 @@
 #include <thrust/sort.h>
 #include <thrust/tabulate.h>
 
+#include <concepts>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -211,6 +213,11 @@ TEST_CASE("Thrust and CUB in a captured region take their temporaries from the c
     pool.check_invariants();
     REQUIRE(cudaGetLastError() == cudaSuccess);
 }
+
+// cuda_events tells graph pools when a graph is gone (graph_pools::watch needs this shape).
+static_assert(requires(cuda_events& e, stream_ref s, std::function<void()> f) {
+    { e.on_graph_gone(s, f) } -> std::convertible_to<bool>;
+});
 
 TEST_CASE("a graph pool releases itself once the graph and its executable are destroyed and their launches are done") {
     caching_device_allocator pool;

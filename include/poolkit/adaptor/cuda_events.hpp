@@ -142,16 +142,15 @@ public:
     // `gone` runs once the graph being captured on `stream` is gone: a user object the graph retains
     // (cudaUserObjectCreate, cudaGraphRetainUserObject through cudaStreamGetCaptureInfo's graph),
     // whose destructor CUDA runs on a thread of its own after the graph and every executable made
-    // from it are destroyed and their launches are done. `gone` must make no CUDA call. For an
-    // invalidated capture (no graph will come out) it runs at once. Throws cuda_error.
-    static void on_graph_gone(stream_ref stream, std::function<void()> gone) {
+    // from it are destroyed and their launches are done (a capture invalidated later destroys its
+    // graph at cudaStreamEndCapture). `gone` must make no CUDA call. Returns false, telling
+    // nothing, for a capture already invalidated: it has no graph to hold the object, and telling
+    // at once would free memory (cudaFree) while the capture is still open. Throws cuda_error.
+    static bool on_graph_gone(stream_ref stream, std::function<void()> gone) {
         cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
         cudaGraph_t graph = nullptr;
         detail::check_cuda(cudaStreamGetCaptureInfo(stream.get(), &status, nullptr, &graph), "cudaStreamGetCaptureInfo");
-        if (status != cudaStreamCaptureStatusActive || graph == nullptr) {
-            gone();
-            return;
-        }
+        if (status != cudaStreamCaptureStatusActive || graph == nullptr) return false;
         auto* owned = new graph_gone{std::move(gone)};
         cudaUserObject_t object{};
         if (const cudaError_t made = cudaUserObjectCreate(&object, owned, &graph_gone::run, 1, cudaUserObjectNoDestructorSync);
@@ -164,6 +163,7 @@ public:
             static_cast<void>(cudaUserObjectRelease(object, 1));  // its destructor then does nothing
             detail::throw_cuda_error(retained, "cudaGraphRetainUserObject");
         }
+        return true;
     }
 
     // The event may be recorded again at once: a wait already issued keeps the state it saw.

@@ -188,12 +188,13 @@ public:
         return g->last_launch;
     }
     // `gone` runs once the graph being captured on `stream` is gone (a CUDA user object the graph
-    // retains). Throws std::logic_error for a stream not in capture.
-    void on_graph_gone(stream_ref stream, std::function<void()> gone) {
+    // retains); returns true, as it will tell. Throws std::logic_error for a stream not in capture.
+    bool on_graph_gone(stream_ref stream, std::function<void()> gone) {
         const std::lock_guard lock(timeline_->mutex);
         const auto& s = alive(stream);
         if (s.capture == 0) throw std::logic_error("poolkit::host_events: on_graph_gone for a stream not in capture");
         find_capture(s.capture)->gone.push_back(std::move(gone));
+        return true;
     }
     // cudaGraphExecDestroy and cudaGraphDestroy: the graph's on_graph_gone functions run once the
     // work of its last launch completed (now, or at the complete() that completes it).

@@ -47,6 +47,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -196,14 +197,16 @@ public:
     [[nodiscard]] bool running() const noexcept { return !running_.empty(); }
 
     // Asks the Events to tell when the graph of capture `capture` (on `stream`) is gone, once per
-    // capture; nothing where they cannot. Where asking fails (no host memory, the driver), no pool
-    // is released by release_gone() any more: that capture's graph could share one unseen.
+    // capture; nothing where they cannot. A capture they will not tell of (one invalidated already)
+    // stays watched, so that its pool waits for release(). Where asking fails (no host memory, the
+    // driver), no pool is released by release_gone() any more: that capture's graph could share
+    // one unseen.
     void watch(std::uint64_t capture, stream_ref stream) noexcept {
         if constexpr (tells_graph_gone) {
             if (watch_failed_ || std::find(watched_.begin(), watched_.end(), capture) != watched_.end()) return;
             try {
                 watched_.reserve(watched_.size() + 1);
-                events_->on_graph_gone(stream, [gone = gone_, capture]() noexcept { gone->note(capture); });
+                static_cast<void>(events_->on_graph_gone(stream, [gone = gone_, capture]() noexcept { gone->note(capture); }));
                 watched_.push_back(capture);
             } catch (...) {
                 watch_failed_ = true;
@@ -405,7 +408,9 @@ private:
         std::erase_if(parts_, [&](const std::unique_ptr<part>& x) { return x.get() == &p; });
     }
 
-    static constexpr bool tells_graph_gone = requires(Events& e, stream_ref s, std::function<void()> f) { e.on_graph_gone(s, f); };
+    static constexpr bool tells_graph_gone = requires(Events& e, stream_ref s, std::function<void()> f) {
+        { e.on_graph_gone(s, f) } -> std::convertible_to<bool>;
+    };
 
     // Captures whose graphs are gone, as told from any thread.
     struct gone_list {
