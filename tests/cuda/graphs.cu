@@ -46,6 +46,32 @@ void release_graph_pool(per_thread_caching_device_allocator& pool, std::uint64_t
     pool.upstream_resource().locked([&](auto& p) { p.release_graph_pool(id); });
 }
 
+// Ends the capture on `stream` into `graph` and instantiates it.
+cudaGraphExec_t end_and_instantiate(cudaStream_t stream, cudaGraph_t& graph) {
+    REQUIRE(cudaStreamEndCapture(stream, &graph) == cudaSuccess);
+    cudaGraphExec_t exec{};
+    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    return exec;
+}
+
+// 1,000 launches of `exec` on `stream`, each followed by an eager block of `count(launch)` uint32s
+// on `eager`, written at once (it would break the graph's checks if shared). Returns how many
+// eager blocks overlapped `graph_memory`.
+template <class Pool, class Count>
+int launch_beside_eager(Pool& pool, cudaGraphExec_t exec, cudaStream_t stream, const scoped_stream& eager,
+                        const std::vector<span>& graph_memory, Count&& count) {
+    int overlapping = 0;
+    for (int launch = 0; launch < 1000; ++launch) {
+        REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+        const std::size_t n = count(launch);
+        auto* e = static_cast<std::uint32_t*>(pool.allocate_async(n * 4, 256, eager));
+        overlapping += overlaps(e, n * 4, graph_memory);
+        slow_fill<<<grid, block, 0, eager.handle>>>(e, n, 9, 0);
+        pool.deallocate_async(e, n * 4, 256, eager);
+    }
+    return overlapping;
+}
+
 }  // namespace
 
 TEST_CASE_TEMPLATE("a preset under stream capture, in every mode: graph memory never serves eager work", Pool, caching_device_allocator,
@@ -80,21 +106,12 @@ TEST_CASE_TEMPLATE("a preset under stream capture, in every mode: graph memory n
         count_other<<<grid, block, 0, capturing.handle>>>(b, large, 8, 0, bad.device);
         pool.deallocate_async(b, large * 4, 256, capturing);
         cudaGraph_t graph{};
-        REQUIRE(cudaStreamEndCapture(capturing.handle, &graph) == cudaSuccess);
-        cudaGraphExec_t exec{};
-        REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+        const cudaGraphExec_t exec = end_and_instantiate(capturing.handle, graph);
         const std::vector<span> graph_memory{span_of(a, small * 4), span_of(b, large * 4)};
 
         std::mt19937_64 random(11);
-        int overlapping = 0;
-        for (int launch = 0; launch < 1000; ++launch) {
-            REQUIRE(cudaGraphLaunch(exec, capturing.handle) == cudaSuccess);
-            const std::size_t count = (1 + random() % 8) * (small / 4);
-            auto* e = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, eager));
-            overlapping += overlaps(e, count * 4, graph_memory);
-            slow_fill<<<grid, block, 0, eager.handle>>>(e, count, 9, 0);  // would break the graph's checks if shared
-            pool.deallocate_async(e, count * 4, 256, eager);
-        }
+        const int overlapping = launch_beside_eager(pool, exec, capturing.handle, eager, graph_memory,
+                                                    [&](int) { return (1 + random() % 8) * (small / 4); });
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
         CHECK(overlapping == 0);
         CHECK(bad.read() == 0);
@@ -134,19 +151,10 @@ TEST_CASE("a capture over two streams: a block freed on the forked stream serves
         REQUIRE(cudaStreamWaitEvent(origin.handle, join, 0) == cudaSuccess);
         pool.deallocate_async(b, count * 4, 256, origin);
         cudaGraph_t graph{};
-        REQUIRE(cudaStreamEndCapture(origin.handle, &graph) == cudaSuccess);
-        cudaGraphExec_t exec{};
-        REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+        const cudaGraphExec_t exec = end_and_instantiate(origin.handle, graph);
         const std::vector<span> graph_memory{span_of(a, count * 4), span_of(b, count * 4)};
 
-        int overlapping = 0;
-        for (int launch = 0; launch < 1000; ++launch) {
-            REQUIRE(cudaGraphLaunch(exec, origin.handle) == cudaSuccess);
-            auto* e = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, eager));
-            overlapping += overlaps(e, count * 4, graph_memory);
-            slow_fill<<<grid, block, 0, eager.handle>>>(e, count, 9, 0);
-            pool.deallocate_async(e, count * 4, 256, eager);
-        }
+        const int overlapping = launch_beside_eager(pool, exec, origin.handle, eager, graph_memory, [&](int) { return count; });
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
         CHECK(overlapping == 0);
         CHECK(bad.read() == 0);
@@ -187,9 +195,7 @@ TEST_CASE("Thrust and CUB in a captured region take their temporaries from the c
     REQUIRE(cub::DeviceReduce::Sum(scratch, temporary, k, thrust::raw_pointer_cast(sum.data()), static_cast<int>(n), capturing.handle) == cudaSuccess);
     pool.deallocate_async(scratch, temporary, 256, capturing);
     cudaGraph_t graph{};
-    REQUIRE(cudaStreamEndCapture(capturing.handle, &graph) == cudaSuccess);
-    cudaGraphExec_t exec{};
-    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    const cudaGraphExec_t exec = end_and_instantiate(capturing.handle, graph);
     CHECK(pool.graph_pools() == 1);
 
     for (int launch = 0; launch < 20; ++launch) {
@@ -228,9 +234,7 @@ TEST_CASE("a graph pool releases itself once the graph and its executable are de
     slow_fill<<<grid, block, 0, capturing.handle>>>(a, count, 7, slow);
     pool.deallocate_async(a, count * 4, 256, capturing);
     cudaGraph_t graph{};
-    REQUIRE(cudaStreamEndCapture(capturing.handle, &graph) == cudaSuccess);
-    cudaGraphExec_t exec{};
-    REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+    const cudaGraphExec_t exec = end_and_instantiate(capturing.handle, graph);
     REQUIRE(cudaGraphLaunch(exec, capturing.handle) == cudaSuccess);
     REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);  // its launch still runs: the release waits for it
     REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
