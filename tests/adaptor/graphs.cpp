@@ -12,14 +12,17 @@
 #include <poolkit/presets.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
 
 #include "../support/spans.hpp"
 
 #include <doctest/doctest.h>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <random>
 #include <thread>
@@ -35,6 +38,7 @@ namespace {
 
 constexpr std::size_t KiB = std::size_t{1} << 10;
 constexpr std::size_t MiB = std::size_t{1} << 20;
+constexpr std::size_t GiB = std::size_t{1} << 30;
 
 // An upstream whose calls are what a capture sees of cudaMalloc and cudaFree: a potentially unsafe
 // call, and one that synchronizes the device.
@@ -62,15 +66,78 @@ private:
     std::size_t allocations_ = 0;
 };
 
+// Virtual memory whose calls are what a capture sees of CUDA's: mapping (cuMemCreate, cuMemMap,
+// cuMemSetAccess) and unmapping are potentially unsafe calls, and the wait before an unmap
+// (cudaDeviceSynchronize) and a block's deallocate synchronize the device.
+class capture_checked_vmm : public simulated_vmm_resource {
+public:
+    explicit capture_checked_vmm(host_events events)
+        : simulated_vmm_resource(simulated_vmm_options{.capacity = 16 * GiB, .granularity = 2 * MiB}), events_(std::move(events)) {}
+    void map(void* at, std::size_t bytes) {
+        events_.unsafe_call("cuMemMap");
+        simulated_vmm_resource::map(at, bytes);
+    }
+    void map_whole(void* at, std::size_t bytes) {
+        events_.unsafe_call("cuMemMap");
+        simulated_vmm_resource::map_whole(at, bytes);
+    }
+    void unmap(void* at, std::size_t bytes) noexcept {
+        checked([&] { events_.unsafe_call("cuMemUnmap"); });
+        simulated_vmm_resource::unmap(at, bytes);
+    }
+    void synchronize() noexcept {
+        checked([&] { events_.synchronizing_call("cudaDeviceSynchronize"); });
+    }
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
+        events_.unsafe_call("cuMemCreate");
+        return simulated_vmm_resource::allocate(bytes, alignment);
+    }
+    void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        bool allowed = false;
+        checked([&] {
+            events_.unsafe_call("cuMemCreate");
+            allowed = true;
+        });
+        return allowed ? simulated_vmm_resource::try_allocate(bytes, alignment) : nullptr;
+    }
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
+        checked([&] { events_.synchronizing_call("cudaDeviceSynchronize"); });
+        simulated_vmm_resource::deallocate(pointer, bytes, alignment);
+    }
+    friend bool operator==(const capture_checked_vmm& a, const capture_checked_vmm& b) noexcept { return &a == &b; }
+
+private:
+    template <class F>
+    static void checked(F&& call) noexcept {
+        try {
+            call();
+        } catch (const capture_error&) {  // counted by events.capture_errors()
+        }
+    }
+    host_events events_;
+};
+
 using checked_pool = stream_ordered<best_fit<ref<capture_checked_upstream>>, host_events>;
 using checked_caching = caching_allocator<ref<capture_checked_upstream>, host_events>;
+using checked_expandable = expandable_allocator<ref<capture_checked_vmm>, host_events>;
 
 struct fixture {
     new_delete_resource memory;
     host_events events;
     capture_checked_upstream upstream{memory, events};
+    capture_checked_vmm vmm{events};
     stream_ref eager = events.make_stream(), capturing = events.make_stream();
 };
+
+// A pool of type Pool over the fixture's upstream (its virtual memory for the expandable preset).
+template <class Pool>
+std::unique_ptr<Pool> make_checked(fixture& f) {
+    if constexpr (std::same_as<Pool, checked_expandable>) {
+        return std::make_unique<Pool>(ref(f.vmm), expandable_options{}, f.events);
+    } else {
+        return std::make_unique<Pool>(ref(f.upstream), typename Pool::pool_options{}, f.events);
+    }
+}
 
 
 template <class Pool>
@@ -84,9 +151,11 @@ void release_graph_pool(synchronized<Pool>& pool, std::uint64_t id) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a capture is served from a graph pool with no forbidden call, in every capture mode", Pool, checked_pool, checked_caching) {
+TEST_CASE_TEMPLATE("a capture is served from a graph pool with no forbidden call, in every capture mode", Pool, checked_pool, checked_caching,
+                   checked_expandable) {
     fixture f;
-    Pool pool{ref(f.upstream), {}, f.events};
+    const auto made = make_checked<Pool>(f);
+    Pool& pool = *made;
     // A warm shared pool, with blocks freed on the eager stream.
     std::vector<void*> warm;
     for (int i = 0; i < 8; ++i) warm.push_back(pool.allocate_async(256 * KiB, 256, f.eager));
@@ -293,16 +362,39 @@ void eager_beside_capture(fixture& f, Pool& pool) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture the pool serves breaks nothing", Pool, checked_pool, checked_caching) {
+TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture the pool serves breaks nothing", Pool, checked_pool, checked_caching,
+                   checked_expandable) {
     fixture f;
-    Pool pool{ref(f.upstream), {}, f.events};
-    eager_beside_capture(f, pool);
+    eager_beside_capture(f, *make_checked<Pool>(f));
 }
 
 TEST_CASE("the synchronized caching preset: a capture on one thread, eager work on another") {
     fixture f;
     synchronized<checked_caching> pool{std::in_place, ref(f.upstream), caching_options{}, f.events};
     eager_beside_capture(f, pool);
+}
+
+TEST_CASE("expandable: while a capture may run, granules that only a wait for the whole device would free stay mapped") {
+    fixture f;
+    const auto made = make_checked<checked_expandable>(f);
+    checked_expandable& pool = *made;
+    const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
+    void* captured = pool.allocate_async(1 * MiB, 256, f.capturing);
+    void* eager = pool.allocate_async(64 * MiB, 256, f.eager);  // the eager stream is the pool's home
+    f.events.submit(f.eager);
+    pool.deallocate_async(eager, 64 * MiB, 256, f.eager);  // into the pool, its work not done
+    const std::size_t mapped = f.vmm.mapped_bytes();
+    pool.release();  // a plain call: no event covers the home's free, and the device may not be waited for
+    CHECK(f.vmm.mapped_bytes() == mapped);
+    CHECK(f.events.capture_errors() == 0);
+    pool.deallocate_async(captured, 1 * MiB, 256, f.capturing);
+    REQUIRE(f.events.end_capture(f.capturing).valid);
+    pool.deallocate_async(pool.allocate_async(4 * KiB, 256, f.capturing), 4 * KiB, 256, f.capturing);  // sees the capture ended
+    pool.release_graph_pool(id);
+    pool.release();
+    CHECK(f.vmm.mapped_bytes() < mapped);
+    pool.check_invariants();
+    CHECK(f.events.capture_errors() == 0);
 }
 
 TEST_CASE("a block recorded as used by a capturing stream stays the graph's when freed during the capture") {
@@ -373,6 +465,42 @@ TEST_CASE("per_thread: a capturing stream bypasses the thread caches, and graph 
     release_graph_pool(pool.upstream_resource(), id);
     pool.check_invariants();
     CHECK(pool.live_bytes() == 0);
+    CHECK(f.events.capture_errors() == 0);
+}
+
+TEST_CASE("per_thread: while a capture may run, sets of streams that may be gone are set aside, not given back after a device wait") {
+    fixture f;
+    per_thread<synchronized<checked_caching>, host_events> pool{std::in_place, per_thread_options{.streams_per_thread = 2}, f.events,
+                                                               ref(f.upstream), caching_options{}, f.events};
+    const stream_ref others[] = {f.events.make_stream(), f.events.make_stream(), f.events.make_stream()};
+    const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
+    void* graph_block = pool.allocate_async(4 * KiB, 256, f.capturing);  // the upstream now knows of the capture
+    pool.deallocate_async(graph_block, 4 * KiB, 256, f.capturing);
+    // On another thread, more streams than the thread keeps sets for: each new one evicts a set
+    // whose stream may be gone, which would wait for the whole device.
+    std::thread eager([&] {
+        for (int round = 0; round < 3; ++round) {
+            for (stream_ref s : others) {
+                void* p = pool.allocate_async(64 * KiB, 256, s);
+                f.events.submit(s);
+                pool.deallocate_async(p, 64 * KiB, 256, s);
+            }
+        }
+        pool.release_caches();  // release() too, meanwhile
+    });
+    eager.join();
+    CHECK(f.events.capture_errors() == 0);
+    CHECK(pool.cached_bytes() > 0);  // set aside (the eager thread's cache was given back)
+    REQUIRE(f.events.end_capture(f.capturing).valid);
+    const std::size_t waits = f.events.synchronizations();
+    // A call that reaches the upstream on the stream that captured shows the capture ended; the next
+    // miss gives back what was set aside, after one wait for the device.
+    pool.deallocate_async(pool.allocate_async(8 * MiB, 256, f.capturing), 8 * MiB, 256, f.capturing);
+    pool.deallocate_async(pool.allocate_async(16 * KiB, 256, f.eager), 16 * KiB, 256, f.eager);
+    CHECK(f.events.synchronizations() == waits + 1);
+    CHECK(pool.cached_bytes() == 16 * KiB);
+    release_graph_pool(pool.upstream_resource(), id);
+    pool.check_invariants();
     CHECK(f.events.capture_errors() == 0);
 }
 

@@ -1,5 +1,5 @@
-// CUDA graphs on a real GPU: the caching preset serves a captured stream from a graph pool, in
-// every capture mode; the graph is launched many times between eager allocations on another
+// CUDA graphs on a real GPU: every stream-ordered preset serves a captured stream from a graph
+// pool, in every capture mode; the graph is launched many times between eager allocations on another
 // stream, which never receive the graph's memory, and the graph's own checks see only its writes.
 #include "support.hpp"
 #include "late_kernels.cuh"
@@ -29,21 +29,33 @@ using namespace poolkit::test;
 
 namespace {
 
-// The graph-pool calls of a preset: stream_ordered's own, or its upstream's under the lock
-// (per_thread over synchronized<>).
 std::uint64_t capture_id(cudaStream_t stream) {
     cudaStreamCaptureStatus status{};
     unsigned long long id = 0;
     REQUIRE(cudaStreamGetCaptureInfo(stream, &status, &id) == cudaSuccess);
     return id;
 }
-std::size_t graph_pools(caching_device_allocator& pool) { return pool.graph_pools(); }
-std::size_t graph_pools(per_thread_caching_device_allocator& pool) {
-    return pool.upstream_resource().locked([](auto& p) { return p.graph_pools(); });
+// The graph-pool calls of a preset: stream_ordered's own, under the lock of a synchronized<>, or
+// its upstream's (per_thread over synchronized<>).
+template <class Pool>
+std::size_t graph_pools(Pool& pool) {
+    if constexpr (requires { pool.graph_pools(); }) {
+        return pool.graph_pools();
+    } else if constexpr (requires { pool.locked([](auto&) {}); }) {
+        return pool.locked([](auto& p) { return p.graph_pools(); });
+    } else {
+        return graph_pools(pool.upstream_resource());
+    }
 }
-void release_graph_pool(caching_device_allocator& pool, std::uint64_t id) { pool.release_graph_pool(id); }
-void release_graph_pool(per_thread_caching_device_allocator& pool, std::uint64_t id) {
-    pool.upstream_resource().locked([&](auto& p) { p.release_graph_pool(id); });
+template <class Pool>
+void release_graph_pool(Pool& pool, std::uint64_t id) {
+    if constexpr (requires { pool.release_graph_pool(id); }) {
+        pool.release_graph_pool(id);
+    } else if constexpr (requires { pool.locked([](auto&) {}); }) {
+        pool.locked([&](auto& p) { p.release_graph_pool(id); });
+    } else {
+        release_graph_pool(pool.upstream_resource(), id);
+    }
 }
 
 // Ends the capture on `stream` into `graph` and instantiates it.
@@ -75,6 +87,7 @@ int launch_beside_eager(Pool& pool, cudaGraphExec_t exec, cudaStream_t stream, c
 }  // namespace
 
 TEST_CASE_TEMPLATE("a preset under stream capture, in every mode: graph memory never serves eager work", Pool, caching_device_allocator,
+                   synchronized_caching_device_allocator, expandable_device_allocator, synchronized_expandable_device_allocator,
                    per_thread_caching_device_allocator) {
     for (const cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed}) {
         CAPTURE(static_cast<int>(mode));

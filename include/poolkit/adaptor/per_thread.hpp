@@ -36,9 +36,11 @@
 // CUDA graphs: a call on a stream in capture bypasses the caches: the upstream serves it from a
 // graph pool, and the block goes back there at its free, in the capture or after it (marked at its
 // allocation; a filter keeps other frees lock-free). The upstream must see captures (a
-// stream_ordered over cuda_events) and check them at least as often as options.captures says. A
-// set evicted, a release() or an exhaustion while a capture runs waits for the device, which
-// breaks the capture: not yet avoided.
+// stream_ordered over cuda_events) and check them at least as often as options.captures says.
+// Where a set's blocks would go back after a wait for the whole device (a set evicted, release(),
+// exhaustion, a thread's exit) while a capture the upstream served may run, which that wait would
+// break, they are set aside instead (cached_bytes() counts them) and go back at the first miss,
+// release() or destruction that finds no capture running.
 // Complexity: a hit or a free is O(1) plus Events::identity (cuStreamGetId, 29 ns for a created
 // stream on the H200, nothing for the special handles) and, where Events see captures, the
 // capture check (cuStreamIsCapturing, 30 ns); a miss is Upstream's allocate.
@@ -256,6 +258,7 @@ public:
         }
         core_->caches.clear();
         core_->owner = nullptr;
+        give_back_deferred(true);
     }
 
     // The calling thread's cache goes back to the upstream, the other threads' at their next
@@ -274,6 +277,7 @@ public:
             give_back_all(*cache, waited);
             cache->epoch = core_->epoch.load(std::memory_order_relaxed);
         }
+        give_back_deferred(false);
     }
 
     // `pointer` (live) is used on `stream` too (PyTorch's record_stream): the upstream orders its
@@ -293,7 +297,9 @@ public:
     // Bytes handed out through this front and not yet freed (size classes, as handed out).
     [[nodiscard]] std::size_t live_bytes() const { return static_cast<std::size_t>(sum(&thread_cache::live, &core::retired_live)); }
     // Bytes of free blocks in every thread's cache.
-    [[nodiscard]] std::size_t cached_bytes() const { return static_cast<std::size_t>(sum(&thread_cache::cached)); }
+    [[nodiscard]] std::size_t cached_bytes() const {
+        return static_cast<std::size_t>(sum(&thread_cache::cached)) + core_->deferred_bytes.load(std::memory_order_relaxed);
+    }
     // Requests served from a thread's cache, and requests it had to take from the upstream.
     [[nodiscard]] std::size_t hits() const { return static_cast<std::size_t>(sum(&thread_cache::hit_count, &core::retired_hits)); }
     [[nodiscard]] std::size_t misses() const { return static_cast<std::size_t>(sum(&thread_cache::miss_count, &core::retired_misses)); }
@@ -383,6 +389,10 @@ private:
         std::atomic<std::size_t> used_count{0};
         detail::per_thread_parts::marked_blocks graph_blocks;  // live blocks of graph pools
         std::atomic<std::uint64_t> epoch{0};
+        // Blocks set aside while a capture may run: they go back after a wait for the device.
+        std::mutex deferred_mutex;
+        std::vector<std::pair<void*, std::size_t>> deferred;  // guarded by deferred_mutex
+        std::atomic<std::size_t> deferred_bytes{0};
     };
 
     // What every constructor does last: the core's owner, and the options made consistent.
@@ -522,6 +532,7 @@ private:
             return pointer;
         }
         c.miss_count.add(1);
+        if (core_->deferred_bytes.load(std::memory_order_relaxed) != 0) [[unlikely]] give_back_deferred(false);
         void* pointer = take_from_upstream(&c, request, size);
         if (pointer != nullptr) c.live.add(static_cast<std::int64_t>(size));
         return pointer;
@@ -687,8 +698,7 @@ private:
                     hand_back(request, pointer, size);
                 } else {  // the set is a dead stream's that this stream's handle found
                     bool waited = false;
-                    wait_for_device(waited);
-                    upstream_.deallocate(pointer, size, default_alignment);
+                    give_back_after_device(pointer, size, waited);
                 }
             }
         }
@@ -703,10 +713,16 @@ private:
     // device (once per `waited`): its stream may be gone.
     void give_back_set(thread_cache& c, stream_set& set, bool& waited) noexcept {
         if (set.bytes == 0) return;
-        if (set.identity != plain_identity) wait_for_device(waited);
+        const bool plain = set.identity == plain_identity;
         for (std::size_t index = 0; index < classes_; ++index) {
             const std::size_t size = detail::per_thread_parts::class_size(index);
-            for (std::size_t i = 0; i < set.counts[index]; ++i) upstream_.deallocate(set.slot(index, i), size, default_alignment);
+            for (std::size_t i = 0; i < set.counts[index]; ++i) {
+                if (plain) {
+                    upstream_.deallocate(set.slot(index, i), size, default_alignment);
+                } else {
+                    give_back_after_device(set.slot(index, i), size, waited);
+                }
+            }
             set.counts[index] = 0;
         }
         c.cached.add(-static_cast<std::int64_t>(set.bytes));
@@ -723,6 +739,49 @@ private:
             POOLKIT_ASSERT(false, "per_thread could not wait for the device before giving blocks back");
         }
         waited = true;
+    }
+
+    // A block whose stream may be gone back to the upstream after a wait for the device (once per
+    // `waited`); set aside instead while a capture may run, which that wait would break.
+    void give_back_after_device(void* pointer, std::size_t size, bool& waited) noexcept {
+        if (!waited && captures_running()) [[unlikely]] {
+            try {
+                const std::lock_guard lock(core_->deferred_mutex);
+                core_->deferred.emplace_back(pointer, size);
+                core_->deferred_bytes.fetch_add(size, std::memory_order_relaxed);
+                return;
+            } catch (...) {  // no host memory to note it: wait now, whatever the capture
+            }
+        }
+        wait_for_device(waited);
+        upstream_.deallocate(pointer, size, default_alignment);
+    }
+    // The blocks set aside go back, once no capture may run (or `now`: the per_thread is destroyed).
+    void give_back_deferred(bool now) noexcept {
+        if (core_->deferred_bytes.load(std::memory_order_relaxed) == 0 || (!now && captures_running())) return;
+        std::vector<std::pair<void*, std::size_t>> blocks;
+        {
+            const std::lock_guard lock(core_->deferred_mutex);
+            blocks.swap(core_->deferred);
+            core_->deferred_bytes.store(0, std::memory_order_relaxed);
+        }
+        bool waited = false;
+        for (const auto& [pointer, size] : blocks) {
+            wait_for_device(waited);
+            upstream_.deallocate(pointer, size, default_alignment);
+        }
+    }
+    // Whether a capture the upstream served may still run (a stream_ordered's captures_running(),
+    // under a synchronized<>'s lock): asked only before a wait for the whole device.
+    bool captures_running() noexcept {
+        auto& upstream = detail::referent<Upstream>::get(upstream_);
+        if constexpr (requires { upstream.captures_running(); }) {
+            return upstream.captures_running();
+        } else if constexpr (requires { upstream.locked([](auto& p) { return p.captures_running(); }); }) {
+            return upstream.locked([](auto& p) { return p.captures_running(); });
+        } else {
+            return false;
+        }
     }
 
     // Sums a counter over every thread's cache, plus what exited threads left in `retired`.

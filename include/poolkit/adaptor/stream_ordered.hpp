@@ -35,7 +35,10 @@
 // a capture forbids — no event query or host wait, no device-wide wait, no cudaFree, no question
 // a capturing stream fails (its identity: graph pools key streams by handle); growth in relaxed
 // capture mode. While a capture it served may run, calls on other streams stay capture-safe:
-// relaxed mode, no device-wide wait, chunks given back held until it ended. Every stream call
+// relaxed mode, no device-wide wait, chunks given back held until it ended, granules unmapped only
+// where events make it safe. Over virtual memory, graph pools are caching pools of whole mapped
+// granules (the upstream's resource face): an expandable Pool would unmap what a graph may use.
+// Every stream call
 // asks whether its stream is in capture (one driver call, cuStreamIsCapturing), or only while a
 // capture is announced (capture_checks(), core/captures.hpp).
 // Complexity: a stream's record O(1); a hit is a front take (O(1) when its size mask rules the
@@ -75,7 +78,9 @@
 #include <poolkit/core/rebind.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
+#include <poolkit/core/virtual_memory.hpp>
 #include <poolkit/core/walk.hpp>
+#include <poolkit/strategy/caching_pool.hpp>
 
 #include <algorithm>
 #include <concepts>
@@ -86,6 +91,7 @@
 #include <stdexcept>
 #include <span>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -384,6 +390,9 @@ public:
     // When stream calls ask whether their stream is in capture (core/captures.hpp): every call by
     // default (one driver call each); only while a capture is announced; never.
     void capture_checks(capture_check check) noexcept { capture_check_ = check; }
+    // Whether a capture this pool served may still run (from its first call in capture until a
+    // call on one of its streams finds it ended): meanwhile nothing may wait for the whole device.
+    [[nodiscard]] bool captures_running() const noexcept { return graphs_ != nullptr && graphs_->running(); }
     [[nodiscard]] capture_check capture_checks() const noexcept { return capture_check_; }
 
     [[nodiscard]] upstream_type& upstream_resource() noexcept { return upstream_; }
@@ -401,7 +410,13 @@ private:
         { e.capture_of(s) } -> std::convertible_to<std::uint64_t>;
         e.unprohibited([] { return 0; });
     };
-    using graphs_type = detail::graph_pools<Events, pool_type, upstream_type, pool_options>;
+    // Graph pools over virtual memory are caching pools over its resource face (whole mapped
+    // granules): an expandable pool unmaps free granules as it goes, which a graph launched
+    // earlier from the same pool may still use.
+    static constexpr bool over_virtual_memory = virtual_memory<referent_t<upstream_type>>;
+    using graph_pool_type = std::conditional_t<over_virtual_memory, caching_pool<detail::gated_upstream<upstream_type>>, pool_type>;
+    using graph_options = std::conditional_t<over_virtual_memory, caching_options, pool_options>;
+    using graphs_type = detail::graph_pools<Events, graph_pool_type, upstream_type, graph_options>;
     // Events that cost nothing and are done when recorded (completed_events): every free is covered
     // at once and every call polls, which gives the smallest footprint.
     static constexpr bool cheap_events = requires { requires Events::costs_nothing; };
@@ -436,6 +451,9 @@ private:
             } catch (...) {  // no room to note it: lost to the upstream until the process ends
             }
         }
+        // While a capture may run, granules are unmapped only where events alone make it safe.
+        bool may_unmap() noexcept override { return !owner->capture_safe_ || owner->secure_by_events(); }
+        void before_unmap() noexcept override { owner->secure(); }
         stream_ordered* owner;
     };
 
@@ -456,7 +474,13 @@ private:
         }
     }
     graphs_type& graphs() {
-        if (graphs_ == nullptr) graphs_ = std::make_unique<graphs_type>(events_, upstream_, options_);
+        if (graphs_ == nullptr) {
+            if constexpr (over_virtual_memory) {
+                graphs_ = std::make_unique<graphs_type>(events_, upstream_, caching_options{});
+            } else {
+                graphs_ = std::make_unique<graphs_type>(events_, upstream_, options_);
+            }
+        }
         return *graphs_;
     }
 
@@ -500,7 +524,7 @@ private:
             return handed_out(pointer);
         } else {
             static_cast<void>(capture), static_cast<void>(stream), static_cast<void>(bytes), static_cast<void>(alignment);
-            throw std::logic_error("poolkit: stream_ordered over virtual memory cannot serve a stream in capture yet");
+            throw std::logic_error("poolkit: stream_ordered over an upstream that is not a resource cannot serve a stream in capture");
         }
     }
 
@@ -829,17 +853,24 @@ private:
     // frees may be in it unfinished: the host waits for them — for an event recorded now when this
     // call is on the home's stream, for the cover, or for the whole device. Touches no pool.
     void secure() noexcept {
-        if (closing_ || tag_.clean()) return;
-        try {
-            const bool on_home = call_stream_ != nullptr && tag_.home() != nullptr && key_of(*call_stream_) == tag_.home()->key;
-            if (tag_.wait_for_all(on_home ? call_stream_ : nullptr)) return;
-        } catch (...) {  // the whole device below
-        }
+        if (secure_by_events()) return;
         try {
             events_.synchronize_all();
             tag_.clear();
         } catch (...) {
             POOLKIT_ASSERT(false, "stream_ordered could not wait before memory left its pool");
+        }
+    }
+
+    // secure() without the wait for the whole device, which a running capture forbids: false
+    // where only that would do.
+    bool secure_by_events() noexcept {
+        if (closing_ || tag_.clean()) return true;
+        try {
+            const bool on_home = call_stream_ != nullptr && tag_.home() != nullptr && key_of(*call_stream_) == tag_.home()->key;
+            return tag_.wait_for_all(on_home ? call_stream_ : nullptr);
+        } catch (...) {
+            return false;
         }
     }
 

@@ -31,8 +31,10 @@
 // driver's cost per GiB falls from 26.9 to 2.0 ms on an H200), and only allocations wholly
 // inside a free block are cached and unmapped: a live block pins every allocation it touches.
 // Unmapping waits first for all work that may use the memory (the upstream's synchronize(): the
-// whole device), so a block freed on a stream is never unmapped before that stream's work is done;
-// it happens only on those three occasions, never on the hot path.
+// whole device; under stream_ordered, what its free blocks wait for), so a block freed on a stream
+// is never unmapped before that stream's work is done; it happens only on those three occasions,
+// never on the hot path. An upstream with may_unmap() false (a stream_ordered lane while a CUDA
+// capture may run) keeps the cache mapped until a later occasion.
 // Complexity: allocate and deallocate O(log n) in the blocks, plus a scan of the mapped-granule
 // bits of the block (one word per 64 granules). A small request compares at most
 // options.candidates free blocks; a large one stops at the first block that fits with nothing to
@@ -593,6 +595,18 @@ private:
     const memory_type& memory() const noexcept {
         return detail::referent<Upstream>::get(const_cast<Upstream&>(upstream_));
     }
+    // An optional capability of the upstream: false while granules may not be unmapped (a
+    // stream-ordered owner while a CUDA capture may run, where only a wait for the whole device
+    // would make it safe). The cache then stays mapped until a later trim.
+    bool may_unmap() {
+        if constexpr (requires(memory_type& m) {
+                          { m.may_unmap() } -> std::convertible_to<bool>;
+                      }) {
+            return memory().may_unmap();
+        } else {
+            return true;
+        }
+    }
     static std::size_t limit_of(const memory_type& m) noexcept {
         if constexpr (requires { m.physical_limit(); }) return m.physical_limit();
         else return m.capacity();
@@ -874,8 +888,9 @@ private:
     // bundled BERT trace). With mapping_bytes, whole caches go, as the adaptive slack, which
     // counts remaps, was measured with (trimming small spans a granule at a time raised
     // ResNet-50's slack: 1.015 → 1.150). Waits for the device first (once, and only if there is
-    // something to unmap).
+    // something to unmap). Unmaps nothing where the upstream says it may not now (may_unmap).
     void trim(std::size_t bytes, kept keep = {}) {
+        if (cached_.empty() || !may_unmap()) return;
         bool waited = false;
         std::size_t unmapped = 0;
         for (auto it = cached_.begin(); it != cached_.end() && unmapped < bytes;) {

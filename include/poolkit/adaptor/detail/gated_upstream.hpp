@@ -7,7 +7,7 @@
 // that work is done (stream_ordered::secure). Whatever path a strategy takes — its own release
 // before growth, a retry after the upstream ran out, a trim, release(), destruction — it goes
 // through here. Every other call and capability is forwarded unchanged (core/forwarding.hpp),
-// and, where U refers to virtual memory, the virtual_memory interface too.
+// and, where U refers to virtual memory, the virtual_memory interface too (with may_unmap).
 // Complexity: one pointer call before each return of memory. Thread safety: as U's and the gate's.
 #pragma once
 
@@ -24,11 +24,15 @@ namespace poolkit::detail {
 // Called before memory leaves a lane. Must not call into the lane's pool (it is mid-call).
 // before_return() false: the memory may not leave now (a CUDA graph may still use it, or a capture
 // forbids cudaFree); the gate takes a block given back by deallocate with hold(), to return it
-// later itself. Unmapping cannot wait: the pool may map the same addresses again at once.
+// later itself. Unmapping cannot wait (the pool may map the same addresses again at once), so a
+// strategy over virtual memory asks may_unmap() first and keeps its granules mapped on false;
+// before_unmap() then makes sure no work uses what is unmapped.
 class return_gate {
 public:
     virtual bool before_return() noexcept = 0;
     virtual void hold(void* pointer, std::size_t bytes, std::size_t alignment) noexcept = 0;
+    virtual bool may_unmap() noexcept = 0;
+    virtual void before_unmap() noexcept = 0;
 
 protected:
     ~return_gate() = default;
@@ -79,8 +83,14 @@ public:
     void unmap(void* at, std::size_t bytes) noexcept
         requires virtual_memory<memory_type>
     {
-        static_cast<void>(gate_->before_return());
+        gate_->before_unmap();
         memory().unmap(at, bytes);
+    }
+    // Whether granules may be unmapped now (expandable asks before it trims its cache).
+    [[nodiscard]] bool may_unmap() noexcept
+        requires virtual_memory<memory_type>
+    {
+        return gate_->may_unmap();
     }
     [[nodiscard]] bool is_mapped(const void* pointer) const
         requires virtual_memory<memory_type>
@@ -123,10 +133,12 @@ public:
     {
         memory().unclaim(at, bytes);
     }
+    // The wait before an unmap is the gate's, which knows what the lane's free blocks wait for:
+    // not the whole device, which a CUDA capture running meanwhile forbids.
     void synchronize()
         requires virtual_memory<memory_type>
     {
-        memory().synchronize();
+        gate_->before_unmap();
     }
 
 private:

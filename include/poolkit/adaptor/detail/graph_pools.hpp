@@ -321,6 +321,10 @@ private:
             releasing = true;  // the Pool's destructor returns the rest straight upstream
         }
         bool before_return() noexcept override { return releasing; }
+        // A graph may use any granule until the release (graph pools over virtual memory are
+        // not expandable ones, which unmap as they go: stream_ordered's graph_pool_type).
+        bool may_unmap() noexcept override { return releasing; }
+        void before_unmap() noexcept override {}
         void hold(void* pointer, std::size_t bytes, std::size_t alignment) noexcept override {
             try {
                 held.push_back({pointer, bytes, alignment});
