@@ -6,7 +6,8 @@
 //           allocates four buffers (64 KiB to 8 MiB), runs a short kernel on them and frees them.
 //   build/bench/poolkit-bench-threads [--benchmark_filter=...]
 // Compares cudaMallocAsync, the synchronized caching preset (one mutex) and the per_thread front
-// over it. Items per second are summed over the threads.
+// over it, each preset also with capture checks only while a capture is announced (_announced).
+// Items per second are summed over the threads.
 #include <poolkit/presets.hpp>
 #include <poolkit/upstream/cuda_async_resource.hpp>
 
@@ -26,6 +27,21 @@ __global__ void touch(char* a, char* b, char* c, char* d) {
 }
 
 // One allocator per kind for the whole process, shared by the benchmark's threads.
+// The presets with capture checks only while a capture is announced (core/captures.hpp), in the
+// per_thread front and in the shared pool: the eager path with no driver call for them.
+struct synchronized_caching_announced : poolkit::synchronized_caching_device_allocator {
+    synchronized_caching_announced() {
+        locked([](auto& pool) { pool.capture_checks(poolkit::capture_check::announced); });
+    }
+};
+struct per_thread_caching_announced : poolkit::per_thread_caching_device_allocator {
+    per_thread_caching_announced()
+        : per_thread_caching_device_allocator(std::in_place, poolkit::per_thread_options{.captures = poolkit::capture_check::announced},
+                                              poolkit::cuda_events{}) {
+        upstream_resource().locked([](auto& pool) { pool.capture_checks(poolkit::capture_check::announced); });
+    }
+};
+
 template <class Resource>
 Resource& shared() {
     static auto* resource = new Resource();  // never destroyed: worker threads may outlive a run
@@ -94,6 +110,8 @@ void server(benchmark::State& state) {
 BENCHMARK(pairs<poolkit::cuda_async_resource>)->Name("pairs/cudaMallocAsync")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<poolkit::synchronized_caching_device_allocator>)->Name("pairs/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<poolkit::per_thread_caching_device_allocator>)->Name("pairs/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(pairs<synchronized_caching_announced>)->Name("pairs/synchronized_caching_announced")->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(pairs<per_thread_caching_announced>)->Name("pairs/per_thread_caching_announced")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<poolkit::cuda_async_resource, true>)->Name("pairs_per_thread_stream/cudaMallocAsync")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<poolkit::synchronized_caching_device_allocator, true>)->Name("pairs_per_thread_stream/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<poolkit::per_thread_caching_device_allocator, true>)->Name("pairs_per_thread_stream/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();

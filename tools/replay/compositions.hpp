@@ -14,6 +14,7 @@
 #include "blocks.hpp"
 
 #include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/core/captures.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/observe/replay.hpp>
 #include <poolkit/observe/trace.hpp>
@@ -56,6 +57,7 @@ struct run_settings {
     std::function<void(std::size_t done, std::size_t total)> progress;  // may be empty
     std::function<void(const trace_event&)> after_event;        // may be empty; after every event of both passes
     std::size_t samples = 0;                                     // how many samples to take (for --svg)
+    capture_check captures = capture_check::every_call;          // for compositions that check (CUDA graphs)
 };
 
 struct run_figures {
@@ -83,6 +85,7 @@ struct composition {
 // Replays `t` twice through `resource`, reading reserved bytes from `reserved()` as it goes.
 template <class R, class Reserved>
 run_figures measure_replay(const trace& t, const run_settings& settings, R& resource, Reserved reserved) {
+    if constexpr (requires { resource.capture_checks(settings.captures); }) resource.capture_checks(settings.captures);
     run_figures figures;
     const std::size_t total = t.events.size();
     const std::size_t sample_every = settings.samples == 0 ? 0 : std::max<std::size_t>(1, total / settings.samples);

@@ -777,7 +777,10 @@ private:
         auto& upstream = detail::referent<Upstream>::get(upstream_);
         if constexpr (requires { upstream.captures_running(); }) {
             return upstream.captures_running();
-        } else if constexpr (requires { upstream.locked([](auto& p) { return p.captures_running(); }); }) {
+        } else if constexpr (requires {
+                                 upstream.upstream_resource().captures_running();
+                                 upstream.locked([](auto&) {});
+                             }) {
             return upstream.locked([](auto& p) { return p.captures_running(); });
         } else {
             return false;
