@@ -36,8 +36,9 @@ struct synchronized_caching_announced : poolkit::synchronized_caching_device_all
 };
 struct per_thread_caching_announced : poolkit::per_thread_caching_device_allocator {
     per_thread_caching_announced()
-        : per_thread_caching_device_allocator(std::in_place, poolkit::per_thread_options{.captures = poolkit::capture_check::announced},
-                                              poolkit::cuda_events{}) {
+        : poolkit::per_thread_caching_device_allocator(std::in_place,
+                                                       poolkit::per_thread_options{.captures = poolkit::capture_check::announced},
+                                                       poolkit::cuda_events{}) {
         upstream_resource().locked([](auto& pool) { pool.capture_checks(poolkit::capture_check::announced); });
     }
 };

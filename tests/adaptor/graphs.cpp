@@ -41,29 +41,36 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::size_t GiB = std::size_t{1} << 30;
 
 // An upstream whose calls are what a capture sees of cudaMalloc and cudaFree: a potentially unsafe
-// call, and one that synchronizes the device.
+// call, and one that synchronizes the device. It holds at most `limit` bytes at once.
 class capture_checked_upstream {
 public:
     capture_checked_upstream(new_delete_resource& memory, host_events events) : memory_(&memory), events_(std::move(events)) {}
     void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
         events_.unsafe_call("cudaMalloc");
+        if (bytes > limit - held_) throw out_of_memory("capture_checked_upstream", memory_figures::request(bytes, alignment));
         ++allocations_;
-        return memory_->allocate(bytes, alignment);
+        void* pointer = memory_->allocate(bytes, alignment);
+        held_ += bytes;
+        return pointer;
     }
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         try {
             events_.synchronizing_call("cudaFree");
         } catch (const capture_error&) {  // counted by events.capture_errors()
         }
+        held_ -= bytes;
         memory_->deallocate(pointer, bytes, alignment);
     }
     [[nodiscard]] std::size_t allocations() const noexcept { return allocations_; }
+    [[nodiscard]] std::size_t held() const noexcept { return held_; }
+    std::size_t limit = SIZE_MAX;
     friend bool operator==(const capture_checked_upstream& a, const capture_checked_upstream& b) noexcept { return &a == &b; }
 
 private:
     new_delete_resource* memory_;
     host_events events_;
     std::size_t allocations_ = 0;
+    std::size_t held_ = 0;
 };
 
 // Virtual memory whose calls are what a capture sees of CUDA's: mapping (cuMemCreate, cuMemMap,
@@ -203,6 +210,38 @@ TEST_CASE_TEMPLATE("a capture is served from a graph pool with no forbidden call
         pool.check_invariants();
     }
     CHECK(f.events.capture_errors() == 0);
+}
+
+TEST_CASE_TEMPLATE("exhaustion in a capture: out_of_memory with figures, the capture still valid, nothing leaked", Pool, checked_pool,
+                   checked_caching) {
+    fixture f;
+    f.upstream.limit = 64 * MiB;
+    {
+        const auto made = make_checked<Pool>(f);
+        Pool& pool = *made;
+        void* eager = pool.allocate_async(16 * MiB, 256, f.eager);
+        const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
+        void* a = pool.allocate_async(8 * MiB, 256, f.capturing);
+        try {
+            static_cast<void>(pool.allocate_async(128 * MiB, 256, f.capturing));
+            FAIL("no out_of_memory");
+        } catch (const out_of_memory& error) {
+            CHECK(error.requested_bytes() >= 128 * MiB);
+            CHECK(std::string(error.what()).find("out of memory") != std::string::npos);
+        }
+        void* b = pool.allocate_async(8 * MiB, 256, f.capturing);  // the capture goes on
+        pool.deallocate_async(b, 8 * MiB, 256, f.capturing);
+        pool.deallocate_async(a, 8 * MiB, 256, f.capturing);
+        CHECK(f.events.end_capture(f.capturing).valid);
+        CHECK(f.events.capture_errors() == 0);
+        pool.deallocate_async(eager, 16 * MiB, 256, f.eager);
+        f.events.complete_all();
+        pool.release_graph_pool(id);
+        pool.release();
+        pool.check_invariants();
+        CHECK(f.upstream.held() == 0);  // the graph pool's memory and the shared pool's went back
+    }
+    CHECK(f.upstream.held() == 0);
 }
 
 TEST_CASE("a capture over two streams: a block freed on the other stream is reused behind an edge of the graph") {

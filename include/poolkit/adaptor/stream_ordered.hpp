@@ -150,7 +150,7 @@ public:
     ~stream_ordered() {
         try {
             if (graphs_ != nullptr) {  // graphs may still run on their pools
-                events_.synchronize_all();
+                wait_for_device();
                 graphs_->release_all([&](const detail::free_block& b) { into_pool(b); });
             }
             settle_everything();
@@ -279,7 +279,7 @@ public:
     // shared pool the graphs held go back to it, and blocks still live go back as they are freed.
     void release_graph_pool(std::uint64_t pool) {
         if (graphs_ == nullptr) return;
-        events_.synchronize_all();
+        wait_for_device();
         graphs_->release(pool, [&](const detail::free_block& b) { into_pool(b); });
     }
     // Graph pools with memory, and blocks handed out from them.
@@ -770,7 +770,7 @@ private:
             wait_for(stream);
         } catch (...) {
             try {
-                events_.synchronize_all();
+                wait_for_device();
             } catch (...) {
                 POOLKIT_ASSERT(false, "stream_ordered could not order a free");
             }
@@ -829,7 +829,7 @@ private:
     // The host waits for the whole device: every front and waiting block goes into the pool, and
     // the pool is ready for every stream.
     void settle() {
-        events_.synchronize_all();
+        wait_for_device();
         uncovered_misses_ = 0;
         waiting_.give_all([&](const detail::free_block& b) { into_pool(b); });
         records_.for_each([&](record_type& r) { front_into_pool(r); });
@@ -844,7 +844,7 @@ private:
             tag_.wait_for_all(nullptr);
             return;
         }
-        events_.synchronize_all();
+        wait_for_device();
         records_.for_each([&](record_type& r) { front_into_pool(r); });
         tag_.clear();
     }
@@ -855,11 +855,18 @@ private:
     void secure() noexcept {
         if (secure_by_events()) return;
         try {
-            events_.synchronize_all();
+            wait_for_device();
             tag_.clear();
         } catch (...) {
             POOLKIT_ASSERT(false, "stream_ordered could not wait before memory left its pool");
         }
+    }
+
+    // The host waits for the whole device. No capture allows that (cudaDeviceSynchronize fails
+    // while one runs, in every mode): once it returned, none of the captures noted runs any more.
+    void wait_for_device() {
+        events_.synchronize_all();
+        if (graphs_ != nullptr) graphs_->none_running();
     }
 
     // secure() without the wait for the whole device, which a running capture forbids: false
@@ -898,7 +905,7 @@ private:
             if (stream != nullptr) streams.push_back({*stream, thread_of(*stream)});
             // A per-thread stream of another thread cannot take an event from here: the device waits.
             if (std::erase_if(streams, [](const detail::stream_use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
-                events_.synchronize_all();
+                wait_for_device();
             }
             // A use on a stream in capture is the graph's: the block stays with its graph pool.
             for (const detail::stream_use& user : streams) {
@@ -918,7 +925,7 @@ private:
         } catch (...) {  // no host memory or no event: the device waits, rather than lose order
             for (const event_type& event : events) events_.recycle(event);
             try {
-                events_.synchronize_all();
+                wait_for_device();
             } catch (...) {
                 POOLKIT_ASSERT(false, "stream_ordered could not order a free used on other streams");
             }

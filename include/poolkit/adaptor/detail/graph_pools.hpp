@@ -21,8 +21,9 @@
 // - A block of the shared pool freed on a stream in capture is used by the graph: adopt() keeps it
 //   with the capture's pool until release(), which hands it back.
 // - It keeps which captures may still run: from a call on one of their streams in capture
-//   (note_running) until a call on one of them finds it out of capture (running_after), so that
-//   the owner's calls on other streams meanwhile make none a capture forbids.
+//   (note_running) until a call on one of them finds it out of capture (running_after) or the
+//   owner's host wait for the whole device succeeds (none_running), so that the owner's calls on
+//   other streams meanwhile make none a capture forbids.
 // - release(pool) follows the host's wait for the graphs' last launch: held memory goes upstream,
 //   each Pool returns its wholly free chunks, and a Pool with live blocks stays until they are
 //   freed (then it goes too).
@@ -195,6 +196,8 @@ public:
         return !running_.empty();
     }
     [[nodiscard]] bool running() const noexcept { return !running_.empty(); }
+    // The host waited for the whole device, which no capture allows: none runs now.
+    void none_running() noexcept { running_.clear(); }
 
     // Asks the Events to tell when the graph of capture `capture` (on `stream`) is gone, once per
     // capture; nothing where they cannot. A capture they will not tell of (one invalidated already)
