@@ -169,13 +169,7 @@ public:
         if (const std::uint64_t capture = capture_of(stream); capture != 0) return allocate_captured(capture, stream, bytes, alignment);
         const call_on on{*this, &stream};
         ++clock_;
-        if (graphs_ != nullptr) [[unlikely]] {
-            release_gone_graphs();
-            if (graphs_->running() && during_captures(&stream)) {
-                return capture_safe([&] { return allocate_on(&record_for(stream), &stream, bytes, alignment); });
-            }
-        }
-        return allocate_on(&record_for(stream), &stream, bytes, alignment);
+        return eager(&stream, [&] { return allocate_on(&record_for(stream), &stream, bytes, alignment); });
     }
 
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept {
@@ -191,14 +185,9 @@ public:
             --live_count_;
             free_on(stream, {pointer, bytes, alignment});
         };
-        if (graphs_ != nullptr) release_gone_graphs();
-        if (graphs_ != nullptr && graphs_->running() && during_captures(&stream)) {
-            try {
-                capture_safe(free);
-            } catch (...) {  // the capture mode could not be set: freed in the thread's own mode
-                free();
-            }
-        } else {
+        try {
+            eager(&stream, free);
+        } catch (...) {  // the capture mode could not be set: freed in the thread's own mode
             free();
         }
     }
@@ -208,11 +197,7 @@ public:
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
         plain_allocations_ = true;  // the pool has no home from now on (it would wait here each time)
-        if (graphs_ != nullptr) [[unlikely]] {
-            release_gone_graphs();
-            if (graphs_->running() && during_captures(nullptr)) return capture_safe([&] { return allocate_on(nullptr, nullptr, bytes, alignment); });
-        }
-        return allocate_on(nullptr, nullptr, bytes, alignment);
+        return eager(nullptr, [&] { return allocate_on(nullptr, nullptr, bytes, alignment); });
     }
 
     // The caller promises no work still uses the block.
@@ -247,11 +232,7 @@ public:
         const bool used = uses_.uses(gone);
         record_type* forgotten = records_.find(key_of(stream));
         if (forgotten == nullptr && !used) return;
-        if (graphs_ != nullptr && graphs_->running() && during_captures(&stream)) {
-            capture_safe([&] { wait_for(stream); });
-        } else {
-            wait_for(stream);
-        }
+        eager(&stream, [&] { wait_for(stream); });
         uses_.forget(gone);
         if (forgotten == nullptr) return;
         if (tag_.home() == forgotten) tag_.clear();  // its frees are done
@@ -297,10 +278,10 @@ public:
                 waiting_.wait_all([&](const detail::free_block& b) { into_pool(b); });
                 pool_.release();
             });
-            return;
+        } else {
+            settle_everything();
+            pool_.release();
         }
-        settle_everything();
-        pool_.release();
     }
 
     [[nodiscard]] bool owns(const void* pointer) const
@@ -496,6 +477,17 @@ private:
         }
         return false;
     }
+    // Runs `f`, a call outside any capture on `stream` (nullptr: a plain call), after releasing the
+    // graph pools whose graphs are gone; capture-safe while a capture this pool served may run.
+    template <class F>
+    decltype(auto) eager(const stream_ref* stream, F&& f) {
+        if (graphs_ != nullptr) [[unlikely]] {
+            release_gone_graphs();
+            if (graphs_->running() && during_captures(stream)) return capture_safe(std::forward<F>(f));
+        }
+        return std::forward<F>(f)();
+    }
+
     // Runs `f` as no capture forbids: this thread in relaxed capture mode (event queries and
     // cudaMalloc allowed), no device-wide wait, no memory given back upstream (held instead).
     template <class F>
