@@ -1,7 +1,8 @@
 """Captures a training step of a small MLP in a CUDA graph (torch.cuda.graph) and replays it,
-under PyTorch's allocator and under poolkit's caching preset, each in its own process. The
-replays' losses and final weights must equal PyTorch's, bit for bit, and poolkit's snapshot must
-show the graph's memory in a pool of its own (segment_pool_id).
+under PyTorch's allocator (plain and expandable_segments) and poolkit's caching and expandable
+presets, each in its own process. The replays' losses and final weights must equal PyTorch's, bit
+for bit, and poolkit's snapshot must show the graph's memory in a pool of its own
+(segment_pool_id).
 
     PYTHONPATH=python/src:python/checks POOLKIT_PLUGIN=build/plugins/libpoolkit_plugin.so python3 python/checks/cuda_graph.py
 
@@ -12,7 +13,7 @@ import sys
 
 import allocators
 
-RUNS = ("pytorch", "poolkit caching")
+RUNS = ("pytorch", "pytorch expandable_segments", "poolkit caching", "poolkit expandable")
 REPLAYS = 20
 
 
@@ -71,7 +72,7 @@ def main():
     reference = runs["pytorch"]
     failures = []
     for name, run in runs.items():
-        print(f"{name:20} losses {run['losses'][0]:.6f} .. {run['losses'][-1]:.6f}  graph pools {run.get('graph_pools', '-')}")
+        print(f"{name:28} losses {run['losses'][0]:.6f} .. {run['losses'][-1]:.6f}  graph pools {run.get('graph_pools', '-')}")
         if run["losses"] != reference["losses"] or run["weights"] != reference["weights"]:
             failures.append(f"{name}: replays differ from PyTorch's allocator")
         if "graph_pools" in run and run["graph_pools"] < 1:
