@@ -38,6 +38,13 @@ expect_run("a JSON line per composition" 0
   "{\"trace\":\"good\",\"composition\":\"best_fit\",\"upstream\":\"simulated\",\"events\":3,\"peak_live_bytes\":1049088,\"ns_per_op\":"
   good.csv --json --composition=best_fit,upstream)
 expect_run("the table" 0 "best per trace" good.csv --composition=best_fit)
+expect_run("the table explains its picks" 0 "pool: the lowest ratio among those" good.csv --composition=best_fit)
+# The upstream takes both allocations in each pass: counted per pass, not over both.
+expect_run("upstream allocations per pass" 0 "\"upstream_allocs\":2,\"warm_upstream_allocs\":2}" good.csv --json --composition=upstream)
+expect_run("upstream allocations per pass, in the table" 0 "2 / 2" good.csv --composition=upstream)
+expect_run("--capture-checks" 0 "\"composition\":\"caching\"" good.csv --json --composition=caching --capture-checks=announced)
+expect_run("--capture-checks of no mode" 2 "--capture-checks: sometimes not in {every_call,announced,never}" good.csv
+  --capture-checks=sometimes)
 expect_run("--streams names the spread trace" 0 "{\"trace\":\"good@3streams\",\"composition\":\"caching\""
   good.csv --json --composition=caching --streams=3)
 # CLI11 versions word the range differently ("1 to 65536", "[1 - 65536]").

@@ -64,7 +64,10 @@ struct run_figures {
     replay_result cold;
     replay_result warm;
     std::size_t peak_reserved_bytes = 0;
-    std::optional<std::size_t> upstream_allocs;  // unknown where the upstream is a driver pool
+    // Upstream allocations in the cold (first) pass, and in the warm one; unknown where the
+    // upstream is a driver pool.
+    std::optional<std::size_t> upstream_allocs;
+    std::optional<std::size_t> warm_upstream_allocs;
     std::vector<sample> samples;
 };
 
@@ -82,9 +85,10 @@ struct composition {
     std::function<run_figures(const trace&, const run_settings&)> run;
 };
 
-// Replays `t` twice through `resource`, reading reserved bytes from `reserved()` as it goes.
-template <class R, class Reserved>
-run_figures measure_replay(const trace& t, const run_settings& settings, R& resource, Reserved reserved) {
+// Replays `t` twice through `resource`, reading reserved bytes from `reserved()` as it goes and
+// the upstream's allocations so far from `upstream_calls()` (std::nullopt: unknown) after each pass.
+template <class R, class Reserved, class UpstreamCalls>
+run_figures measure_replay(const trace& t, const run_settings& settings, R& resource, Reserved reserved, UpstreamCalls upstream_calls) {
     if constexpr (requires { resource.capture_checks(settings.captures); }) resource.capture_checks(settings.captures);
     run_figures figures;
     const std::size_t total = t.events.size();
@@ -99,12 +103,21 @@ run_figures measure_replay(const trace& t, const run_settings& settings, R& reso
         if (settings.progress && (index % progress_every == 0 || index + 1 == total)) settings.progress(index + 1, 2 * total);
         if (settings.after_event) settings.after_event(e);
     });
+    const std::optional<std::size_t> after_cold = upstream_calls();
     figures.warm = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
         if (settings.progress && index % progress_every == 0) settings.progress(total + index + 1, 2 * total);
         if (settings.after_event) settings.after_event(e);
     });
     if (settings.progress) settings.progress(2 * total, 2 * total);
+    if (const std::optional<std::size_t> after_warm = upstream_calls(); after_cold && after_warm) {
+        figures.upstream_allocs = *after_cold;
+        figures.warm_upstream_allocs = *after_warm - *after_cold;
+    }
     return figures;
+}
+template <class R, class Reserved>
+run_figures measure_replay(const trace& t, const run_settings& settings, R& resource, Reserved reserved) {
+    return measure_replay(t, settings, resource, reserved, [] { return std::optional<std::size_t>{}; });
 }
 
 // Builds a composition with `build(source)` over a counted `upstream` and measures it.
@@ -115,13 +128,11 @@ run_figures measure_over(const trace& t, const run_settings& settings, Upstream&
     run_figures figures;
     {
         auto resource = build(ref<counted_type>(counted));
-        figures = measure_replay(t, settings, *resource, [&counted] {
-            return static_cast<std::size_t>(counted.figures().allocated_bytes.current);
-        });
+        figures = measure_replay(
+            t, settings, *resource, [&counted] { return static_cast<std::size_t>(counted.figures().allocated_bytes.current); },
+            [&counted] { return std::optional<std::size_t>(static_cast<std::size_t>(counted.figures().allocations.allocated)); });
     }
-    const statistics_figures seen = counted.figures();
-    figures.peak_reserved_bytes = static_cast<std::size_t>(seen.allocated_bytes.peak);
-    figures.upstream_allocs = static_cast<std::size_t>(seen.allocations.allocated);
+    figures.peak_reserved_bytes = static_cast<std::size_t>(counted.figures().allocated_bytes.peak);
     return figures;
 }
 
@@ -140,10 +151,10 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                                run_figures figures;
                                {
                                    stream_ordered<expandable<ref<memory_type>>, Events> pool{std::in_place, ref<memory_type>(*memory), options};
-                                   figures = measure_replay(t, s, pool, [&memory] { return memory->mapped_bytes(); });
+                                   figures = measure_replay(t, s, pool, [&memory] { return memory->mapped_bytes(); },
+                                                            [&memory] { return std::optional<std::size_t>(memory->map_calls()); });
                                }
                                figures.peak_reserved_bytes = memory->peak_mapped_bytes();
-                               figures.upstream_allocs = memory->map_calls();
                                return figures;
                            }};
     };

@@ -80,7 +80,7 @@ struct command_line {
     std::optional<bool> progress;
     std::size_t streams = 0;  // 0: the trace's own streams
     std::size_t lag = 0;      // 0: simulated streams are always done (completed_events)
-    capture_check captures = capture_check::every_call;
+    std::string captures = "every_call";  // when stream-ordered compositions ask about CUDA graph capture
     bool json = false;
     bool list = false;
 };
@@ -147,9 +147,7 @@ command_line parse_arguments(int argc, char** argv) {
                    "when stream-ordered compositions ask whether a stream is in CUDA graph capture: every_call "
                    "(default), announced (only while a capture is announced) or never")
         ->type_name("every_call|announced|never")
-        ->transform(CLI::CheckedTransformer(std::map<std::string, capture_check>{{"every_call", capture_check::every_call},
-                                                                                {"announced", capture_check::announced},
-                                                                                {"never", capture_check::never}}));
+        ->check(CLI::IsMember({"every_call", "announced", "never"}));
     app.add_flag("--json", options.json, "one JSON object per line instead of the table");
     app.add_option("--svg", svg, "also write live and reserved bytes over each trace, as SVG, to FILE")->type_name("FILE");
     CLI::Option* progress_flag = app.add_flag("--progress,!--no-progress", progress,
@@ -384,7 +382,9 @@ int run(const command_line& options) {
                 settings.after_event = [&lagging](const trace_event& e) { lagging->after(e); };
             }
             settings.samples = options.svg ? 1500 : 0;
-            settings.captures = options.captures;
+            settings.captures = options.captures == "announced" ? capture_check::announced
+                                : options.captures == "never"   ? capture_check::never
+                                                                : capture_check::every_call;
             bar.start(t.name + " / " + c.name);
             settings.progress = [&bar](std::size_t done, std::size_t total) { bar.update(done, total); };
             try {

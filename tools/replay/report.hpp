@@ -126,12 +126,18 @@ inline std::string peer_text(const peer_figure& p) {
     return text;
 }
 
+// "14858 / 0": the upstream's allocations in the cold and the warm pass, or "-" where unknown.
+inline std::string upstream_allocs_text(const run_figures& f) {
+    if (!f.upstream_allocs || !f.warm_upstream_allocs) return "-";
+    return std::to_string(*f.upstream_allocs) + " / " + std::to_string(*f.warm_upstream_allocs);
+}
+
 // `quoted`: the peers quoted beside each trace, by trace name.
 inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, const std::map<std::string, quoted_peers>& quoted,
                         std::string_view upstream) {
-    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %10s\n", "trace", "composition", "events", "ns/op", "peak live",
-                 "peak reserved", "ratio", "upstream");
-    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %10s\n", "", "", "", "", "MiB", "MiB", "", "allocs");
+    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %15s\n", "trace", "composition", "events", "ns/op", "peak live",
+                 "peak reserved", "ratio", "upstream allocs");
+    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %15s\n", "", "", "", "", "MiB", "MiB", "", "cold / warm");
     std::string previous;
     for (const outcome& o : outcomes) {
         if (!previous.empty() && previous != o.trace) std::fprintf(out, "\n");
@@ -140,8 +146,8 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
             std::fprintf(out, "%-20s %-28s %8zu   failed: %s\n", o.trace.c_str(), o.composition.c_str(), o.events, o.error.c_str());
             continue;
         }
-        std::string allocs = o.figures->upstream_allocs ? std::to_string(*o.figures->upstream_allocs) : "-";
-        std::fprintf(out, "%-20s %-28s %8zu %9.1f %12s %15s %7.3f %10s\n", o.trace.c_str(), o.composition.c_str(), o.events,
+        const std::string allocs = upstream_allocs_text(*o.figures);
+        std::fprintf(out, "%-20s %-28s %8zu %9.1f %12s %15s %7.3f %15s\n", o.trace.c_str(), o.composition.c_str(), o.events,
                      o.figures->warm.ns_per_op(), mebibytes(o.peak_live_bytes).c_str(),
                      mebibytes(o.figures->peak_reserved_bytes).c_str(), o.ratio(), allocs.c_str());
     }
@@ -158,7 +164,8 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
                      per_1000(o.calls->queries), per_1000(o.calls->waits), per_1000(o.calls->synchronizations));
     }
     // Per trace: the lowest ratio, and the lowest among pools that call the upstream for at most
-    // one event in a hundred (a ratio bought with constant cudaMalloc calls is no pool on a GPU).
+    // one event in a hundred of the cold pass (a ratio bought with constant cudaMalloc calls is no
+    // pool on a GPU).
     const auto caching = [](const outcome& o) {
         return o.figures->upstream_allocs && *o.figures->upstream_allocs * 100 <= o.events;
     };
@@ -173,12 +180,16 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
             if (pool == nullptr || o.ratio() < pool->ratio()) pool = &o;
         }
     }
-    std::fprintf(out, "\nbest per trace (upstream: %.*s; ratio = peak reserved / peak live; ns/op: warm second pass):\n",
+    std::fprintf(out, "\nbest per trace (upstream: %.*s; ratio = peak reserved / peak live; ns/op: warm second pass):\n"
+                      "  any:  the lowest ratio of every composition but `upstream`\n"
+                      "  pool: the lowest ratio among those that called the upstream for at most one event in a hundred\n"
+                      "        in the cold pass, where that is not the same composition (a ratio bought with a cudaMalloc\n"
+                      "        per few events is no pool on a GPU)\n",
                  static_cast<int>(upstream.size()), upstream.data());
     const auto line = [&](const char* label, const std::string& trace_name, const outcome* o) {
         if (o == nullptr) return;
-        const std::string allocs = o->figures->upstream_allocs ? std::to_string(*o->figures->upstream_allocs) : "-";
-        std::fprintf(out, "  %-20s %-8s %-28s ratio %.3f  %.1f ns/op  %s upstream allocs\n", trace_name.c_str(), label,
+        const std::string allocs = upstream_allocs_text(*o->figures);
+        std::fprintf(out, "  %-20s %-8s %-28s ratio %.3f  %.1f ns/op  %s upstream allocs (cold / warm)\n", trace_name.c_str(), label,
                      o->composition.c_str(), o->ratio(), o->figures->warm.ns_per_op(), allocs.c_str());
     };
     for (const auto& [trace_name, o] : best) {
@@ -231,10 +242,10 @@ inline void print_json(std::FILE* out, const outcome& o, std::string_view upstre
     if (o.figures) {
         std::fprintf(out, ",\"ns_per_op\":%.2f,\"cold_ns_per_op\":%.2f,\"peak_reserved_bytes\":%zu,\"ratio\":%.4f,\"upstream_allocs\":",
                      o.figures->warm.ns_per_op(), o.figures->cold.ns_per_op(), o.figures->peak_reserved_bytes, o.ratio());
-        if (o.figures->upstream_allocs) {
-            std::fprintf(out, "%zu", *o.figures->upstream_allocs);
+        if (o.figures->upstream_allocs && o.figures->warm_upstream_allocs) {
+            std::fprintf(out, "%zu,\"warm_upstream_allocs\":%zu", *o.figures->upstream_allocs, *o.figures->warm_upstream_allocs);
         } else {
-            std::fprintf(out, "null");
+            std::fprintf(out, "null,\"warm_upstream_allocs\":null");
         }
     } else {
         std::fprintf(out, ",\"error\":%s", json_string(o.error).c_str());
