@@ -509,6 +509,22 @@ class Loading(unittest.TestCase):
             with self.assertRaisesRegex(poolkit.PoolkitError, "cannot load"):
                 _plugin.Plugin(f.name)
 
+    def test_a_framework_that_is_not_installed_is_named(self):
+        import poolkit.cupy
+        import poolkit.torch
+        for module, name in ((poolkit.torch, "torch"), (poolkit.cupy, "cupy")):
+            saved = sys.modules.get(name)
+            sys.modules[name] = None  # what an import then raises: ModuleNotFoundError, as where it is missing
+            try:
+                with self.assertRaisesRegex(poolkit.PoolkitError, f"needs .*install {name}"):
+                    module.use("caching")
+                self.assertIsNone(module.in_use())
+            finally:
+                if saved is None:
+                    del sys.modules[name]
+                else:
+                    sys.modules[name] = saved
+
     def test_unknown_presets_are_refused_before_a_framework_is_imported(self):
         import poolkit.cupy
         import poolkit.torch

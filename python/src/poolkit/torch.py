@@ -24,7 +24,13 @@ _in_use = None  # (preset, options) once use() succeeded
 
 
 def _torch():
-    import torch
+    try:
+        import torch
+    except ModuleNotFoundError as error:
+        if error.name != "torch":
+            raise
+        raise PoolkitError("poolkit.torch needs PyTorch, which this Python cannot import: install torch (with CUDA) "
+                           "first, or use poolkit.cupy or the C++ library") from None
     return torch
 
 
