@@ -31,16 +31,29 @@ endfunction()
 
 file(REMOVE_RECURSE ${WORK_DIR})
 
-# 1. Configure + install, no build.
+# 1. Configure + install, no build: plain, and as README.md says (with no tests, tools, benchmarks,
+# examples or plugin, so that their packages need not be there), which installs nothing else.
 set(fresh ${WORK_DIR}/fresh)
 set(prefix ${WORK_DIR}/prefix)
 run(${CMAKE_COMMAND} -S ${POOLKIT_SOURCE_DIR} -B ${fresh} -G Ninja -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER})
 run(${CMAKE_COMMAND} --install ${fresh} --prefix ${prefix})
-foreach(installed include/poolkit/poolkit.hpp share/cmake/poolkit/poolkit-config.cmake share/doc/poolkit/LICENSE)
-  if(NOT EXISTS ${prefix}/${installed})
-    message(FATAL_ERROR "cmake --install with no build did not install ${installed}")
-  endif()
+set(headers_only ${WORK_DIR}/headers-only)
+run(${CMAKE_COMMAND} -S ${POOLKIT_SOURCE_DIR} -B ${headers_only}-build -G Ninja -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}
+    -DPOOLKIT_BUILD_TESTS=OFF -DPOOLKIT_BUILD_BENCHMARKS=OFF -DPOOLKIT_BUILD_TOOLS=OFF -DPOOLKIT_BUILD_EXAMPLES=OFF
+    -DPOOLKIT_BUILD_PLUGIN=OFF)
+run(${CMAKE_COMMAND} --install ${headers_only}-build --prefix ${headers_only})
+foreach(root ${prefix} ${headers_only})
+  foreach(installed include/poolkit/poolkit.hpp share/cmake/poolkit/poolkit-config.cmake share/doc/poolkit/LICENSE)
+    if(NOT EXISTS ${root}/${installed})
+      message(FATAL_ERROR "cmake --install with no build did not install ${installed} in ${root}")
+    endif()
+  endforeach()
 endforeach()
+file(GLOB top RELATIVE ${headers_only} ${headers_only}/*)
+list(SORT top)
+if(NOT top STREQUAL "include;share")
+  message(FATAL_ERROR "README.md's install with no build left more than include/ and share/: ${top}")
+endif()
 message(STATUS "configure + install with no build: headers and package installed")
 
 # 2, 3. Consumers. CUDA: the toolkit where this build found it; nvcc where it is on the machine.

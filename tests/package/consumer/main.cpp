@@ -3,6 +3,8 @@
 
 #include <cstdio>
 
+static_assert(CONSUMER_POOLKIT_HAS_CUDA == POOLKIT_HAS_CUDA, "poolkit_HAS_CUDA disagrees with what poolkit::poolkit compiles with");
+
 int main() {
     poolkit::new_delete_resource host;
     poolkit::resource_ref<poolkit::host_accessible> erased{host};
