@@ -66,15 +66,15 @@ cudaGraphExec_t end_and_instantiate(cudaStream_t stream, cudaGraph_t& graph) {
     return exec;
 }
 
-// 1,000 launches of `exec` on `stream`, each followed by an eager block of `count(launch)` uint32s
-// on `eager`, written at once (it would break the graph's checks if shared). Returns how many
-// eager blocks overlapped `graph_memory`.
+// 1,000 launches on `stream` of `execs` in turn, each followed by an eager block of
+// `count(launch)` uint32s on `eager`, written at once (it would break the graph's checks if
+// shared). Returns how many eager blocks overlapped `graph_memory`.
 template <class Pool, class Count>
-int launch_beside_eager(Pool& pool, cudaGraphExec_t exec, cudaStream_t stream, const scoped_stream& eager,
+int launch_beside_eager(Pool& pool, const std::vector<cudaGraphExec_t>& execs, cudaStream_t stream, const scoped_stream& eager,
                         const std::vector<span>& graph_memory, Count&& count) {
     int overlapping = 0;
     for (int launch = 0; launch < 1000; ++launch) {
-        REQUIRE(cudaGraphLaunch(exec, stream) == cudaSuccess);
+        REQUIRE(cudaGraphLaunch(execs[static_cast<std::size_t>(launch) % execs.size()], stream) == cudaSuccess);
         const std::size_t n = count(launch);
         auto* e = static_cast<std::uint32_t*>(pool.allocate_async(n * 4, 256, eager));
         overlapping += overlaps(e, n * 4, graph_memory);
@@ -123,7 +123,7 @@ TEST_CASE_TEMPLATE("a preset under stream capture, in every mode: graph memory n
         const std::vector<span> graph_memory{span_of(a, small * 4), span_of(b, large * 4)};
 
         std::mt19937_64 random(11);
-        const int overlapping = launch_beside_eager(pool, exec, capturing.handle, eager, graph_memory,
+        const int overlapping = launch_beside_eager(pool, {exec}, capturing.handle, eager, graph_memory,
                                                     [&](int) { return (1 + random() % 8) * (small / 4); });
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
         CHECK(overlapping == 0);
@@ -167,7 +167,7 @@ TEST_CASE("a capture over two streams: a block freed on the forked stream serves
         const cudaGraphExec_t exec = end_and_instantiate(origin.handle, graph);
         const std::vector<span> graph_memory{span_of(a, count * 4), span_of(b, count * 4)};
 
-        const int overlapping = launch_beside_eager(pool, exec, origin.handle, eager, graph_memory, [&](int) { return count; });
+        const int overlapping = launch_beside_eager(pool, {exec}, origin.handle, eager, graph_memory, [&](int) { return count; });
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
         CHECK(overlapping == 0);
         CHECK(bad.read() == 0);
@@ -180,6 +180,111 @@ TEST_CASE("a capture over two streams: a block freed on the forked stream serves
         pool.check_invariants();
         REQUIRE(cudaGetLastError() == cudaSuccess);
     }
+}
+
+TEST_CASE("two graphs share one pool: launched in turn between eager work, each sees only its own bytes") {
+    caching_device_allocator pool;
+    scoped_stream capturing, eager;
+    counter bad;
+    constexpr std::size_t count = std::size_t{1} << 20;
+    constexpr std::uint64_t shared = 4242;
+    std::vector<span> graph_memory;
+    cudaGraph_t graphs[2]{};
+    std::vector<cudaGraphExec_t> execs(2);
+    for (int g = 0; g < 2; ++g) {
+        REQUIRE(cudaStreamBeginCapture(capturing.handle, cudaStreamCaptureModeGlobal) == cudaSuccess);
+        pool.capture_into(capturing, shared);
+        CHECK(pool.graph_pool_of(capturing) == shared);
+        const auto value = static_cast<std::uint32_t>(10 + g);
+        auto* a = static_cast<std::uint32_t*>(pool.allocate_async(count * 4 * (g + 1), 256, capturing));
+        slow_fill<<<grid, block, 0, capturing.handle>>>(a, count * (g + 1), value, 0);
+        count_other<<<grid, block, 0, capturing.handle>>>(a, count * (g + 1), value, 0, bad.device);
+        pool.deallocate_async(a, count * 4 * (g + 1), 256, capturing);
+        graph_memory.push_back(span_of(a, count * 4 * (g + 1)));
+        execs[g] = end_and_instantiate(capturing.handle, graphs[g]);
+    }
+    CHECK(graph_pools(pool) == 1);  // one pool: the second graph grew it or reused the first's block
+    std::mt19937_64 random(5);
+    // In turn, in capture order, as graphs that share a pool must run.
+    const int overlapping = launch_beside_eager(pool, execs, capturing.handle, eager, graph_memory,
+                                                [&](int) { return (1 + random() % 4) * (count / 4); });
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(overlapping == 0);
+    CHECK(bad.read() == 0);
+    for (int g = 0; g < 2; ++g) {
+        REQUIRE(cudaGraphExecDestroy(execs[g]) == cudaSuccess);
+        REQUIRE(cudaGraphDestroy(graphs[g]) == cudaSuccess);
+    }
+    pool.release_graph_pool(shared);
+    CHECK(graph_pools(pool) == 0);
+    pool.check_invariants();
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("a block of the shared pool a graph used serves eager work again once the graph's pool is released") {
+    caching_device_allocator pool;
+    scoped_stream capturing, eager;
+    counter bad;
+    constexpr std::size_t count = std::size_t{1} << 20;
+    auto* input = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, eager));
+    slow_fill<<<grid, block, 0, eager.handle>>>(input, count, 5, 0);
+    REQUIRE(cudaStreamSynchronize(eager.handle) == cudaSuccess);
+    REQUIRE(cudaStreamBeginCapture(capturing.handle, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    const std::uint64_t id = pool.graph_pool_of(capturing);
+    count_other<<<grid, block, 0, capturing.handle>>>(input, count, 5, slow, bad.device);  // the graph reads it
+    pool.deallocate_async(input, count * 4, 256, capturing);  // freed in the capture: the graph keeps it
+    cudaGraph_t graph{};
+    const cudaGraphExec_t exec = end_and_instantiate(capturing.handle, graph);
+    for (int launch = 0; launch < 20; ++launch) {
+        REQUIRE(cudaGraphLaunch(exec, capturing.handle) == cudaSuccess);
+        auto* e = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, eager));
+        CHECK(e != input);
+        pool.deallocate_async(e, count * 4, 256, eager);
+    }
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(bad.read() == 0);
+    REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+    REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+    pool.release_graph_pool(id);
+    std::vector<void*> taken;
+    bool reused = false;
+    for (int i = 0; i < 4 && !reused; ++i) {
+        taken.push_back(pool.allocate_async(count * 4, 256, eager));
+        reused = taken.back() == input;
+    }
+    CHECK(reused);  // back in the shared pool
+    for (void* p : taken) pool.deallocate_async(p, count * 4, 256, eager);
+    pool.check_invariants();
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("a capture the user's own error invalidates leaves the pool consistent and serving") {
+    caching_device_allocator pool;
+    scoped_stream capturing, eager;
+    constexpr std::size_t bytes = std::size_t{4} << 20;
+    REQUIRE(cudaStreamBeginCapture(capturing.handle, cudaStreamCaptureModeGlobal) == cudaSuccess);
+    void* a = pool.allocate_async(bytes, 256, capturing);
+    void* mistake = nullptr;
+    CHECK(cudaMalloc(&mistake, bytes) != cudaSuccess);  // forbidden in a global-mode capture: it is invalidated
+    pool.deallocate_async(a, bytes, 256, capturing);
+    void* b = pool.allocate_async(bytes, 256, capturing);  // still served, from the capture's own pool
+    pool.deallocate_async(b, bytes, 256, capturing);
+    cudaGraph_t graph{};
+    CHECK(cudaStreamEndCapture(capturing.handle, &graph) == cudaErrorStreamCaptureInvalidated);
+    CHECK(graph == nullptr);
+    static_cast<void>(cudaGetLastError());  // the user's error, seen
+    pool.check_invariants();
+    for (int i = 0; i < 8; ++i) {  // eager work goes on, on both streams
+        for (const scoped_stream* s : {&eager, &capturing}) {
+            void* p = pool.allocate_async(bytes, 256, *s);
+            REQUIRE(cudaMemsetAsync(p, i, bytes, s->handle) == cudaSuccess);
+            pool.deallocate_async(p, bytes, 256, *s);
+        }
+    }
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    pool.release();
+    pool.check_invariants();
+    REQUIRE(cudaGetLastError() == cudaSuccess);
 }
 
 namespace {
