@@ -1,0 +1,174 @@
+"""Replays a PyTorch memory snapshot's allocation history under poolkit's compositions.
+
+A program records its history with torch.cuda.memory._record_memory_history() and writes it with
+torch.cuda.memory._dump_snapshot("snap.pickle"). This module turns the snapshot's device_traces
+into poolkit's trace format (RMM's CSV: Thread,Time,Action,Pointer,Size,Stream) and runs
+poolkit-replay on it, which prints each composition's ns/op and peak reserved / peak live:
+
+    python -m poolkit.replay snap.pickle                        # every composition
+    python -m poolkit.replay snap.pickle -- --composition=caching,expandable --svg=memory.svg
+    python -m poolkit.replay snap.pickle --convert snap.csv.gz  # only convert, for sharing
+    python -m poolkit.replay snap.pickle --device 1             # a snapshot of several devices
+
+What is read: `alloc` is an allocation, `free_requested` (the program's free, on the block's stream)
+a free; `free_completed`, segment and `snapshot` entries describe PyTorch's own allocator and are
+left out. PyTorch keeps at most max_entries events: where the oldest were dropped, a block freed
+with no allocation seen was alive from the start, and so is a block the snapshot's segments show
+allocated that the history never mentions; both are allocated at the start of the trace and
+counted in the report. poolkit-replay comes from --replay, POOLKIT_REPLAY or PATH. Exit status:
+poolkit-replay's; 2 for a file that is not a snapshot, or a bad command line.
+"""
+import argparse
+import gzip
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from ._plugin import PoolkitError
+
+HEADER = "Thread,Time,Action,Pointer,Size,Stream\n"
+
+
+def load_snapshot(path):
+    """The snapshot dict of a PyTorch memory snapshot file; PoolkitError naming the file otherwise."""
+    try:
+        with open(path, "rb") as f:
+            snapshot = pickle.load(f)
+    except FileNotFoundError:
+        raise PoolkitError(f"{path}: no such file") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError) as error:
+        raise PoolkitError(f"{path}: not a PyTorch memory snapshot (pickle could not read it: {error})") from None
+    if not isinstance(snapshot, dict) or not isinstance(snapshot.get("device_traces"), list):
+        raise PoolkitError(f"{path}: not a PyTorch memory snapshot (no device_traces: was it written by "
+                           "torch.cuda.memory._dump_snapshot() with history recorded?)")
+    return snapshot
+
+
+def _devices_with_events(snapshot):
+    return [d for d, trace in enumerate(snapshot["device_traces"]) if trace]
+
+
+def convert(snapshot, device=None):
+    """The trace rows (time_us, action, address, size, stream) of one device's history, and a report
+    (a dict of counts). `device` may be left out where only one device has events."""
+    devices = _devices_with_events(snapshot)
+    if device is None:
+        if not devices:
+            raise PoolkitError("the snapshot holds no allocation history: record it with "
+                               "torch.cuda.memory._record_memory_history() before the work, then dump")
+        if len(devices) > 1:
+            raise PoolkitError(f"the snapshot has history on devices {devices}: choose one with --device")
+        device = devices[0]
+    if device < 0 or device >= len(snapshot["device_traces"]) or not snapshot["device_traces"][device]:
+        raise PoolkitError(f"no allocation history on device {device} (devices with history: {devices})")
+    report = {"device": device, "allocations": 0, "frees": 0, "freed_unseen": 0, "alive_throughout": 0, "ooms": 0,
+              "left_out": 0}
+    live = {}  # address -> (size, stream)
+    seen = set()
+    rows, at_start = [], []
+    first_time = None
+    for index, entry in enumerate(snapshot["device_traces"][device]):
+        try:
+            action, address, size = entry["action"], int(entry["addr"]), int(entry["size"])
+            stream = int(entry.get("stream", 0))
+            time_us = int(entry.get("time_us", 0))
+        except (KeyError, TypeError, ValueError) as error:
+            raise PoolkitError(f"device_traces[{device}][{index}]: not a trace entry ({error!r})") from None
+        if first_time is None:
+            first_time = time_us
+        when = max(time_us - first_time, 0)
+        if action == "alloc":
+            if address in live:
+                raise PoolkitError(f"device_traces[{device}][{index}]: alloc of {address:#x}, which is live already")
+            live[address] = (size, stream)
+            seen.add(address)
+            rows.append((when, "allocate", address, size, stream))
+            report["allocations"] += 1
+        elif action == "free_requested":
+            if address not in live:
+                if address in seen:
+                    raise PoolkitError(f"device_traces[{device}][{index}]: free of {address:#x}, which was freed already")
+                # Its allocation was dropped from the ring buffer: alive from the start.
+                at_start.append((0, "allocate", address, size, stream))
+                seen.add(address)
+                report["freed_unseen"] += 1
+            else:
+                size = live.pop(address)[0]
+            rows.append((when, "free", address, size, stream))
+            report["frees"] += 1
+        elif action == "oom":
+            report["ooms"] += 1
+        else:
+            report["left_out"] += 1
+    for segment in snapshot.get("segments", []):
+        if segment.get("device", device) != device:
+            continue
+        for block in segment.get("blocks", []):
+            if block.get("state") == "active_allocated" and int(block["address"]) not in seen:
+                at_start.append((0, "allocate", int(block["address"]), int(block["size"]), int(segment.get("stream", 0))))
+                report["alive_throughout"] += 1
+    return at_start + rows, report
+
+
+def write_trace(rows, path):
+    """Writes rows as poolkit's trace format; gzip where `path` ends in .gz."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "wt", encoding="ascii", newline="") as f:
+        f.write(HEADER)
+        for when, action, address, size, stream in rows:
+            f.write(f"0,{when // 1_000_000}.{when % 1_000_000:06d},{action},{address:#x},{size},{stream}\n")
+
+
+def describe(report):
+    text = (f"device {report['device']}: {report['allocations']} allocations, {report['frees']} frees"
+            f" ({report['left_out']} entries of PyTorch's own allocator left out")
+    if report["ooms"]:
+        text += f", {report['ooms']} out-of-memory events"
+    text += ")"
+    if report["freed_unseen"] or report["alive_throughout"]:
+        text += (f"; the history's start was dropped (max_entries): {report['freed_unseen']} blocks freed with no "
+                 f"allocation seen and {report['alive_throughout']} alive throughout, allocated at the start")
+    return text
+
+
+def _replay_program(given):
+    program = given or os.environ.get("POOLKIT_REPLAY") or shutil.which("poolkit-replay")
+    if not program:
+        raise PoolkitError("poolkit-replay not found: build it (cmake --build build --target poolkit-replay), "
+                           "then give --replay PATH, set POOLKIT_REPLAY or put it on PATH")
+    return program
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m poolkit.replay",
+                                     description="Replays a PyTorch memory snapshot's allocation history under poolkit's "
+                                                 "compositions (poolkit-replay); arguments after -- go to poolkit-replay.")
+    parser.add_argument("snapshot", help="a pickle from torch.cuda.memory._dump_snapshot(), with history recorded")
+    parser.add_argument("--device", type=int, help="the device whose history to replay (needed where several have one)")
+    parser.add_argument("--convert", metavar="OUT.csv[.gz]", help="only write the trace there")
+    parser.add_argument("--replay", metavar="PATH", help="the poolkit-replay program")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passed = argv[argv.index("--") + 1:] if "--" in argv else []
+    options = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    try:
+        rows, report = convert(load_snapshot(options.snapshot), options.device)
+        print(f"{options.snapshot}: {describe(report)}", file=sys.stderr)
+        if options.convert:
+            write_trace(rows, options.convert)
+            return 0
+        program = _replay_program(options.replay)
+        with tempfile.TemporaryDirectory() as folder:
+            name = os.path.splitext(os.path.basename(options.snapshot))[0] or "snapshot"
+            trace = os.path.join(folder, name + ".csv")
+            write_trace(rows, trace)
+            return subprocess.call([program, trace, *passed])
+    except PoolkitError as error:
+        print(f"poolkit.replay: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""poolkit.replay: a PyTorch memory snapshot's history as poolkit's trace format, and replayed by
+poolkit-replay (where ctest passes POOLKIT_TEST_REPLAY). The snapshots are written here in
+PyTorch's structure (torch.cuda.memory._snapshot()); ones from real programs are checked on the
+GPU machine."""
+import gzip
+import io
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stderr
+
+import poolkit
+from poolkit import replay
+
+MiB = 1 << 20
+S1, S2 = 0x5000, 0x6000  # stream handles, as PyTorch records them
+
+
+def entry(action, address, size, stream=S1, time_us=0):
+    return {"action": action, "addr": address, "size": size, "stream": stream, "time_us": time_us, "frames": []}
+
+
+def snapshot(*device_traces, segments=()):
+    return {"segments": list(segments), "device_traces": [list(t) for t in device_traces],
+            "allocator_settings": {}, "external_annotations": []}
+
+
+# A short program on device 0: two blocks, one freed on its stream; PyTorch's own entries beside.
+PROGRAM = [
+    entry("segment_alloc", 0x7000_0000, 20 * MiB, time_us=1000),
+    entry("alloc", 0x7000_0000, 4 * MiB, time_us=1001),
+    entry("alloc", 0x7040_0000, 2 * MiB, S2, time_us=1002),
+    entry("free_requested", 0x7000_0000, 4 * MiB, time_us=2003),
+    entry("free_completed", 0x7000_0000, 4 * MiB, time_us=2004),
+    entry("alloc", 0x7000_0000, 3 * MiB, time_us=3000500),
+]
+
+
+def read_trace(path):
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return f.read().splitlines()
+
+
+class Convert(unittest.TestCase):
+    def test_allocations_and_requested_frees_in_order(self):
+        rows, report = replay.convert(snapshot(PROGRAM))
+        self.assertEqual(rows, [(1, "allocate", 0x7000_0000, 4 * MiB, S1), (2, "allocate", 0x7040_0000, 2 * MiB, S2),
+                                (1003, "free", 0x7000_0000, 4 * MiB, S1), (2999500, "allocate", 0x7000_0000, 3 * MiB, S1)])
+        self.assertEqual((report["allocations"], report["frees"], report["left_out"]), (3, 1, 2))
+
+    def test_the_trace_format(self):
+        with tempfile.TemporaryDirectory() as folder:
+            for name in ("t.csv", "t.csv.gz"):
+                path = os.path.join(folder, name)
+                replay.write_trace(replay.convert(snapshot(PROGRAM))[0], path)
+                lines = read_trace(path)
+                self.assertEqual(lines[0], "Thread,Time,Action,Pointer,Size,Stream")
+                self.assertEqual(lines[1], f"0,0.000001,allocate,0x70000000,{4 * MiB},{S1}")
+                self.assertEqual(lines[4], f"0,2.999500,allocate,0x70000000,{3 * MiB},{S1}")
+
+    def test_a_history_whose_start_was_dropped(self):
+        dropped = [entry("free_requested", 0x9000_0000, MiB, time_us=5), entry("alloc", 0x9000_0000, 2 * MiB, time_us=6)]
+        segments = [{"device": 0, "address": 0xA000_0000, "total_size": 2 * MiB, "stream": S2,
+                     "blocks": [{"address": 0xA000_0000, "size": 2 * MiB, "state": "active_allocated"},
+                                {"address": 0xA010_0000, "size": MiB, "state": "inactive"}]}]
+        rows, report = replay.convert(snapshot(dropped, segments=segments))
+        # Both blocks were alive from the start: allocated first, so that the peak counts them.
+        self.assertEqual(rows[:2], [(0, "allocate", 0x9000_0000, MiB, S1), (0, "allocate", 0xA000_0000, 2 * MiB, S2)])
+        self.assertEqual(rows[2:], [(0, "free", 0x9000_0000, MiB, S1), (1, "allocate", 0x9000_0000, 2 * MiB, S1)])
+        self.assertEqual((report["freed_unseen"], report["alive_throughout"]), (1, 1))
+        self.assertIn("the history's start was dropped", replay.describe(report))
+
+    def test_devices(self):
+        two = snapshot(PROGRAM, [entry("alloc", 0x1000, 512)])
+        with self.assertRaisesRegex(poolkit.PoolkitError, r"history on devices \[0, 1\]: choose one with --device"):
+            replay.convert(two)
+        self.assertEqual(replay.convert(two, 1)[0], [(0, "allocate", 0x1000, 512, S1)])
+        with self.assertRaisesRegex(poolkit.PoolkitError, "no allocation history on device 2"):
+            replay.convert(two, 2)
+        with self.assertRaisesRegex(poolkit.PoolkitError, "record it with torch.cuda.memory._record_memory_history"):
+            replay.convert(snapshot([]))
+
+    def test_inconsistent_histories_are_refused_by_entry(self):
+        twice = [entry("alloc", 0x1000, 512), entry("alloc", 0x1000, 512)]
+        with self.assertRaisesRegex(poolkit.PoolkitError, r"device_traces\[0\]\[1\]: alloc of 0x1000, which is live already"):
+            replay.convert(snapshot(twice))
+        freed_twice = [entry("alloc", 0x1000, 512), entry("free_requested", 0x1000, 512), entry("free_requested", 0x1000, 512)]
+        with self.assertRaisesRegex(poolkit.PoolkitError, r"\[0\]\[2\]: free of 0x1000, which was freed already"):
+            replay.convert(snapshot(freed_twice))
+        with self.assertRaisesRegex(poolkit.PoolkitError, r"device_traces\[0\]\[0\]: not a trace entry"):
+            replay.convert(snapshot([{"action": "alloc"}]))
+
+
+class CommandLine(unittest.TestCase):
+    def run_main(self, *args):
+        errors = io.StringIO()
+        with redirect_stderr(errors):
+            status = replay.main(list(args))
+        return status, errors.getvalue()
+
+    def test_files_that_are_no_snapshot(self):
+        with tempfile.TemporaryDirectory() as folder:
+            garbage = os.path.join(folder, "garbage.pickle")
+            with open(garbage, "wb") as f:
+                f.write(b"not a pickle")
+            status, errors = self.run_main(garbage, "--convert", os.path.join(folder, "out.csv"))
+            self.assertEqual(status, 2)
+            self.assertIn("garbage.pickle: not a PyTorch memory snapshot", errors)
+            other = os.path.join(folder, "other.pickle")
+            with open(other, "wb") as f:
+                pickle.dump({"segments": []}, f)
+            self.assertIn("no device_traces", self.run_main(other, "--convert", os.path.join(folder, "out.csv"))[1])
+            self.assertIn("no such file", self.run_main(os.path.join(folder, "missing.pickle"))[1])
+            self.assertFalse(os.path.exists(os.path.join(folder, "out.csv")))
+
+    def test_convert_writes_the_trace_and_reports(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path, out = os.path.join(folder, "snap.pickle"), os.path.join(folder, "snap.csv.gz")
+            with open(path, "wb") as f:
+                pickle.dump(snapshot(PROGRAM), f)
+            status, errors = self.run_main(path, "--convert", out)
+            self.assertEqual(status, 0)
+            self.assertIn("device 0: 3 allocations, 1 frees", errors)
+            self.assertEqual(len(read_trace(out)), 5)
+
+    @unittest.skipUnless(os.environ.get("POOLKIT_TEST_REPLAY"), "poolkit-replay was not built (POOLKIT_TEST_REPLAY unset)")
+    def test_replayed_by_poolkit_replay(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "program.pickle")
+            with open(path, "wb") as f:
+                pickle.dump(snapshot(PROGRAM), f)
+            result = subprocess.run([sys.executable, "-m", "poolkit.replay", path, "--replay", os.environ["POOLKIT_TEST_REPLAY"],
+                                     "--", "--composition=caching,best_fit", "--no-progress"],
+                                    capture_output=True, text=True, check=False)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertIn("program              caching", result.stdout)
+            self.assertIn("best per trace", result.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
