@@ -38,9 +38,8 @@
 // relaxed mode, no device-wide wait, chunks given back held until it ended, granules unmapped only
 // where events make it safe. Over virtual memory, graph pools are caching pools of whole mapped
 // granules (the upstream's resource face): an expandable Pool would unmap what a graph may use.
-// Every stream call
-// asks whether its stream is in capture (one driver call, cuStreamIsCapturing), or only while a
-// capture is announced (capture_checks(), core/captures.hpp).
+// Every stream call asks whether its stream is in capture (one driver call, cuStreamIsCapturing),
+// or only while a capture is announced (capture_checks(), core/captures.hpp).
 // Complexity: a stream's record O(1); a hit is a front take (O(1) when its size mask rules the
 // size out) or the Pool's cached allocate; a free is a front push, or the Pool's deallocate for
 // the home. Records of streams not seen since the last trim, with empty fronts, are dropped once
@@ -371,10 +370,11 @@ public:
     // When stream calls ask whether their stream is in capture (core/captures.hpp): every call by
     // default (one driver call each); only while a capture is announced; never.
     void capture_checks(capture_check check) noexcept { capture_check_ = check; }
-    // Whether a capture this pool served may still run (from its first call in capture until a
-    // call on one of its streams finds it ended): meanwhile nothing may wait for the whole device.
-    [[nodiscard]] bool captures_running() const noexcept { return graphs_ != nullptr && graphs_->running(); }
     [[nodiscard]] capture_check capture_checks() const noexcept { return capture_check_; }
+    // Whether a capture this pool served may still run (from its first call in capture until a
+    // call on one of its streams finds it ended, or a wait for the whole device succeeded):
+    // meanwhile nothing may wait for the whole device.
+    [[nodiscard]] bool captures_running() const noexcept { return graphs_ != nullptr && graphs_->running(); }
 
     [[nodiscard]] upstream_type& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const upstream_type& upstream_resource() const noexcept { return upstream_; }
