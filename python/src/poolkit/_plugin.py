@@ -4,6 +4,7 @@ One plugin per process: PyTorch and CuPy load the same file, so they share its p
 POOLKIT_PLUGIN when set, else the libpoolkit_plugin.so installed inside this package.
 """
 import ctypes
+import importlib
 import json
 import os
 import threading
@@ -14,6 +15,18 @@ class PoolkitError(RuntimeError):
 
 
 _LIBRARY = "libpoolkit_plugin.so"
+
+
+def import_framework(name, user, install):
+    """The module `name` (torch, cupy) that poolkit.`user` serves; where it is not installed, a
+    PoolkitError that says what to install (`install`)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as error:
+        if error.name != name:
+            raise
+        raise PoolkitError(f"poolkit.{user} needs {install}, which this Python cannot import: install {name} first, "
+                           "or use another of poolkit's front ends (poolkit.torch, poolkit.cupy) or the C++ library") from None
 
 
 def find_plugin():

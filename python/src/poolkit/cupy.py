@@ -18,14 +18,7 @@ _in_use = None
 
 
 def _cupy():
-    try:
-        import cupy
-    except ModuleNotFoundError as error:
-        if error.name != "cupy":
-            raise
-        raise PoolkitError("poolkit.cupy needs CuPy, which this Python cannot import: install cupy (for your CUDA "
-                           "version) first, or use poolkit.torch or the C++ library") from None
-    return cupy
+    return _plugin.import_framework("cupy", "cupy", "CuPy (for your CUDA version)")
 
 
 def _current_device():

@@ -24,14 +24,7 @@ _in_use = None  # (preset, options) once use() succeeded
 
 
 def _torch():
-    try:
-        import torch
-    except ModuleNotFoundError as error:
-        if error.name != "torch":
-            raise
-        raise PoolkitError("poolkit.torch needs PyTorch, which this Python cannot import: install torch (with CUDA) "
-                           "first, or use poolkit.cupy or the C++ library") from None
-    return torch
+    return _plugin.import_framework("torch", "torch", "PyTorch (with CUDA)")
 
 
 def _current_device():
