@@ -42,8 +42,13 @@ public:
         return watched([&] { return host_events::record(stream); });
     }
     void wait(stream_ref waiter, const event_type& event) { watched([&] { host_events::wait(waiter, event); }); }
+    [[nodiscard]] bool idle(stream_ref stream) {
+        ++*asked_idle_;
+        return watched([&] { return host_events::idle(stream); });
+    }
     [[nodiscard]] std::size_t touched() const noexcept { return *touched_; }
     [[nodiscard]] std::size_t recorded() const noexcept { return *recorded_; }
+    [[nodiscard]] std::size_t asked_idle() const noexcept { return *asked_idle_; }
 
 private:
     template <class Call>
@@ -57,6 +62,7 @@ private:
     }
     std::shared_ptr<std::size_t> touched_ = std::make_shared<std::size_t>(0);
     std::shared_ptr<std::size_t> recorded_ = std::make_shared<std::size_t>(0);
+    std::shared_ptr<std::size_t> asked_idle_ = std::make_shared<std::size_t>(0);
 };
 
 using upstream = ref<instrumented<>>;
@@ -180,6 +186,63 @@ TEST_CASE("another stream takes a freed block only after the freeing stream's ne
     CHECK(f.events.completed(f.a) >= work_on_a);
     f.put(taken, 1 * MiB, f.b);
     f.put(grown, 1 * MiB, f.b);
+}
+
+TEST_CASE("a front covered while its stream's work is all done goes into the pool with no event") {
+    fixture f;
+    f.know(f.b);
+    f.know(f.a);
+    void* small = f.get(8 * KiB, f.a);
+    void* block = f.get(1 * MiB, f.a);
+    f.put(block, 1 * MiB, f.a);  // a has no work pending
+    void* grown = f.get(2 * MiB, f.b);  // asks a's front
+    const std::size_t recorded = f.events.recorded();
+    f.put(small, 8 * KiB, f.a);  // a's call: a is idle, its front goes into the pool
+    CHECK(f.events.asked_idle() == 1);
+    CHECK(f.events.recorded() == recorded);
+    CHECK(f.pool.front_blocks_held() == 1);  // `small`, freed after the cover
+    CHECK(f.pool.waiting_blocks() == 0);
+    void* taken = f.get(1 * MiB, f.b);
+    CHECK(taken == block);
+    CHECK(f.events.wait_count() == 0);
+    CHECK(f.events.synchronizations() == 0);
+    f.put(taken, 1 * MiB, f.b);
+    f.put(grown, 2 * MiB, f.b);
+}
+
+TEST_CASE("a stream found busy at a cover is asked again after 1, 3, 7 ... covers; its fronts wait behind events meanwhile") {
+    fixture f;
+    f.know(f.b);
+    f.know(f.a);
+    std::vector<std::pair<void*, std::size_t>> kept;  // on b
+    std::vector<void*> on_a;
+    // One cover of a's front: a free on a, a miss on b that asks for a's front, a's next call.
+    const auto cover_a = [&](bool busy) {
+        void* block = f.get(1 * MiB, f.a);
+        if (busy) f.events.submit(f.a);
+        f.put(block, 1 * MiB, f.a);
+        kept.emplace_back(f.get(2 * MiB, f.b), 2 * MiB);
+        on_a.push_back(f.get(8 * KiB, f.a));
+    };
+    std::vector<std::size_t> asked;  // idle questions after each cover
+    for (int i = 0; i < 7; ++i) {
+        cover_a(true);
+        asked.push_back(f.events.asked_idle());
+    }
+    CHECK(asked == std::vector<std::size_t>{1, 1, 2, 2, 2, 2, 3});  // asked at covers 1, 3 and 7
+    CHECK(f.pool.waiting_blocks() > 0);
+    // Its work done, a is still not asked for the 7 covers after the third busy answer; then it is
+    // found idle and its front goes into the pool with no event.
+    f.events.complete(f.a);
+    for (int i = 0; i < 7; ++i) cover_a(false);
+    CHECK(f.events.asked_idle() == 3);
+    const std::size_t recorded = f.events.recorded();
+    cover_a(false);
+    CHECK(f.events.asked_idle() == 4);
+    CHECK(f.events.recorded() == recorded);
+    CHECK(f.pool.front_blocks_held() == 0);
+    for (const auto& [p, bytes] : kept) f.put(p, bytes, f.b);
+    for (void* p : on_a) f.put(p, 8 * KiB, f.a);
 }
 
 TEST_CASE("with internal_dependencies(false) a miss grows rather than wait on another stream's event") {

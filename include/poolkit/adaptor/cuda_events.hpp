@@ -2,11 +2,12 @@
 //
 // Events are created with cudaEventDisableTiming and pooled: record() takes one from the pool (or
 // creates one) and records it, recycle() puts it back. wait() is cudaStreamWaitEvent (no host
-// synchronization); done() is cudaEventQuery; synchronize() is cudaEventSynchronize. An event is
-// made on the device of the stream it is recorded on (the context's, see device_of) and pooled per device,
-// so one pool may serve streams of several devices: pinned host memory used by all of them
-// (cudaHostAllocPortable). synchronize_all() waits for every device an event was recorded on.
-// Not thread-safe (stream_ordered is not either; synchronized<> guards both).
+// synchronization); done() is cudaEventQuery; synchronize() is cudaEventSynchronize; idle() is
+// cudaStreamQuery. An event is made on the device of the stream it is recorded on (the context's,
+// see device_of) and pooled per device, so one pool may serve streams of several devices: pinned
+// host memory used by all of them (cudaHostAllocPortable). synchronize_all() waits for every
+// device an event was recorded on. Not thread-safe (stream_ordered is not either; synchronized<>
+// guards both).
 // cudaStreamPerThread — and the default stream 0 where this translation unit was compiled for the
 // per-thread default stream — names a different stream on each host thread: per_thread() says so,
 // and stream_ordered keeps such streams apart by thread.
@@ -76,6 +77,15 @@ public:
         const cudaError_t status = cudaEventQuery(event.handle);
         if (status == cudaErrorNotReady) return false;
         detail::check_cuda(status, "cudaEventQuery");
+        return true;
+    }
+
+    // Whether all work issued on `stream` so far is done (cudaStreamQuery: one driver call, about
+    // what an event query costs, and no event to record first). Never asked of a stream in capture.
+    [[nodiscard]] static bool idle(stream_ref stream) {
+        const cudaError_t status = cudaStreamQuery(stream.get());
+        if (status == cudaErrorNotReady) return false;
+        detail::check_cuda(status, "cudaStreamQuery");
         return true;
     }
 

@@ -302,6 +302,16 @@ public:
         check_event(event, "an event was queried");
         return is_done(event);
     }
+    // Whether every item issued on `stream` so far has completed (cudaStreamQuery; counted as a
+    // query). Forbidden on a stream in capture; else a potentially unsafe call, as an event query.
+    [[nodiscard]] bool idle(stream_ref stream) const {
+        const std::lock_guard lock(timeline_->mutex);
+        ++timeline_->query_count;
+        const stream_state& s = alive(stream);
+        if (s.capture != 0) invalidate(s.capture, "a stream in capture was queried");
+        if (!timeline_->captures.empty()) check_unsafe("a stream was queried");
+        return s.completed == s.issued;
+    }
     // The host blocks until the event's work is done: the simulation completes just that.
     void synchronize(const event_type& event) {
         run(locked([&] {

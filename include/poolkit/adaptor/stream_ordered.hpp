@@ -401,6 +401,12 @@ private:
     // Events that cost nothing and are done when recorded (completed_events): every free is covered
     // at once and every call polls, which gives the smallest footprint.
     static constexpr bool cheap_events = requires { requires Events::costs_nothing; };
+    // Events that tell whether all of a stream's work is done (idle(): cudaStreamQuery).
+    static constexpr bool sees_idle = requires(Events& e, stream_ref s) {
+        { e.idle(s) } -> std::convertible_to<bool>;
+    };
+    // A stream found busy at a cover is asked again after 1, 3, 7 ... 2^max_busy_streak - 1 covers.
+    static constexpr unsigned max_busy_streak = 6;
 
     // What stream_ordered knows of one stream.
     struct record_type {
@@ -416,6 +422,8 @@ private:
         std::uint64_t cover_seen = 0;  // the pool cover its stream waited for (pool_tag)
         std::uint64_t opened_at = 0;   // the call clock when its front last went from empty to open
         std::uint64_t last_call = 0;   // the call clock at its stream's last call
+        std::uint8_t busy_streak = 0;  // covers in a row that found its stream busy (idle_first)
+        std::uint8_t idle_skips = 0;   // covers left before its stream is asked again
     };
 
     // The pool's return gate: memory leaves it only after secure().
@@ -782,10 +790,25 @@ private:
         events_.recycle(event);
     }
 
-    // Covers `r`'s front (and the pool, if `r` is its home) with one event recorded on `stream`,
-    // `r`'s stream during this call. Where no event can be recorded, the front stays open.
+    // Covers `r`'s front (and the pool, if `r` is its home) during a call on `stream`, `r`'s
+    // stream: where all its work is done (idle_first), the front goes into the pool with no event;
+    // else behind one event recorded on it. Where no event can be recorded, the front stays open.
     void cover(record_type& r, stream_ref stream) noexcept {
-        if (tag_.home() == &r && tag_.uncovered()) {
+        const bool home = tag_.home() == &r && tag_.uncovered();
+        if (!home && r.front.empty()) {
+            r.wanted = false;
+            return;
+        }
+        if (idle_first(r, stream)) {
+            if (home) {  // the home's frees are done, and its covers (events on its stream)
+                tag_.clear();
+                uncovered_misses_ = 0;
+            }
+            r.wanted = false;
+            front_into_pool(r);
+            return;
+        }
+        if (home) {
             try {
                 tag_.cover(stream);
                 uncovered_misses_ = 0;
@@ -793,6 +816,34 @@ private:
             }
         }
         fronts_.cover(r, stream);
+    }
+
+    // Whether all work issued on `stream`, `r`'s, is done, asked at a cover: one driver call in
+    // place of an event now and a query of it later. Allocation costs most where the host is the
+    // bottleneck, and there streams run dry; a stream found busy is asked again only after
+    // 2^streak - 1 more covers, so one that stays busy costs a call per 2^max_busy_streak covers.
+    bool idle_first(record_type& r, stream_ref stream) noexcept {
+        if constexpr (sees_idle) {
+            if (r.idle_skips > 0) {
+                --r.idle_skips;
+                return false;
+            }
+            bool idle = false;
+            try {
+                idle = events_.idle(stream);
+            } catch (...) {  // asked as busy
+            }
+            if (idle) {
+                r.busy_streak = 0;
+                return true;
+            }
+            r.busy_streak = static_cast<std::uint8_t>(std::min(r.busy_streak + 1u, max_busy_streak));
+            r.idle_skips = static_cast<std::uint8_t>((1u << r.busy_streak) - 1u);
+            return false;
+        } else {
+            static_cast<void>(r), static_cast<void>(stream);
+            return false;
+        }
     }
 
     // A block into the pool: its frees are done, or its stream is the pool's home. A block passed
