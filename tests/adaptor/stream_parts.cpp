@@ -3,10 +3,12 @@
 // blocks passed through.
 #include "../support/instrumented.hpp"
 
+#include <poolkit/adaptor/detail/capture_door.hpp>
 #include <poolkit/adaptor/detail/front_cache.hpp>
 #include <poolkit/adaptor/detail/fronts.hpp>
 #include <poolkit/adaptor/detail/open_fronts.hpp>
 #include <poolkit/adaptor/detail/passed_through.hpp>
+#include <poolkit/adaptor/detail/pending_walk.hpp>
 #include <poolkit/adaptor/detail/pool_tag.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
 #include <poolkit/adaptor/detail/waiting_blocks.hpp>
@@ -45,6 +47,8 @@ struct front_record : record {
     explicit front_record(stream_key k) : record(k) {}
     front_cache front{front_limits::blocks_per_front};
     std::uint64_t opened_at = 0;
+    std::uint8_t busy_streak = 0;
+    std::uint8_t idle_skips = 0;
 };
 
 }  // namespace
@@ -365,4 +369,120 @@ TEST_CASE("passed_through: blocks from the upstream go back to it, and nothing e
     CHECK(passed.take(upstream, 4096, 256) == nullptr);  // the upstream had none: no block, no error
     CHECK(passed.empty());
     CHECK(upstream.errors().empty());
+}
+
+TEST_CASE("fronts::idle_first asks a stream at once while it is found idle, and a busy one after 1, 3, 7 ... 63 covers") {
+    host_events events;
+    const stream_ref a = events.make_stream();
+    waiting_blocks<host_events> waiting(events);
+    fronts<host_events, front_record> all(events, waiting);
+    front_record r{{1, {}}};
+    CHECK(all.idle_first(r, a));
+    CHECK(all.idle_first(r, a));
+    CHECK(events.query_count() == 2);
+    events.submit(a);
+    std::vector<int> asked_at;  // the covers at which a was asked
+    for (int cover = 1; cover <= 200; ++cover) {
+        const std::uint64_t before = events.query_count();
+        CHECK_FALSE(all.idle_first(r, a));
+        if (events.query_count() != before) asked_at.push_back(cover);
+    }
+    CHECK(asked_at == std::vector<int>{1, 3, 7, 15, 31, 63, 127, 191});  // then every 64
+    events.complete(a);
+    int covers = 0;
+    while (!all.idle_first(r, a)) ++covers;
+    CHECK(covers < 64);
+    CHECK(all.idle_first(r, a));  // idle again: asked at once
+}
+
+namespace {
+// A pool of fixed blocks, each its own chunk, for walk_pending.
+struct listed_pool {
+    std::vector<block_view> blocks;
+    template <class Visitor>
+    void for_each_block(Visitor&& visit) const {
+        for (const block_view& b : blocks) visit(chunk_view{b.address, b.bytes}, b);
+    }
+};
+}  // namespace
+
+TEST_CASE("walk_pending shows the owner's pending blocks as pending_free with their stream, and dresses each chunk") {
+    listed_pool pool;
+    for (std::uintptr_t address : {0x1000, 0x2000, 0x3000, 0x4000}) pool.blocks.push_back({address, 4096, 100, address != 0x4000});
+    const std::vector<pending_block> pending{{0x2000, 7}, {0x3000, 0}, {0x4000, 9}};  // 0x4000 is free already
+    std::vector<std::pair<chunk_view, block_view>> seen;
+    walk_pending(pool, pending, [&](const chunk_view& c, const block_view& b) { seen.emplace_back(c, b); }, [](const chunk_view& c) {
+        chunk_view dressed = c;
+        dressed.pool = 5;
+        return dressed;
+    });
+    REQUIRE(seen.size() == 4);
+    CHECK((seen[0].second.live && !seen[0].second.pending_free));
+    CHECK((!seen[1].second.live && seen[1].second.pending_free && seen[1].second.stream == 7));
+    CHECK((!seen[2].second.live && seen[2].second.pending_free && seen[2].second.stream == 0));
+    CHECK((!seen[3].second.live && !seen[3].second.pending_free));
+    for (const auto& [chunk, block] : seen) CHECK(chunk.pool == 5);
+}
+
+namespace {
+// Graph pools as capture_door sees them: whether a capture may run, and what is gone.
+struct fake_graphs {
+    bool running_now = true;
+    bool gone = false;
+    std::vector<free_block> gone_blocks;
+    [[nodiscard]] bool running() const noexcept { return running_now; }
+    bool running_after(const stream_key*) noexcept { return running_now; }
+    [[nodiscard]] bool graphs_gone() const noexcept { return gone; }
+    template <class GiveBack>
+    std::size_t release_gone(GiveBack&& give_back) {
+        for (const free_block& b : std::exchange(gone_blocks, {})) give_back(b);
+        gone = false;
+        return 1;
+    }
+};
+}  // namespace
+
+TEST_CASE("capture_door asks about captures as told, and runs eager calls capture-safe, holding returns, while one may run") {
+    host_events events;
+    const stream_ref a = events.make_stream(), b = events.make_stream();
+    capture_door<host_events, fake_graphs> door(events);
+    CHECK(door.capture_of(a) == 0);
+    const std::uint64_t capture = events.begin_capture(a, capture_mode::global);
+    CHECK(door.capture_of(a) == capture);
+    door.checks(capture_check::never);
+    CHECK(door.capture_of(a) == 0);
+    CHECK(door.capture_of(a, capture_check::every_call) == capture);
+    door.checks(capture_check::announced);
+    CHECK(door.capture_of(a) == 0);
+    {
+        const announced_capture announce;
+        CHECK(door.capture_of(a) == capture);
+    }
+    // No graph pools yet: an eager call runs as it is, in the thread's own (global) mode.
+    std::vector<free_block> pooled, given_back;
+    const auto into_pool = [&](const free_block& block) { pooled.push_back(block); };
+    const auto give_back = [&](const free_block& block) { given_back.push_back(block); };
+    CHECK(door.graphs() == nullptr);
+    CHECK_FALSE(door.running());
+    CHECK_THROWS_AS(door.eager(nullptr, [&] { return events.idle(b); }, into_pool, give_back), capture_error);
+    fake_graphs& graphs = door.graphs([] { return std::make_unique<fake_graphs>(); });
+    CHECK(door.running());
+    graphs.gone = true;
+    graphs.gone_blocks.push_back({at(0x5000), 256, 256});
+    const stream_key key{2, {}};
+    const bool safe = door.eager(&key, [&] {
+        door.hold({at(0x6000), 4096, 256});  // what the pool's gate does meanwhile
+        CHECK(events.idle(b));                // relaxed: a query is allowed
+        return door.safe();
+    }, into_pool, give_back);
+    CHECK(safe);
+    CHECK_FALSE(door.safe());
+    CHECK(pooled.size() == 1);       // the gone graph's block, released first
+    CHECK(given_back.empty());       // held while the capture may run
+    graphs.running_now = false;
+    CHECK_FALSE(door.eager(&key, [&] { return door.safe(); }, into_pool, give_back));
+    REQUIRE(given_back.size() == 1);  // the first call that found none running gave it back
+    CHECK(given_back[0].pointer == at(0x6000));
+    CHECK(door.take_held().empty());
+    CHECK_FALSE(events.end_capture(a).valid);  // the thread's own query above broke it
 }

@@ -7,7 +7,8 @@
 // - stream_table: one record per stream, found by identity (and thread, for per-thread handles).
 // - front_cache, fronts, open_fronts: a block freed on stream S waits in S's front; S's requests
 //   of its exact size take it at once (S's order covers it), no other stream may. A front is
-//   covered by one event recorded on S during a call on S — when it is full, past the fronts'
+//   covered during a call on S — into the pool at once where S has no work pending (idle():
+//   cudaStreamQuery), else behind one event recorded on S — when it is full, past the fronts'
 //   byte budget, among too many open fronts, asked for by another stream's miss, or aged. Where
 //   events cost nothing (completed_events) every free is covered at once.
 // - waiting_blocks: covered fronts (and blocks with record_use streams) behind their events. Done
@@ -30,16 +31,15 @@
 // frees and the covers. When the upstream is exhausted the host waits for everything, every free
 // block goes into the pool, the pool releases its wholly free chunks and the request is tried once
 // more before out_of_memory.
-// CUDA graphs (Events that see captures: cuda_events, host_events; docs/stream_ordering.md): a
-// call on a stream in capture is served by a graph pool (detail/graph_pools.hpp) and makes no call
-// a capture forbids — no event query or host wait, no device-wide wait, no cudaFree, no question
-// a capturing stream fails (its identity: graph pools key streams by handle); growth in relaxed
-// capture mode. While a capture it served may run, calls on other streams stay capture-safe:
-// relaxed mode, no device-wide wait, chunks given back held until it ended, granules unmapped only
-// where events make it safe. Over virtual memory, graph pools are caching pools of whole mapped
-// granules (the upstream's resource face): an expandable Pool would unmap what a graph may use.
-// Every stream call asks whether its stream is in capture (one driver call, cuStreamIsCapturing),
-// or only while a capture is announced (capture_checks(), core/captures.hpp).
+// CUDA graphs (Events that see captures: cuda_events, host_events; docs/stream_ordering.md):
+// - capture_door: which capture a call is in (asked on every call, or only while one is
+//   announced: capture_checks()), and what calls outside any capture may do while a capture the
+//   pool served may run — relaxed capture mode, no device-wide wait, chunks given back held,
+//   granules unmapped only where events make it safe.
+// - graph_pools: a call on a stream in capture is served by the capture's graph pool, grown in
+//   relaxed mode, and makes no call a capture forbids (no event query or host wait, no cudaFree,
+//   no identity: graph pools key streams by handle). Over virtual memory, graph pools are caching
+//   pools of whole mapped granules: an expandable Pool would unmap what a graph may use.
 // Complexity: a stream's record O(1); a hit is a front take (O(1) when its size mask rules the
 // size out) or the Pool's cached allocate; a free is a front push, or the Pool's deallocate for
 // the home. Records of streams not seen since the last trim, with empty fronts, are dropped once
@@ -57,10 +57,12 @@
 
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/detail/block_uses.hpp>
+#include <poolkit/adaptor/detail/capture_door.hpp>
 #include <poolkit/adaptor/detail/fronts.hpp>
 #include <poolkit/adaptor/detail/gated_upstream.hpp>
 #include <poolkit/adaptor/detail/graph_pools.hpp>
 #include <poolkit/adaptor/detail/passed_through.hpp>
+#include <poolkit/adaptor/detail/pending_walk.hpp>
 #include <poolkit/adaptor/detail/pool_tag.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
 #include <poolkit/adaptor/detail/waiting_blocks.hpp>
@@ -148,13 +150,13 @@ public:
     // Everything is waited for; the pool then returns everything to the upstream.
     ~stream_ordered() {
         try {
-            if (graphs_ != nullptr) {  // graphs may still run on their pools
+            if (graphs_type* graphs = door_.graphs()) {  // graphs may still run on their pools
                 wait_for_device();
-                graphs_->release_all([&](const detail::free_block& b) { into_pool(b); });
+                graphs->release_all([&](const detail::free_block& b) { into_pool(b); });
             }
             settle_everything();
             if constexpr (resource<upstream_type>) {
-                for (const detail::free_block& b : held_returns_) upstream_.deallocate(b.pointer, b.bytes, b.alignment);
+                for (const detail::free_block& b : door_.take_held()) upstream_.deallocate(b.pointer, b.bytes, b.alignment);
             }
         } catch (...) {
             POOLKIT_ASSERT(false, "stream_ordered could not wait for its streams on destruction");
@@ -165,7 +167,7 @@ public:
     void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
-        if (const std::uint64_t capture = capture_of(stream); capture != 0) return allocate_captured(capture, stream, bytes, alignment);
+        if (const std::uint64_t capture = door_.capture_of(stream); capture != 0) return allocate_captured(capture, stream, bytes, alignment);
         const call_on on{*this, &stream};
         ++clock_;
         return eager(&stream, [&] { return allocate_on(&record_for(stream), &stream, bytes, alignment); });
@@ -175,8 +177,8 @@ public:
         if (pointer == nullptr) return;
         const call_on on{*this, &stream};
         ++clock_;
-        const std::uint64_t capture = capture_of(stream);
-        if (capture != 0 || graphs_ != nullptr) {
+        const std::uint64_t capture = door_.capture_of(stream);
+        if (capture != 0 || door_.graphs() != nullptr) {
             if (free_captured(capture, {pointer, bytes, alignment}, stream)) return;
         }
         const auto free = [&]() noexcept {
@@ -202,7 +204,7 @@ public:
     // The caller promises no work still uses the block.
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
-        if (graphs_ != nullptr && free_captured(0, {pointer, bytes, alignment}, default_stream)) return;
+        if (door_.graphs() != nullptr && free_captured(0, {pointer, bytes, alignment}, default_stream)) return;
         if (!uses_.empty() && free_used(pointer, bytes, alignment, nullptr)) return;
         --live_count_;
         into_pool({pointer, bytes, alignment});
@@ -226,7 +228,7 @@ public:
     // stream gone quiet is settled after settle_after misses); required for one named in
     // record_use whose blocks are still live.
     void forget_stream(stream_ref stream) {
-        if (capture_of(stream) != 0) throw std::logic_error("poolkit: stream_ordered::forget_stream of a stream in capture");
+        if (door_.capture_of(stream) != 0) throw std::logic_error("poolkit: stream_ordered::forget_stream of a stream in capture");
         const detail::stream_use gone{stream, thread_of(stream)};
         const bool used = uses_.uses(gone);
         record_type* forgotten = records_.find(key_of(stream));
@@ -245,35 +247,36 @@ public:
     // one (by default each capture has its own, named by the capture's id: graph_pool_of()).
     // Requires Events that see captures (cuda_events, host_events) and `stream` in capture.
     void capture_into(stream_ref stream, std::uint64_t pool) {
-        const std::uint64_t capture = capture_of(stream, capture_check::every_call);
+        const std::uint64_t capture = door_.capture_of(stream, capture_check::every_call);
         if (capture == 0) throw std::logic_error("poolkit: stream_ordered::capture_into of a stream not in capture");
         graphs().share(capture, pool);
     }
     // The graph pool the capture `stream` is in allocates from (0: not in capture).
     [[nodiscard]] std::uint64_t graph_pool_of(stream_ref stream) {
-        const std::uint64_t capture = capture_of(stream, capture_check::every_call);
-        return capture == 0 ? 0 : (graphs_ != nullptr ? graphs_->pool_of(capture) : capture);
+        const std::uint64_t capture = door_.capture_of(stream, capture_check::every_call);
+        return capture == 0 ? 0 : (door_.graphs() != nullptr ? door_.graphs()->pool_of(capture) : capture);
     }
     // The graphs that allocate from `pool` will not be launched again: the host waits for the
     // device (outside any capture), then the pool's free memory goes back upstream, blocks of the
     // shared pool the graphs held go back to it, and blocks still live go back as they are freed.
     void release_graph_pool(std::uint64_t pool) {
-        if (graphs_ == nullptr) return;
+        graphs_type* graphs = door_.graphs();
+        if (graphs == nullptr) return;
         wait_for_device();
-        graphs_->release(pool, [&](const detail::free_block& b) { into_pool(b); });
+        graphs->release(pool, [&](const detail::free_block& b) { into_pool(b); });
     }
     // Graph pools with memory, and blocks handed out from them.
-    [[nodiscard]] std::size_t graph_pools() const noexcept { return graphs_ != nullptr ? graphs_->pools() : 0; }
-    [[nodiscard]] std::size_t graph_blocks() const noexcept { return graphs_ != nullptr ? graphs_->live_blocks() : 0; }
+    [[nodiscard]] std::size_t graph_pools() const noexcept { return door_.graphs() != nullptr ? door_.graphs()->pools() : 0; }
+    [[nodiscard]] std::size_t graph_blocks() const noexcept { return door_.graphs() != nullptr ? door_.graphs()->live_blocks() : 0; }
 
     // Waits for every stream's frees, puts every free block into the pool and returns its wholly
     // free chunks upstream (PyTorch's empty_cache).
     // While a capture this pool served may still run, only what no capture forbids: the waiting
     // blocks are waited for, and the chunks given back are held until the captures end.
     void release() {
-        if (graphs_ != nullptr) release_gone_graphs();
-        if (graphs_ != nullptr && graphs_->running() && during_captures(nullptr)) {
-            capture_safe([&] {
+        if (door_.graphs() != nullptr) door_.release_gone([&](const detail::free_block& b) { into_pool(b); });
+        if (door_.graphs() != nullptr && door_.during_captures(nullptr, give_back_held())) {
+            door_.capture_safe([&] {
                 waiting_.wait_all([&](const detail::free_block& b) { into_pool(b); });
                 pool_.release();
             });
@@ -293,7 +296,7 @@ public:
         requires has_check_invariants<pool_type>
     {
         pool_.check_invariants();
-        if (graphs_ != nullptr) graphs_->check_invariants();
+        if (door_.graphs() != nullptr) door_.graphs()->check_invariants();
         POOLKIT_VERIFY(records_.consistent(), "a stream record missing from its index");
         POOLKIT_VERIFY(fronts_.open().consistent() && waiting_.consistent(), "open fronts or waiting blocks lost count");
         std::size_t bytes = 0, open = 0;
@@ -321,27 +324,18 @@ public:
     template <class Visitor>
         requires walkable<pool_type>
     void for_each_block(Visitor&& visit) const {
-        std::vector<std::pair<std::uintptr_t, std::uintptr_t>> pending_blocks;  // address, stream
+        std::vector<detail::pending_block> pending_blocks;
         pending_blocks.reserve(waiting_.blocks() + front_blocks_held());
         records_.for_each([&](const record_type& r) {
             for (const detail::free_block& b : r.front.blocks()) pending_blocks.emplace_back(address_of(b.pointer), stream_id(r.stream));
         });
         waiting_.for_each_block([&](const detail::free_block& b) { pending_blocks.emplace_back(address_of(b.pointer), 0); });
-        if (graphs_ != nullptr) {
-            graphs_->for_each_adopted([&](std::uint64_t, const detail::free_block& b) { pending_blocks.emplace_back(address_of(b.pointer), 0); });
+        if (door_.graphs() != nullptr) {
+            door_.graphs()->for_each_adopted([&](std::uint64_t, const detail::free_block& b) { pending_blocks.emplace_back(address_of(b.pointer), 0); });
         }
         std::sort(pending_blocks.begin(), pending_blocks.end());
-        pool_.for_each_block([&](const chunk_view& chunk, const block_view& block) {
-            block_view seen = block;
-            const auto found = std::lower_bound(pending_blocks.begin(), pending_blocks.end(), std::pair{block.address, std::uintptr_t{0}});
-            if (seen.live && found != pending_blocks.end() && found->first == block.address) {
-                seen.live = false;
-                seen.pending_free = true;
-                seen.stream = found->second;
-            }
-            visit(chunk, seen);
-        });
-        if (graphs_ != nullptr) graphs_->for_each_block(visit);
+        detail::walk_pending(pool_, pending_blocks, visit);
+        if (door_.graphs() != nullptr) door_.graphs()->for_each_block(visit);
     }
 
     // Blocks handed out now; streams with a record; blocks in fronts; blocks waiting for events.
@@ -369,12 +363,12 @@ public:
     [[nodiscard]] bool internal_dependencies() const noexcept { return internal_dependencies_; }
     // When stream calls ask whether their stream is in capture (core/captures.hpp): every call by
     // default (one driver call each); only while a capture is announced; never.
-    void capture_checks(capture_check check) noexcept { capture_check_ = check; }
-    [[nodiscard]] capture_check capture_checks() const noexcept { return capture_check_; }
+    void capture_checks(capture_check check) noexcept { door_.checks(check); }
+    [[nodiscard]] capture_check capture_checks() const noexcept { return door_.checks(); }
     // Whether a capture this pool served may still run (from its first call in capture until a
     // call on one of its streams finds it ended, or a wait for the whole device succeeded):
     // meanwhile nothing may wait for the whole device.
-    [[nodiscard]] bool captures_running() const noexcept { return graphs_ != nullptr && graphs_->running(); }
+    [[nodiscard]] bool captures_running() const noexcept { return door_.running(); }
 
     [[nodiscard]] upstream_type& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const upstream_type& upstream_resource() const noexcept { return upstream_; }
@@ -386,11 +380,6 @@ public:
 
 private:
     static constexpr bool counts_reserved = requires(const pool_type& p) { p.reserved_bytes(); };
-    // Events that see stream captures (capture_of, unprohibited): CUDA graphs are served.
-    static constexpr bool sees_captures = requires(Events& e, stream_ref s) {
-        { e.capture_of(s) } -> std::convertible_to<std::uint64_t>;
-        e.unprohibited([] { return 0; });
-    };
     // Graph pools over virtual memory are caching pools over its resource face (whole mapped
     // granules): an expandable pool unmaps free granules as it goes, which a graph launched
     // earlier from the same pool may still use.
@@ -398,15 +387,10 @@ private:
     using graph_pool_type = std::conditional_t<over_virtual_memory, caching_pool<detail::gated_upstream<upstream_type>>, pool_type>;
     using graph_options = std::conditional_t<over_virtual_memory, caching_options, pool_options>;
     using graphs_type = detail::graph_pools<Events, graph_pool_type, upstream_type, graph_options>;
+    static constexpr bool sees_captures = detail::capture_door<Events, graphs_type>::sees_captures;
     // Events that cost nothing and are done when recorded (completed_events): every free is covered
     // at once and every call polls, which gives the smallest footprint.
     static constexpr bool cheap_events = requires { requires Events::costs_nothing; };
-    // Events that tell whether all of a stream's work is done (idle(): cudaStreamQuery).
-    static constexpr bool sees_idle = requires(Events& e, stream_ref s) {
-        { e.idle(s) } -> std::convertible_to<bool>;
-    };
-    // A stream found busy at a cover is asked again after 1, 3, 7 ... 2^max_busy_streak - 1 covers.
-    static constexpr unsigned max_busy_streak = 6;
 
     // What stream_ordered knows of one stream.
     struct record_type {
@@ -422,26 +406,23 @@ private:
         std::uint64_t cover_seen = 0;  // the pool cover its stream waited for (pool_tag)
         std::uint64_t opened_at = 0;   // the call clock when its front last went from empty to open
         std::uint64_t last_call = 0;   // the call clock at its stream's last call
-        std::uint8_t busy_streak = 0;  // covers in a row that found its stream busy (idle_first)
-        std::uint8_t idle_skips = 0;   // covers left before its stream is asked again
+        std::uint8_t busy_streak = 0;  // fronts' idle_first
+        std::uint8_t idle_skips = 0;
     };
 
     // The pool's return gate: memory leaves it only after secure().
     struct gate final : detail::return_gate {
         explicit gate(stream_ordered& owner_) noexcept : owner(&owner_) {}
         bool before_return() noexcept override {
-            if (owner->capture_safe_) return false;  // cudaFree would break the capture: held
+            if (owner->door_.safe()) return false;  // cudaFree would break the capture: held
             owner->secure();
             return true;
         }
         void hold(void* pointer, std::size_t bytes, std::size_t alignment) noexcept override {
-            try {
-                owner->held_returns_.push_back({pointer, bytes, alignment});
-            } catch (...) {  // no room to note it: lost to the upstream until the process ends
-            }
+            owner->door_.hold({pointer, bytes, alignment});
         }
         // While a capture may run, granules are unmapped only where events alone make it safe.
-        bool may_unmap() noexcept override { return !owner->capture_safe_ || owner->secure_by_events(); }
+        bool may_unmap() noexcept override { return !owner->door_.safe() || owner->secure_by_events(); }
         void before_unmap() noexcept override { owner->secure(); }
         stream_ordered* owner;
     };
@@ -451,66 +432,31 @@ private:
         return build_over<pool_type>(detail::gated_upstream<upstream_type>(upstream_, gate_), options);
     }
 
-    // The capture `stream` is in (0: none, or Events see none), asked where `check` (by default the
-    // one set) says: on CUDA one driver call.
-    std::uint64_t capture_of(stream_ref stream) { return capture_of(stream, capture_check_); }
-    std::uint64_t capture_of([[maybe_unused]] stream_ref stream, [[maybe_unused]] capture_check check) {
-        if constexpr (sees_captures) {
-            if (!asks_about_captures(check)) return 0;
-            return static_cast<std::uint64_t>(events_.capture_of(stream));
-        } else {
-            return 0;
-        }
-    }
     graphs_type& graphs() {
-        if (graphs_ == nullptr) {
+        return door_.graphs([&] {
             if constexpr (over_virtual_memory) {
-                graphs_ = std::make_unique<graphs_type>(events_, upstream_, caching_options{});
+                return std::make_unique<graphs_type>(events_, upstream_, caching_options{});
             } else {
-                graphs_ = std::make_unique<graphs_type>(events_, upstream_, options_);
+                return std::make_unique<graphs_type>(events_, upstream_, options_);
             }
-        }
-        return *graphs_;
+        });
     }
 
-    // A call outside any capture, on `stream` (nullptr: a plain call), while captures this pool
-    // served may run. Returns whether they still may; when none do, the chunks held meanwhile go
-    // back upstream.
-    bool during_captures(const stream_ref* stream) {
-        const detail::stream_key key = stream != nullptr ? capture_key_of(*stream) : detail::stream_key{};
-        if (graphs_->running_after(stream != nullptr ? &key : nullptr)) return true;
-        for (const detail::free_block& b : std::exchange(held_returns_, {})) {
-            secure();
-            if constexpr (resource<upstream_type>) upstream_.deallocate(b.pointer, b.bytes, b.alignment);
-        }
-        return false;
-    }
-    // Runs `f`, a call outside any capture on `stream` (nullptr: a plain call), after releasing the
-    // graph pools whose graphs are gone; capture-safe while a capture this pool served may run.
+    // Runs `f`, a call outside any capture on `stream` (nullptr: a plain call), through the door:
+    // capture-safe while a capture this pool served may run.
     template <class F>
     decltype(auto) eager(const stream_ref* stream, F&& f) {
-        if (graphs_ != nullptr) [[unlikely]] {
-            release_gone_graphs();
-            if (graphs_->running() && during_captures(stream)) return capture_safe(std::forward<F>(f));
-        }
-        return std::forward<F>(f)();
+        if (door_.graphs() == nullptr) [[likely]] return std::forward<F>(f)();
+        const detail::stream_key key = stream != nullptr ? capture_key_of(*stream) : detail::stream_key{};
+        return door_.eager(stream != nullptr ? &key : nullptr, std::forward<F>(f), [&](const detail::free_block& b) { into_pool(b); },
+                           give_back_held());
     }
-
-    // Runs `f` as no capture forbids: this thread in relaxed capture mode (event queries and
-    // cudaMalloc allowed), no device-wide wait, no memory given back upstream (held instead).
-    template <class F>
-    decltype(auto) capture_safe(F&& f) {
-        if constexpr (sees_captures) {
-            const bool outer = std::exchange(capture_safe_, true);
-            struct restore {
-                bool& flag;
-                bool value;
-                ~restore() { flag = value; }
-            } guard{capture_safe_, outer};
-            return events_.unprohibited(std::forward<F>(f));
-        } else {
-            return std::forward<F>(f)();
-        }
+    // Gives back upstream a chunk the gate held during captures.
+    auto give_back_held() noexcept {
+        return [this](const detail::free_block& b) {
+            secure();
+            if constexpr (resource<upstream_type>) upstream_.deallocate(b.pointer, b.bytes, b.alignment);
+        };
     }
 
     // A request on a stream in capture: from the capture's graph pool, grown in relaxed capture
@@ -519,7 +465,7 @@ private:
         if constexpr (sees_captures && resource<upstream_type>) {
             const detail::stream_key key = capture_key_of(stream);
             graphs().note_running(capture, key);
-            graphs_->watch(capture, stream);
+            graphs().watch(capture, stream);
             void* pointer = graphs().allocate(capture, key, stream, bytes, alignment, [&](auto call) { return events_.unprohibited(call); });
             return handed_out(pointer);
         } else {
@@ -535,11 +481,11 @@ private:
         if (capture != 0) {
             try {
                 graphs().note_running(capture, capture_key_of(stream));
-                graphs_->watch(capture, stream);
+                graphs().watch(capture, stream);
             } catch (...) {  // no host memory to note it: eager calls meanwhile may break the capture
             }
         }
-        if (graphs_ != nullptr && graphs_->deallocate(block.pointer, block.bytes, block.alignment, stream, capture_key_of(stream), capture)) {
+        if (door_.graphs() != nullptr && door_.graphs()->deallocate(block.pointer, block.bytes, block.alignment, stream, capture_key_of(stream), capture)) {
             if (!uses_.empty()) static_cast<void>(uses_.take(block.pointer));  // the graph pool orders its own
             --live_count_;
             return true;
@@ -553,16 +499,6 @@ private:
         static_cast<void>(uses_.take(block.pointer));  // its uses end with the graph's
         --live_count_;
         return true;
-    }
-
-    // Graph pools release themselves once their graphs are gone (graph_pools::watch), at the next
-    // call outside any capture: no host wait, their launches are done.
-    void release_gone_graphs() noexcept {
-        if (!graphs_->graphs_gone()) [[likely]] return;
-        try {
-            graphs_->release_gone([&](const detail::free_block& b) { into_pool(b); });
-        } catch (...) {  // no host memory: those pools wait for release_graph_pool() or the destruction
-        }
     }
 
     static std::thread::id thread_of(stream_ref stream) {
@@ -634,9 +570,9 @@ private:
                 // stream may be gone: a waiting block of this size, or memory straight from the
                 // upstream, for settle_after such misses; then one wait for the whole device.
                 if (void* pointer = take_waiting(stream, bytes, alignment)) return handed_out(pointer);
-                if (++uncovered_misses_ <= settle_after || capture_safe_) {
+                if (++uncovered_misses_ <= settle_after || door_.safe()) {
                     if (void* pointer = passed_.take(upstream_, bytes, alignment)) return handed_out(pointer);
-                    if (capture_safe_) throw out_of_memory("stream_ordered", figures(bytes, alignment));  // no device-wide wait now
+                    if (door_.safe()) throw out_of_memory("stream_ordered", figures(bytes, alignment));  // no device-wide wait now
                 }
                 settle();
             }
@@ -646,7 +582,7 @@ private:
         }
         if (void* pointer = take_waiting(stream, bytes, alignment)) return handed_out(pointer);
         // Other streams' fronts are asked for; one asked long ago may belong to a stream gone.
-        if (fronts_.open().ask_all(r) && !capture_safe_ && fronts_.open().stale(settle_after)) {
+        if (fronts_.open().ask_all(r) && !door_.safe() && fronts_.open().stale(settle_after)) {
             settle();
             if (void* pointer = pool_.try_allocate_cached(bytes, alignment)) return handed_out(pointer);
         }
@@ -659,7 +595,7 @@ private:
             if (void* pointer = take_behind_waiting(*r, *stream, bytes, alignment)) return handed_out(pointer);
         }
         if (void* pointer = try_grow(bytes, alignment)) return handed_out(pointer);
-        if (!capture_safe_) {  // a capture forbids the device-wide wait and cudaFree of a release
+        if (!door_.safe()) {  // a capture forbids the device-wide wait and cudaFree of a release
             release();
             if (void* pointer = try_grow(bytes, alignment)) return handed_out(pointer);
         }
@@ -791,7 +727,7 @@ private:
     }
 
     // Covers `r`'s front (and the pool, if `r` is its home) during a call on `stream`, `r`'s
-    // stream: where all its work is done (idle_first), the front goes into the pool with no event;
+    // stream: where all its work is done (fronts' idle_first), the front goes into the pool with no event;
     // else behind one event recorded on it. Where no event can be recorded, the front stays open.
     [[gnu::noinline]] void cover(record_type& r, stream_ref stream) noexcept {
         const bool home = tag_.home() == &r && tag_.uncovered();
@@ -799,7 +735,7 @@ private:
             r.wanted = false;
             return;
         }
-        if (idle_first(r, stream)) {
+        if (fronts_.idle_first(r, stream)) {
             if (home) {  // the home's frees are done, and its covers (events on its stream)
                 tag_.clear();
                 uncovered_misses_ = 0;
@@ -818,34 +754,6 @@ private:
         fronts_.cover(r, stream);
     }
 
-    // Whether all work issued on `stream`, `r`'s, is done, asked at a cover: one driver call in
-    // place of an event now and a query of it later. Allocation costs most where the host is the
-    // bottleneck, and there streams run dry; a stream found busy is asked again only after
-    // 2^streak - 1 more covers, so one that stays busy costs a call per 2^max_busy_streak covers.
-    bool idle_first(record_type& r, stream_ref stream) noexcept {
-        if constexpr (sees_idle) {
-            if (r.idle_skips > 0) {
-                --r.idle_skips;
-                return false;
-            }
-            bool idle = false;
-            try {
-                idle = events_.idle(stream);
-            } catch (...) {  // asked as busy
-            }
-            if (idle) {
-                r.busy_streak = 0;
-                return true;
-            }
-            r.busy_streak = static_cast<std::uint8_t>(std::min(r.busy_streak + 1u, max_busy_streak));
-            r.idle_skips = static_cast<std::uint8_t>((1u << r.busy_streak) - 1u);
-            return false;
-        } else {
-            static_cast<void>(r), static_cast<void>(stream);
-            return false;
-        }
-    }
-
     // A block into the pool: its frees are done, or its stream is the pool's home. A block passed
     // through goes back to the upstream (the home's never comes here: free_on).
     void into_pool(const detail::free_block& block) noexcept {
@@ -856,7 +764,7 @@ private:
     [[nodiscard]] bool handed_by_us(const void* pointer) const noexcept
         requires has_owns<pool_type>
     {
-        return pool_.owns(pointer) || passed_.holds(pointer) || (graphs_ != nullptr && graphs_->owns(pointer));
+        return pool_.owns(pointer) || passed_.holds(pointer) || (door_.graphs() != nullptr && door_.graphs()->owns(pointer));
     }
 
     void front_into_pool(record_type& r) noexcept {
@@ -909,7 +817,7 @@ private:
     // while one runs, in every mode): once it returned, none of the captures noted runs any more.
     void wait_for_device() {
         events_.synchronize_all();
-        if (graphs_ != nullptr) graphs_->none_running();
+        if (door_.graphs() != nullptr) door_.graphs()->none_running();
     }
 
     // secure() without the wait for the whole device, which a running capture forbids: false
@@ -952,7 +860,7 @@ private:
             }
             // A use on a stream in capture is the graph's: the block stays with its graph pool.
             for (const detail::stream_use& user : streams) {
-                if (const std::uint64_t capture = capture_of(user.stream); capture != 0) {
+                if (const std::uint64_t capture = door_.capture_of(user.stream); capture != 0) {
                     graphs().adopt(capture, block);
                     return true;
                 }
@@ -1010,9 +918,7 @@ private:
     detail::fronts<Events, record_type> fronts_{events_, waiting_};
     detail::block_uses uses_;                           // record_use streams, rarely any
     detail::passed_through<upstream_type> passed_;
-    std::unique_ptr<graphs_type> graphs_;  // made at the first capture
-    std::vector<detail::free_block> held_returns_;  // chunks the pool gave back during captures
-    bool capture_safe_ = false;                     // in capture_safe(): no call a capture forbids
+    detail::capture_door<Events, graphs_type> door_{events_};  // captures, graph pools, what is held meanwhile
     std::size_t uncovered_misses_ = 0;                  // misses passed through since the home last covered
     std::size_t live_count_ = 0;
     std::size_t trim_at_ = min_trim_records;
@@ -1021,7 +927,6 @@ private:
     std::uint64_t polls_ = 0;  // hits since the start, for poll_interval
     bool plain_allocations_ = false;
     bool internal_dependencies_ = true;
-    capture_check capture_check_ = capture_check::every_call;
     const stream_ref* call_stream_ = nullptr;  // the stream of the call in progress (call_on)
     bool closing_ = false;                     // destroyed: everything was waited for
 };

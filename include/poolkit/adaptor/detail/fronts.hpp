@@ -13,9 +13,11 @@
 //   hold an open front (fronts of streams that went quiet do not count: they would make every
 //   free cover, and the budget bounds them). due() says when a front must be covered at its
 //   stream's call: another stream's miss asked for it, or its oldest block is `age` calls old.
-// - empty_into() hands a front's blocks on where the host waited for its stream (a settle).
-// - Each Stream has open_fronts' members plus `front_cache front` and `std::uint64_t opened_at`
-//   (the owner's clock when its front last opened), owned here.
+// - empty_into() hands a front's blocks on where the host waited for its stream (a settle), or
+//   where idle_first() found its stream's work all done at a cover (no event then).
+// - Each Stream has open_fronts' members plus `front_cache front`, `std::uint64_t opened_at` (the
+//   owner's clock when its front last opened) and `std::uint8_t busy_streak, idle_skips`
+//   (idle_first's), owned here.
 // Complexity: push, took and cover O(1) amortized (cover: the front's blocks); crowded O(1), or
 // O(max_open) while more than max_open fronts are open. Not thread-safe.
 #pragma once
@@ -26,6 +28,7 @@
 #include <poolkit/core/stream_ref.hpp>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -48,6 +51,12 @@ template <class Events, class Stream>
 class fronts : public front_limits {
 public:
     using event_type = typename Events::event_type;
+    // Events that tell whether all of a stream's work is done (idle()).
+    static constexpr bool sees_idle = requires(Events& e, stream_ref s) {
+        { e.idle(s) } -> std::convertible_to<bool>;
+    };
+    // A stream found busy at a cover is asked again after 1, 3, 7 ... 2^max_busy_streak - 1 covers.
+    static constexpr unsigned max_busy_streak = 6;
 
     fronts(Events& events, waiting_blocks<Events>& waiting) noexcept : events_(&events), waiting_(&waiting) {}
     fronts(const fronts&) = delete;
@@ -110,6 +119,35 @@ public:
         bytes_ -= s.front.bytes();
         s.front.clear();
         open_.close(s);
+    }
+
+    // Whether all work issued on `stream`, `s`'s, is done, asked at a cover where Events can tell
+    // (idle(): cudaStreamQuery) — one driver call in place of an event now and a query of it
+    // later. Allocation costs most where the host is the bottleneck, and there streams run dry; a
+    // stream found busy is asked again only after 2^streak - 1 more covers, so one that stays busy
+    // costs a call per 2^max_busy_streak covers.
+    [[nodiscard]] bool idle_first(Stream& s, stream_ref stream) noexcept {
+        if constexpr (sees_idle) {
+            if (s.idle_skips > 0) {
+                --s.idle_skips;
+                return false;
+            }
+            bool idle = false;
+            try {
+                idle = events_->idle(stream);
+            } catch (...) {  // taken as busy
+            }
+            if (idle) {
+                s.busy_streak = 0;
+                return true;
+            }
+            s.busy_streak = static_cast<std::uint8_t>(std::min(s.busy_streak + 1u, max_busy_streak));
+            s.idle_skips = static_cast<std::uint8_t>((1u << s.busy_streak) - 1u);
+            return false;
+        } else {
+            static_cast<void>(s), static_cast<void>(stream);
+            return false;
+        }
     }
 
     // Gives `s`'s front to `give(block)`: the host waited for its stream.

@@ -38,6 +38,7 @@
 
 #include <poolkit/adaptor/detail/front_cache.hpp>
 #include <poolkit/adaptor/detail/gated_upstream.hpp>
+#include <poolkit/adaptor/detail/pending_walk.hpp>
 #include <poolkit/adaptor/detail/pointer_map.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
 #include <poolkit/core/assert.hpp>
@@ -282,22 +283,17 @@ public:
         requires walkable<PoolType>
     void for_each_block(Visitor&& visit) const {
         for (const auto& p : parts_) {
-            std::vector<std::uintptr_t> pending;
+            const auto stream = static_cast<std::uintptr_t>(p->key.stream);  // the handle (capture_key_of)
+            std::vector<pending_block> pending;
             pending.reserve(p->joining.size() + p->held.size());
-            for (const joining_block& j : p->joining) pending.push_back(reinterpret_cast<std::uintptr_t>(j.block.pointer));
-            for (const free_block& b : p->held) pending.push_back(reinterpret_cast<std::uintptr_t>(b.pointer));
+            for (const joining_block& j : p->joining) pending.emplace_back(reinterpret_cast<std::uintptr_t>(j.block.pointer), stream);
+            for (const free_block& b : p->held) pending.emplace_back(reinterpret_cast<std::uintptr_t>(b.pointer), stream);
             std::sort(pending.begin(), pending.end());
-            p->blocks->pool.for_each_block([&](const chunk_view& chunk, const block_view& block) {
+            walk_pending(p->blocks->pool, pending, visit, [&](const chunk_view& chunk) {
                 chunk_view in_pool = chunk;
                 in_pool.pool = p->pool;
-                in_pool.stream = static_cast<std::uintptr_t>(p->key.stream);  // the handle (capture_key_of)
-                block_view seen = block;
-                if (seen.live && std::binary_search(pending.begin(), pending.end(), block.address)) {
-                    seen.live = false;
-                    seen.pending_free = true;
-                    seen.stream = in_pool.stream;
-                }
-                visit(in_pool, seen);
+                in_pool.stream = stream;
+                return in_pool;
             });
             for (const free_block& b : p->blocks->held) {
                 const auto address = reinterpret_cast<std::uintptr_t>(b.pointer);
