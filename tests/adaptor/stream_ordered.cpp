@@ -159,13 +159,13 @@ TEST_CASE("another stream takes a freed block only after the freeing stream's ne
     fixture f;
     f.know(f.b);
     f.know(f.a);
-    void* block = f.get(1 * MiB, f.a);
+    void* block = f.get(512 * KiB, f.a);
     void* other = f.get(8 * KiB, f.a);
     const auto work_on_a = f.events.submit(f.a);
-    f.put(block, 1 * MiB, f.a);
+    f.put(block, 512 * KiB, f.a);
     // No event covers a's free: b grows, and asks a's front to be covered at a's next call.
     const auto grown_before = f.memory.allocations();
-    void* grown = f.get(1 * MiB, f.b);
+    void* grown = f.get(512 * KiB, f.b);
     CHECK(grown != block);
     CHECK(f.memory.allocations() == grown_before + 1);
     CHECK(f.pool.front_blocks_held() == 1);
@@ -173,7 +173,7 @@ TEST_CASE("another stream takes a freed block only after the freeing stream's ne
     f.put(other, 8 * KiB, f.a);  // a's next call: one event covers its front
     CHECK(f.pool.waiting_blocks() == 1);
     CHECK(f.pool.front_blocks_held() == 1);  // `other`, freed after the cover
-    void* taken = f.get(1 * MiB, f.b);       // a waiting block of its size: b waits on the GPU
+    void* taken = f.get(512 * KiB, f.b);       // a waiting block of its size: b waits on the GPU
     CHECK(taken == block);
     CHECK(f.memory.allocations() == grown_before + 1);
     REQUIRE(f.events.waits().size() == 1);
@@ -184,8 +184,8 @@ TEST_CASE("another stream takes a freed block only after the freeing stream's ne
     f.events.submit(f.b);
     f.events.complete(f.b);  // b's work cannot finish before a's work on the block did
     CHECK(f.events.completed(f.a) >= work_on_a);
-    f.put(taken, 1 * MiB, f.b);
-    f.put(grown, 1 * MiB, f.b);
+    f.put(taken, 512 * KiB, f.b);
+    f.put(grown, 512 * KiB, f.b);
 }
 
 TEST_CASE("a front covered while its stream's work is all done goes into the pool with no event") {
@@ -193,8 +193,8 @@ TEST_CASE("a front covered while its stream's work is all done goes into the poo
     f.know(f.b);
     f.know(f.a);
     void* small = f.get(8 * KiB, f.a);
-    void* block = f.get(1 * MiB, f.a);
-    f.put(block, 1 * MiB, f.a);  // a has no work pending
+    void* block = f.get(512 * KiB, f.a);
+    f.put(block, 512 * KiB, f.a);  // a has no work pending
     void* grown = f.get(2 * MiB, f.b);  // asks a's front
     const std::size_t recorded = f.events.recorded();
     f.put(small, 8 * KiB, f.a);  // a's call: a is idle, its front goes into the pool
@@ -202,11 +202,11 @@ TEST_CASE("a front covered while its stream's work is all done goes into the poo
     CHECK(f.events.recorded() == recorded);
     CHECK(f.pool.front_blocks_held() == 1);  // `small`, freed after the cover
     CHECK(f.pool.waiting_blocks() == 0);
-    void* taken = f.get(1 * MiB, f.b);
+    void* taken = f.get(512 * KiB, f.b);
     CHECK(taken == block);
     CHECK(f.events.wait_count() == 0);
     CHECK(f.events.synchronizations() == 0);
-    f.put(taken, 1 * MiB, f.b);
+    f.put(taken, 512 * KiB, f.b);
     f.put(grown, 2 * MiB, f.b);
 }
 
@@ -218,9 +218,9 @@ TEST_CASE("a stream found busy at a cover is asked again after 1, 3, 7 ... cover
     std::vector<void*> on_a;
     // One cover of a's front: a free on a, a miss on b that asks for a's front, a's next call.
     const auto cover_a = [&](bool busy) {
-        void* block = f.get(1 * MiB, f.a);
+        void* block = f.get(512 * KiB, f.a);
         if (busy) f.events.submit(f.a);
-        f.put(block, 1 * MiB, f.a);
+        f.put(block, 512 * KiB, f.a);
         kept.emplace_back(f.get(2 * MiB, f.b), 2 * MiB);
         on_a.push_back(f.get(8 * KiB, f.a));
     };
@@ -251,24 +251,24 @@ TEST_CASE("with internal_dependencies(false) a miss grows rather than wait on an
     f.pool.internal_dependencies(false);
     CHECK_FALSE(f.pool.internal_dependencies());
     f.know(f.b);
-    void* block = f.get(1 * MiB, f.a);
+    void* block = f.get(512 * KiB, f.a);
     void* other = f.get(8 * KiB, f.a);
     f.events.submit(f.a);
-    f.put(block, 1 * MiB, f.a);
-    void* grown = f.get(1 * MiB, f.b);  // asks a
+    f.put(block, 512 * KiB, f.a);
+    void* grown = f.get(512 * KiB, f.b);  // asks a
     f.put(other, 8 * KiB, f.a);         // covered
     REQUIRE(f.pool.waiting_blocks() == 1);
-    void* again = f.get(1 * MiB, f.b);
+    void* again = f.get(512 * KiB, f.b);
     CHECK(again != block);
     CHECK(f.events.wait_count() == 0);
     CHECK(f.pool.waiting_blocks() == 1);
     // Once a's work is done the next miss moves the block into the pool and takes it, no wait.
     f.events.complete(f.a);
-    void* drained = f.get(1 * MiB, f.b);
+    void* drained = f.get(512 * KiB, f.b);
     CHECK(drained == block);
     CHECK(f.pool.waiting_blocks() == 0);
     CHECK(f.events.wait_count() == 0);
-    for (void* p : {grown, again, drained}) f.put(p, 1 * MiB, f.b);
+    for (void* p : {grown, again, drained}) f.put(p, 512 * KiB, f.b);
 }
 
 TEST_CASE("fronts of streams gone quiet do not make a live stream cover at every free") {
@@ -293,35 +293,35 @@ TEST_CASE("fronts of streams gone quiet do not make a live stream cover at every
 TEST_CASE("a block a lone stream freed into the pool goes to a second stream only after its work: upstream memory until then") {
     fixture f;
     const stream_ref gone = f.events.make_stream();
-    void* block = f.get(1 * MiB, gone);
+    void* block = f.get(512 * KiB, gone);
     const auto last_work = f.events.submit(gone);
-    f.put(block, 1 * MiB, gone);  // alone: into the pool with no event
+    f.put(block, 512 * KiB, gone);  // alone: into the pool with no event
     f.events.destroy_stream(gone);  // with its work pending: the pool cannot record on it now
     // The pool is not ready for a: its misses take memory straight from the upstream, with no
     // wait, settle_after times; the next one waits for the device once and takes the block.
     std::vector<void*> taken;
     while (taken.empty() || taken.back() != block) {
         REQUIRE(taken.size() <= ordered::settle_after);
-        CHECK_NOTHROW(taken.push_back(f.get(1 * MiB, f.a)));
+        CHECK_NOTHROW(taken.push_back(f.get(512 * KiB, f.a)));
         if (taken.back() != block) CHECK(f.events.synchronizations() == 0);
     }
     CHECK(taken.size() == ordered::settle_after + 1);
     CHECK(f.events.synchronizations() == 1);
     CHECK(f.events.completed(gone) >= last_work);
-    for (void* p : taken) f.put(p, 1 * MiB, f.a);
+    for (void* p : taken) f.put(p, 512 * KiB, f.a);
 }
 
 TEST_CASE("memory passed through from the upstream goes back there only after the freeing stream's work") {
     fixture f;
     const stream_ref lone = f.events.make_stream();
-    void* block = f.get(1 * MiB, lone);
+    void* block = f.get(512 * KiB, lone);
     f.events.submit(lone);
-    f.put(block, 1 * MiB, lone);  // alone: into the pool, uncovered
-    void* passed = f.get(1 * MiB, f.b);  // the pool is not ready for b: straight from the upstream
+    f.put(block, 512 * KiB, lone);  // alone: into the pool, uncovered
+    void* passed = f.get(512 * KiB, f.b);  // the pool is not ready for b: straight from the upstream
     CHECK(passed != block);
     const auto work = f.events.submit(f.b);  // work on b uses it
     const std::size_t live = f.memory.live_bytes();
-    f.put(passed, 1 * MiB, f.b);
+    f.put(passed, 512 * KiB, f.b);
     CHECK(f.memory.live_bytes() < live);        // back upstream at once...
     CHECK(f.events.completed(f.b) >= work);     // ...after the host waited for b's work
     CHECK(f.pool.pending_bytes() == 0);
@@ -330,15 +330,15 @@ TEST_CASE("memory passed through from the upstream goes back there only after th
 
 TEST_CASE("a lone stream covers the pool at its next call once a second stream comes; that stream waits on the cover once") {
     fixture f;
-    void* block = f.get(1 * MiB, f.a);
+    void* block = f.get(512 * KiB, f.a);
     void* later = f.get(8 * KiB, f.a);
     void* lent = f.get(4 * KiB, f.a);
     const auto work_on_a = f.events.submit(f.a);
-    f.put(block, 1 * MiB, f.a);  // alone: into the pool
+    f.put(block, 512 * KiB, f.a);  // alone: into the pool
     f.put(lent, 4 * KiB, f.b);   // b comes, through a free on its front
     CHECK(f.pool.streams() == 2);
     f.put(later, 8 * KiB, f.a);  // a's next call records the cover
-    void* taken = f.get(1 * MiB, f.b);
+    void* taken = f.get(512 * KiB, f.b);
     CHECK(taken == block);
     REQUIRE(f.events.waits().size() == 1);
     CHECK(f.events.waits()[0].waiter == f.b);
@@ -349,7 +349,7 @@ TEST_CASE("a lone stream covers the pool at its next call once a second stream c
     f.events.submit(f.b);
     f.events.complete(f.b);
     CHECK(f.events.completed(f.a) >= work_on_a);
-    f.put(taken, 1 * MiB, f.b);
+    f.put(taken, 512 * KiB, f.b);
     f.put(next, 2 * MiB, f.b);
 }
 
@@ -400,32 +400,53 @@ TEST_CASE("past max_open_fronts streams with an open front, a free covers its ow
 TEST_CASE("fronts holding more than the byte budget are covered") {
     fixture f;
     f.know(f.b);
-    constexpr std::size_t count = ordered::min_front_budget / MiB + 1;
+    constexpr std::size_t bytes = 512 * KiB;  // under a large free's least
+    constexpr std::size_t count = ordered::min_front_budget / bytes + 1;
     std::vector<void*> blocks;
-    for (std::size_t i = 0; i < count; ++i) blocks.push_back(f.get(1 * MiB, f.a));
+    for (std::size_t i = 0; i < count; ++i) blocks.push_back(f.get(bytes, f.a));
     f.events.submit(f.a);
-    for (std::size_t i = 0; i + 1 < count; ++i) f.put(blocks[i], 1 * MiB, f.a);
+    for (std::size_t i = 0; i + 1 < count; ++i) f.put(blocks[i], bytes, f.a);
     CHECK(f.pool.front_blocks_held() == count - 1);  // at the budget, not past it
-    f.put(blocks.back(), 1 * MiB, f.a);
+    f.put(blocks.back(), bytes, f.a);
     CHECK(f.pool.front_blocks_held() == 0);
     CHECK(f.pool.waiting_blocks() == count);
-    CHECK(f.pool.pending_bytes() == count * MiB);
+    CHECK(f.pool.pending_bytes() == count * bytes);
+}
+
+TEST_CASE("a large free covers its front at once: another stream takes it at its next request") {
+    fixture f;
+    f.know(f.b);
+    f.know(f.a);
+    void* small = f.get(4 * KiB, f.a);
+    f.put(small, 4 * KiB, f.a);  // stays in a's front
+    void* large = f.get(ordered::min_large_free, f.a);
+    f.put(large, ordered::min_large_free, f.a);  // a has no work pending: into the pool, with `small`
+    CHECK(f.pool.front_blocks_held() == 0);
+    CHECK(f.pool.waiting_blocks() == 0);
+    void* taken = f.get(ordered::min_large_free, f.b);
+    CHECK(taken == large);
+    void* busy = f.get(ordered::min_large_free, f.a);
+    f.events.submit(f.a);
+    f.put(busy, ordered::min_large_free, f.a);  // a is busy: behind an event
+    CHECK(f.pool.front_blocks_held() == 0);
+    CHECK(f.pool.waiting_blocks() == 1);
+    f.put(taken, ordered::min_large_free, f.b);
 }
 
 TEST_CASE("before growing, a miss puts waiting blocks into the pool behind their events; other streams wait on them too") {
     fixture f;
-    void* block = f.get(1 * MiB, f.a);
+    void* block = f.get(768 * KiB, f.a);  // under a large free
     void* small = f.get(4 * KiB, f.a);
     void* on_b = f.get(4 * KiB, f.b);
     f.events.submit(f.a);  // work on a uses `block`
-    f.put(block, 1 * MiB, f.a);
+    f.put(block, 768 * KiB, f.a);
     void* grown = f.get(512 * KiB, f.b);  // a's front is open: b asks for it and grows
     f.put(small, 4 * KiB, f.a);           // a covers its front at this call, as asked
     REQUIRE(f.pool.waiting_blocks() == 1);
     const std::size_t waits = f.events.wait_count();
     void* part = f.get(512 * KiB, f.b);  // no block of that size: the waiting one goes into the pool, b waits on it
     const auto begin = reinterpret_cast<std::uintptr_t>(part), old = reinterpret_cast<std::uintptr_t>(block);
-    CHECK((begin >= old && begin < old + 1 * MiB));
+    CHECK((begin >= old && begin < old + 768 * KiB));
     CHECK(f.events.wait_count() == waits + 1);
     CHECK(f.pool.waiting_blocks() == 0);
     const stream_ref c = f.events.make_stream();
@@ -440,10 +461,10 @@ TEST_CASE("before growing, a miss puts waiting blocks into the pool behind their
 
 TEST_CASE("memory the pool holds behind covers leaves it only after their work: release waits for them") {
     fixture f;
-    void* block = f.get(1 * MiB, f.a);
+    void* block = f.get(512 * KiB, f.a);
     void* on_b = f.get(4 * KiB, f.b);
     const auto work = f.events.submit(f.a);  // work on a uses `block`
-    f.put(block, 1 * MiB, f.a);
+    f.put(block, 512 * KiB, f.a);
     void* grown = f.get(512 * KiB, f.b);  // asks a for its front
     // a covers its front as asked; nothing holds 2 MiB: the waiting block goes into the pool behind
     // a's event, and the pool grows. `block`'s chunk is wholly free in the pool, behind the cover.
@@ -462,9 +483,9 @@ TEST_CASE("a front older than front_age calls is covered at its stream's next ca
     fixture f;
     f.pool.internal_dependencies(false);  // a's misses grow: the waiting block stays in view
     void* mine = f.get(4 * KiB, f.b);
-    void* block = f.get(1 * MiB, f.a);
+    void* block = f.get(512 * KiB, f.a);
     f.events.submit(f.a);
-    f.put(block, 1 * MiB, f.a);  // a's front opens
+    f.put(block, 512 * KiB, f.a);  // a's front opens
     const auto cycle = [&] {     // two calls on b that hit its front: no miss asks a
         f.put(mine, 4 * KiB, f.b);
         mine = f.get(4 * KiB, f.b);
@@ -478,10 +499,10 @@ TEST_CASE("a front older than front_age calls is covered at its stream's next ca
     CHECK(f.pool.front_blocks_held() == 0);
     CHECK(f.pool.waiting_blocks() == 1);
     f.events.complete(f.a);
-    void* taken = f.get(1 * MiB, f.b);
+    void* taken = f.get(512 * KiB, f.b);
     CHECK(taken == block);
     CHECK(f.events.wait_count() == 0);
-    f.put(taken, 1 * MiB, f.b);
+    f.put(taken, 512 * KiB, f.b);
     f.put(mine, 4 * KiB, f.b);
     f.put(young, 8 * KiB, f.a);
     f.put(old, 8 * KiB, f.a);
@@ -606,70 +627,70 @@ TEST_CASE("forget_stream drops a stream from record_use: the block's free touche
 TEST_CASE("forget_stream waits for the stream and puts its front into the pool, free for all") {
     fixture f;
     f.know(f.b);
-    void* block = f.get(1 * MiB, f.a);
+    void* block = f.get(512 * KiB, f.a);
     f.events.submit(f.a);
-    f.put(block, 1 * MiB, f.a);
+    f.put(block, 512 * KiB, f.a);
     REQUIRE(f.pool.front_blocks_held() == 1);
     const auto streams = f.pool.streams();
     f.pool.forget_stream(f.a);
     CHECK(f.events.completed(f.a) == f.events.issued(f.a));
     CHECK(f.pool.front_blocks_held() == 0);
     CHECK(f.pool.streams() == streams - 1);
-    void* taken = f.get(1 * MiB, f.b);
+    void* taken = f.get(512 * KiB, f.b);
     CHECK(taken == block);
     CHECK(f.events.wait_count() == 0);
-    f.put(taken, 1 * MiB, f.b);
+    f.put(taken, 512 * KiB, f.b);
 }
 
 TEST_CASE("a forgotten stream that frees again is ordered again: its new frees are not free for all") {
     fixture f;
-    void* kept = f.get(1 * MiB, f.a);
+    void* kept = f.get(512 * KiB, f.a);
     void* on_b = f.get(4 * KiB, f.b);
     f.pool.forget_stream(f.a);
     const auto work_on_a = f.events.submit(f.a);  // a is used again without allocating
-    f.put(kept, 1 * MiB, f.a);
-    void* taken = f.get(1 * MiB, f.b);
+    f.put(kept, 512 * KiB, f.a);
+    void* taken = f.get(512 * KiB, f.b);
     CHECK(taken != kept);
     f.events.submit(f.b);
     f.events.complete(f.b);
     CHECK(f.events.completed(f.a) < work_on_a);
-    f.put(taken, 1 * MiB, f.b);
+    f.put(taken, 512 * KiB, f.b);
     f.put(on_b, 4 * KiB, f.b);
 }
 
 TEST_CASE("plain allocate never gets a block whose stream work is pending") {
     SUBCASE("a lone stream's free in the pool: upstream memory, with no wait") {
         fixture f;
-        void* block = f.get(1 * MiB, f.a);
+        void* block = f.get(512 * KiB, f.a);
         const auto work = f.events.submit(f.a);
-        f.put(block, 1 * MiB, f.a);
-        void* plain = f.pool.allocate(1 * MiB);
+        f.put(block, 512 * KiB, f.a);
+        void* plain = f.pool.allocate(512 * KiB);
         CHECK(plain != block);
         CHECK(f.events.completed(f.a) < work);
         CHECK(f.events.synchronizations() == 0);
-        f.pool.deallocate(plain, 1 * MiB);  // straight back to the upstream
+        f.pool.deallocate(plain, 512 * KiB);  // straight back to the upstream
     }
     SUBCASE("a front: grown around until covered, then taken after the host waited for its event") {
         fixture f;
         f.know(f.b);
-        void* block = f.get(1 * MiB, f.a);
+        void* block = f.get(512 * KiB, f.a);
         void* other = f.get(8 * KiB, f.a);
         const auto work = f.events.submit(f.a);
-        f.put(block, 1 * MiB, f.a);
-        void* first = f.pool.allocate(1 * MiB);
+        f.put(block, 512 * KiB, f.a);
+        void* first = f.pool.allocate(512 * KiB);
         CHECK(first != block);
         f.put(other, 8 * KiB, f.a);  // a's next call covers its front, as the miss asked
-        void* plain = f.pool.allocate(1 * MiB);
+        void* plain = f.pool.allocate(512 * KiB);
         CHECK(plain == block);
         CHECK(f.events.completed(f.a) >= work);
         CHECK(f.events.synchronizations() == 1);
         CHECK(f.events.wait_count() == 0);
-        f.pool.deallocate(plain, 1 * MiB);
-        void* on_b = f.get(1 * MiB, f.b);  // a plain free is free for all at once
+        f.pool.deallocate(plain, 512 * KiB);
+        void* on_b = f.get(512 * KiB, f.b);  // a plain free is free for all at once
         CHECK(on_b == block);
         CHECK(f.events.wait_count() == 0);
-        f.put(on_b, 1 * MiB, f.b);
-        f.pool.deallocate(first, 1 * MiB);
+        f.put(on_b, 512 * KiB, f.b);
+        f.pool.deallocate(first, 512 * KiB);
     }
 }
 
@@ -688,47 +709,47 @@ TEST_CASE("memory leaves a lone stream's pool only after that stream's work is d
 
 TEST_CASE("at exhaustion every front and waiting block goes into the pool, the pool releases and the request is retried") {
     fixture f;
-    f.memory.limit(8 * MiB);
-    void* x = f.get(3 * MiB, f.a);
-    void* y = f.get(3 * MiB, f.a);
-    void* z = f.get(1 * MiB, f.b);
+    f.memory.limit(2 * MiB);  // blocks under a large free
+    void* x = f.get(768 * KiB, f.a);
+    void* y = f.get(768 * KiB, f.a);
+    void* z = f.get(256 * KiB, f.b);
     f.events.submit(f.a);
     f.events.submit(f.b);
-    f.put(x, 3 * MiB, f.a);  // a's front
+    f.put(x, 768 * KiB, f.a);  // a's front
     f.pool.record_use(y, f.b);
-    f.put(y, 3 * MiB, f.a);  // waiting on a and b
+    f.put(y, 768 * KiB, f.a);  // waiting on a and b
     REQUIRE(f.pool.front_blocks_held() == 1);
     REQUIRE(f.pool.waiting_blocks() == 1);
     const stream_ref c = f.events.make_stream();
-    void* big = f.get(7 * MiB, c);
+    void* big = f.get(1792 * KiB, c);
     CHECK(big != nullptr);
     CHECK(f.pool.pending_bytes() == 0);
-    CHECK(f.memory.live_bytes() == 8 * MiB);
+    CHECK(f.memory.live_bytes() == 2 * MiB);
     CHECK(f.events.completed(f.a) == f.events.issued(f.a));
     CHECK(f.events.completed(f.b) == f.events.issued(f.b));
     try {
-        static_cast<void>(f.get(1 * MiB, c));
+        static_cast<void>(f.get(512 * KiB, c));
         FAIL("allocate past the upstream's limit succeeded");
     } catch (const out_of_memory& error) {
-        CHECK(error.figures().reserved_bytes == 8 * MiB);
-        CHECK(error.figures().live_bytes == 8 * MiB);
+        CHECK(error.figures().reserved_bytes == 2 * MiB);
+        CHECK(error.figures().live_bytes == 2 * MiB);
         CHECK(std::string(error.what()).find("stream_ordered") != std::string::npos);
     }
-    f.put(big, 7 * MiB, c);
-    f.put(z, 1 * MiB, f.b);
+    f.put(big, 1792 * KiB, c);
+    f.put(z, 256 * KiB, f.b);
 }
 
 TEST_CASE("release returns every wholly free chunk once all work is done") {
     fixture f;
-    void* x = f.get(2 * MiB, f.a);
-    void* y = f.get(2 * MiB, f.b);
-    void* z = f.get(2 * MiB, f.a);
+    void* x = f.get(768 * KiB, f.a);
+    void* y = f.get(768 * KiB, f.b);
+    void* z = f.get(768 * KiB, f.a);
     f.events.submit(f.a);
     f.events.submit(f.b);
-    f.put(x, 2 * MiB, f.a);
-    f.put(y, 2 * MiB, f.b);
+    f.put(x, 768 * KiB, f.a);
+    f.put(y, 768 * KiB, f.b);
     f.pool.record_use(z, f.b);
-    f.put(z, 2 * MiB, f.a);
+    f.put(z, 768 * KiB, f.a);
     CHECK(f.pool.front_blocks_held() == 2);
     CHECK(f.pool.waiting_blocks() == 1);
     f.pool.release();
@@ -838,7 +859,7 @@ TEST_CASE("random multi-stream traffic never hands out a block before its earlie
             instrumented<simulated_resource> memory;
             watched_events events;
             using simulated_upstream = ref<instrumented<simulated_resource>>;
-            const best_fit_options options{.initial_size = 1 * MiB, .growth = growth_policy::as_needed(256 * KiB)};
+            const best_fit_options options{.initial_size = 512 * KiB, .growth = growth_policy::as_needed(256 * KiB)};
             stream_ordered<best_fit<simulated_upstream>, watched_events> pool{simulated_upstream{memory}, options, events};
             pool.internal_dependencies(dependencies);
             std::mt19937_64 random(11);

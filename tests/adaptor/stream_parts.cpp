@@ -319,23 +319,36 @@ TEST_CASE("fronts: a push opens a front; a cover moves it behind one event among
     CHECK(given == std::vector<void*>{at(0x1000)});
 }
 
-TEST_CASE("fronts: a front is crowded when full, past the byte budget, or among too many open fronts of streams that call") {
+TEST_CASE("fronts: a front is crowded when full, by a large free, past the byte budget, or among too many open fronts of streams that call") {
     host_events events;
     waiting_blocks<host_events> waiting(events);
     fronts<host_events, front_record> all(events, waiting);
     CHECK(all.budget(0) == front_limits::min_budget);
     CHECK(all.budget(std::size_t{1} << 30) == (std::size_t{1} << 30) / front_limits::budget_share);
+    CHECK(all.large(0) == front_limits::min_large);
+    CHECK(all.large(std::size_t{1} << 34) == (std::size_t{1} << 34) / front_limits::large_share);
     std::vector<std::unique_ptr<front_record>> records;
     for (std::uint64_t i = 0; i <= front_limits::max_open; ++i) records.push_back(std::make_unique<front_record>(stream_key{i + 1, {}}));
     front_record& first = *records.front();
     for (std::size_t i = 0; i < front_limits::blocks_per_front; ++i) {
         all.reserve(first);
         CHECK(all.push(first, {at(0x1000 * (i + 1)), 256, 256}, 0));
-        CHECK(all.crowded(first, all.budget(0), 0) == (i + 1 == front_limits::blocks_per_front));
+        CHECK(all.crowded(first, 256, 0, 0) == (i + 1 == front_limits::blocks_per_front));
     }
     CHECK_FALSE(all.push(first, {at(0x100000), 256, 256}, 0));  // full: refused, nothing changed
     CHECK(all.bytes() == front_limits::blocks_per_front * 256);
-    CHECK(all.crowded(first, 1024, 0));  // past a budget of 1 KiB
+    all.empty_into(first, [](const free_block&) {});
+    // A free of large(reserved) bytes or more crowds its front at once; fronts past budget(reserved) too.
+    const std::size_t reserved = 0, large = all.large(reserved);  // the least bounds: 1 MiB, 4 MiB
+    all.reserve(first);
+    CHECK(all.push(first, {at(0x1000), large - 256, 256}, 0));
+    CHECK_FALSE(all.crowded(first, large - 256, reserved, 0));
+    CHECK(all.crowded(first, large, reserved, 0));
+    while (all.bytes() <= all.budget(reserved)) {
+        CHECK_FALSE(all.crowded(first, large - 256, reserved, 0));
+        REQUIRE(all.push(first, {at(0x1000 * (first.front.size() + 1)), large - 256, 256}, 0));
+    }
+    CHECK(all.crowded(first, large - 256, reserved, 0));  // past the budget
     all.empty_into(first, [](const free_block&) {});
     CHECK(all.bytes() == 0);
     // max_open fronts of streams that called lately are fine; one more crowds them, unless quiet.
@@ -344,10 +357,10 @@ TEST_CASE("fronts: a front is crowded when full, past the byte budget, or among 
         r.last_call = 1000;
         all.reserve(r);
         CHECK(all.push(r, {at(0x1000 * (i + 1)), 256, 256}, 1000));
-        CHECK(all.crowded(r, all.budget(0), 1000) == (i == front_limits::max_open));
+        CHECK(all.crowded(r, 256, 0, 1000) == (i == front_limits::max_open));
     }
     records.front()->last_call = 0;  // went quiet: its front no longer counts
-    CHECK_FALSE(all.crowded(*records.back(), all.budget(0), 1000));
+    CHECK_FALSE(all.crowded(*records.back(), 256, 0, 1000));
     for (auto& r : records) all.empty_into(*r, [](const free_block&) {});
     CHECK(all.open().empty());
 }

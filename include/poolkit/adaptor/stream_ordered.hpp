@@ -112,10 +112,11 @@ public:
     using event_type = typename Events::event_type;
 
     // The bounds of the fronts (detail/fronts.hpp): blocks per front, streams with an open front,
-    // the byte budget's least, and the age at which a front is covered.
+    // the byte budget's least, a large free's least, and the age at which a front is covered.
     static constexpr std::size_t front_blocks = detail::front_limits::blocks_per_front;
     static constexpr std::size_t max_open_fronts = detail::front_limits::max_open;
     static constexpr std::size_t min_front_budget = detail::front_limits::min_budget;
+    static constexpr std::size_t min_large_free = detail::front_limits::min_large;
     static constexpr std::size_t front_age = detail::front_limits::age;
     // A front asked for this many misses ago and still open: its stream may be gone; the host
     // waits for the whole device once.
@@ -665,7 +666,7 @@ private:
             wait_then_pool(stream, block);
             return;
         }
-        if (fronts_.crowded(*r, front_budget(), clock_)) cover(*r, stream);
+        if (fronts_.crowded(*r, block.bytes, reserved_or_zero(), clock_)) cover(*r, stream);
     }
 
     // `block`, freed on `stream`, behind an event of its own (into the pool at once where events
@@ -691,11 +692,13 @@ private:
         wait_then_pool(stream, block);
     }
 
-    [[nodiscard]] std::size_t front_budget() const noexcept {
+    // What the pool reserves, for the fronts' bounds (0 where the Pool does not say: the least
+    // bounds then).
+    [[nodiscard]] std::size_t reserved_or_zero() const noexcept {
         if constexpr (counts_reserved) {
-            return detail::fronts<Events, record_type>::budget(pool_.reserved_bytes());
+            return pool_.reserved_bytes();
         } else {
-            return min_front_budget;
+            return 0;
         }
     }
 

@@ -8,7 +8,8 @@
 //   blocks become one batch of waiting_blocks. Where no event can be recorded, or the batch finds
 //   no room, the front stays open: nothing is lost, it is asked again later.
 // - crowded() says when a front must be covered now that it grew: it holds blocks_per_front
-//   blocks; all fronts together hold more than the budget (budget(): a sixteenth of what the pool
+//   blocks; the free was large (large(): a 4,096th of what the pool reserves, min_large at least);
+//   all fronts together hold more than the budget (budget(): a sixteenth of what the pool
 //   reserves, min_budget at least); or more than max_open streams that called within `age` calls
 //   hold an open front (fronts of streams that went quiet do not count: they would make every
 //   free cover, and the budget bounds them). due() says when a front must be covered at its
@@ -45,6 +46,10 @@ struct front_limits {
     static constexpr std::size_t min_budget = std::size_t{4} << 20;
     // A front whose oldest block was freed this many calls ago is covered at its stream's next call.
     static constexpr std::size_t age = 256;
+    // A free of at least a large_share-th of what the pool reserves (and min_large) is covered at
+    // once: memory that large, kept from other streams, makes the pool grow.
+    static constexpr std::size_t large_share = 4096;
+    static constexpr std::size_t min_large = std::size_t{1} << 20;
 };
 
 template <class Events, class Stream>
@@ -61,9 +66,6 @@ public:
     fronts(Events& events, waiting_blocks<Events>& waiting) noexcept : events_(&events), waiting_(&waiting) {}
     fronts(const fronts&) = delete;
     fronts& operator=(const fronts&) = delete;
-
-    // The byte budget of all fronts, for a pool that reserves `reserved` bytes.
-    [[nodiscard]] static std::size_t budget(std::size_t reserved) noexcept { return std::max(min_budget, reserved / budget_share); }
 
     // Room for `s`'s front to open, so that push() cannot fail for it. May throw std::bad_alloc.
     void reserve(const Stream& s) {
@@ -94,9 +96,16 @@ public:
         return s.wanted || (!s.front.empty() && now - s.opened_at > age);
     }
 
-    // Whether `s`'s front, which just grew, must be covered now (`budget`: budget() of the pool).
-    [[nodiscard]] bool crowded(const Stream& s, std::size_t budget, std::uint64_t now) const noexcept {
-        return s.front.full() || bytes_ > budget || (open_.size() > max_open && open_.recent_over(now, age, max_open));
+    // The byte budget of all fronts, and the least bytes of a large free, for a pool that reserves
+    // `reserved` bytes.
+    [[nodiscard]] static std::size_t budget(std::size_t reserved) noexcept { return std::max(min_budget, reserved / budget_share); }
+    [[nodiscard]] static std::size_t large(std::size_t reserved) noexcept { return std::max(min_large, reserved / large_share); }
+
+    // Whether `s`'s front, which just took a free of `freed` bytes, must be covered now, in a pool
+    // that reserves `reserved` bytes.
+    [[nodiscard]] bool crowded(const Stream& s, std::size_t freed, std::size_t reserved, std::uint64_t now) const noexcept {
+        return s.front.full() || freed >= large(reserved) || bytes_ > budget(reserved) ||
+               (open_.size() > max_open && open_.recent_over(now, age, max_open));
     }
 
     // Covers `s`'s front with one event recorded on `stream`, `s`'s stream during a call on it:
