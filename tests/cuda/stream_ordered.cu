@@ -169,8 +169,12 @@ TEST_CASE("a pipeline reuses blocks freed on other streams only after the freein
     streams s(stages);
     counter bad;
     caching_device_allocator pool;
-    constexpr std::size_t count = std::size_t{1} << 20;
+    // 768 KiB: under a large free (1 MiB at least), so frees wait in their stream's front and are
+    // reused from there; large ones would be covered at once and the pool would serve the rest of
+    // its first chunk before reusing any.
+    constexpr std::size_t count = std::size_t{3} << 16;
     constexpr std::size_t bytes = count * sizeof(std::uint32_t);
+    static_assert(bytes < decltype(pool)::min_large_free);
     std::uint32_t* held = nullptr;
     std::uint32_t held_value = 0;
     int reused = 0;
