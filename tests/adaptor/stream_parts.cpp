@@ -338,7 +338,8 @@ TEST_CASE("fronts: a front is crowded when full, by a large free, past the byte 
     CHECK_FALSE(all.push(first, {at(0x100000), 256, 256}, 0));  // full: refused, nothing changed
     CHECK(all.bytes() == front_limits::blocks_per_front * 256);
     all.empty_into(first, [](const free_block&) {});
-    // A free of large(reserved) bytes or more crowds its front at once; fronts past budget(reserved) too.
+    // A free of large(reserved) bytes or more crowds its front at once; so do fronts past
+    // budget(reserved).
     const std::size_t reserved = 0, large = all.large(reserved);  // the least bounds: 1 MiB, 4 MiB
     all.reserve(first);
     CHECK(all.push(first, {at(0x1000), large - 256, 256}, 0));

@@ -730,8 +730,9 @@ private:
     }
 
     // Covers `r`'s front (and the pool, if `r` is its home) during a call on `stream`, `r`'s
-    // stream: where all its work is done (fronts' idle_first), the front goes into the pool with no event;
-    // else behind one event recorded on it. Where no event can be recorded, the front stays open.
+    // stream: where all its work is done (fronts' idle_first), the front goes into the pool with
+    // no event; else behind one event recorded on it. Where no event can be recorded, the front
+    // stays open.
     [[gnu::noinline]] void cover(record_type& r, stream_ref stream) noexcept {
         const bool home = tag_.home() == &r && tag_.uncovered();
         if (!home && r.front.empty()) {
