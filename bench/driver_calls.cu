@@ -56,7 +56,7 @@ struct idle_streams {
 template <class Call>
 void over_idle_streams(benchmark::State& state, Call&& call, bool available = true) {
     if (!available) {
-        state.SkipWithError("the driver lacks this entry point");
+        state.SkipWithError("no CUDA driver, or it lacks this entry point");
         return;
     }
     idle_streams s;
