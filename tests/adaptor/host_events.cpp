@@ -52,6 +52,22 @@ TEST_CASE("host_events: a long simulation holds only the waits its streams have 
     CHECK(events.completed(a) == 200000);
 }
 
+TEST_CASE("host_events: a stream is idle once every item issued on it completed") {
+    host_events events;
+    const stream_ref s = events.make_stream();
+    CHECK(events.idle(s));
+    const auto first = events.submit(s);
+    events.submit(s);
+    CHECK_FALSE(events.idle(s));
+    events.complete(s, first);
+    CHECK_FALSE(events.idle(s));
+    events.complete(s);
+    CHECK(events.idle(s));
+    CHECK(events.query_count() == 4);  // each a driver call on a GPU
+    events.destroy_stream(s);
+    CHECK_THROWS_AS(static_cast<void>(events.idle(s)), std::logic_error);
+}
+
 TEST_CASE("host_events: a wait on work already done holds nothing") {
     host_events events;
     const stream_ref a = events.make_stream();
@@ -130,6 +146,10 @@ TEST_CASE("host_events capture: work goes into the graph, and a captured event m
         CHECK_FALSE(graph.valid);
         CHECK_THROWS_AS(events.launch(graph, s), capture_error);
         CHECK(events.capture_errors() == 2);
+    }
+    SUBCASE("so does asking whether a stream in capture is idle") {
+        CHECK_THROWS_AS(static_cast<void>(events.idle(s)), capture_error);
+        CHECK_FALSE(events.end_capture(s).valid);
     }
     SUBCASE("so does waiting for the whole device") {
         CHECK_THROWS_AS(events.synchronize_all(), capture_error);

@@ -492,11 +492,8 @@ private:
     // from the upstream, which serves them from a graph pool, and are marked (graph_blocks), so that
     // their frees, in capture or not, go back there too; a free in capture goes to the upstream
     // (the graph may use the block). One driver call per stream call (cuStreamIsCapturing).
-    static constexpr bool sees_captures = requires(Events& e, stream_ref s) {
-        { e.capture_of(s) } -> std::convertible_to<std::uint64_t>;
-    };
     bool in_capture(stream_ref stream) noexcept {
-        if constexpr (sees_captures && stream_resource<Upstream>) {
+        if constexpr (capture_events<Events> && stream_resource<Upstream>) {
             if (!asks_about_captures(options_.captures)) return false;
             try {
                 return static_cast<std::uint64_t>(events_.capture_of(stream)) != 0;

@@ -38,6 +38,20 @@ concept events_policy = requires(E& e, stream_ref stream, typename E::event_type
     { e.identity(stream) } -> std::convertible_to<std::uint64_t>;
 };
 
+// Events that tell whether all work issued on a stream is done: idle(stream) (cudaStreamQuery).
+template <class E>
+concept idle_events = requires(E& e, stream_ref stream) {
+    { e.idle(stream) } -> std::convertible_to<bool>;
+};
+
+// Events that see stream captures: capture_of(stream), the capture a stream is in (0: none), and
+// unprohibited(f), f run in relaxed capture mode. CUDA graphs are served over them.
+template <class E>
+concept capture_events = requires(E& e, stream_ref stream) {
+    { e.capture_of(stream) } -> std::convertible_to<std::uint64_t>;
+    e.unprohibited([] { return 0; });
+};
+
 // What stream_ordered needs of its Pool: rebuilt over a gated reference to the upstream
 // (core/rebind.hpp: rebind_t, lane_upstream_t, lane_options_t, build_over;
 // detail/gated_upstream.hpp), a cached_pool. Every strategy, combinator and adaptor-over-strategy

@@ -388,7 +388,6 @@ private:
     using graph_pool_type = std::conditional_t<over_virtual_memory, caching_pool<detail::gated_upstream<upstream_type>>, pool_type>;
     using graph_options = std::conditional_t<over_virtual_memory, caching_options, pool_options>;
     using graphs_type = detail::graph_pools<Events, graph_pool_type, upstream_type, graph_options>;
-    static constexpr bool sees_captures = detail::capture_door<Events, graphs_type>::sees_captures;
     // Events that cost nothing and are done when recorded (completed_events): every free is covered
     // at once and every call polls, which gives the smallest footprint.
     static constexpr bool cheap_events = requires { requires Events::costs_nothing; };
@@ -463,7 +462,7 @@ private:
     // A request on a stream in capture: from the capture's graph pool, grown in relaxed capture
     // mode (cudaMalloc is then allowed); nothing else this adaptor does could run in a capture.
     [[gnu::noinline]] void* allocate_captured(std::uint64_t capture, stream_ref stream, std::size_t bytes, std::size_t alignment) {
-        if constexpr (sees_captures && resource<upstream_type>) {
+        if constexpr (capture_events<Events> && resource<upstream_type>) {
             const detail::stream_key key = capture_key_of(stream);
             graphs().note_running(capture, key);
             graphs().watch(capture, stream);

@@ -22,10 +22,10 @@
 
 #include <poolkit/adaptor/detail/front_cache.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
+#include <poolkit/adaptor/stream_concepts.hpp>
 #include <poolkit/core/captures.hpp>
 #include <poolkit/core/stream_ref.hpp>
 
-#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -36,12 +36,6 @@ namespace poolkit::detail {
 template <class Events, class Graphs>
 class capture_door {
 public:
-    // Events that see stream captures (capture_of, unprohibited): CUDA graphs are served.
-    static constexpr bool sees_captures = requires(Events& e, stream_ref s) {
-        { e.capture_of(s) } -> std::convertible_to<std::uint64_t>;
-        e.unprohibited([] { return 0; });
-    };
-
     explicit capture_door(Events& events) noexcept : events_(&events) {}
     capture_door(const capture_door&) = delete;
     capture_door& operator=(const capture_door&) = delete;
@@ -49,7 +43,7 @@ public:
     // The capture `stream` is in (0: none), asked where `check` says: on CUDA one driver call.
     [[nodiscard]] std::uint64_t capture_of(stream_ref stream) { return capture_of(stream, check_); }
     [[nodiscard]] std::uint64_t capture_of([[maybe_unused]] stream_ref stream, [[maybe_unused]] capture_check check) {
-        if constexpr (sees_captures) {
+        if constexpr (capture_events<Events>) {
             if (!asks_about_captures(check)) return 0;
             return static_cast<std::uint64_t>(events_->capture_of(stream));
         } else {
@@ -93,7 +87,7 @@ public:
     // cudaMalloc allowed), safe() meanwhile.
     template <class F>
     decltype(auto) capture_safe(F&& f) {
-        if constexpr (sees_captures) {
+        if constexpr (capture_events<Events>) {
             const bool outer = std::exchange(safe_, true);
             struct restore {
                 bool& flag;

@@ -26,10 +26,10 @@
 #include <poolkit/adaptor/detail/front_cache.hpp>
 #include <poolkit/adaptor/detail/open_fronts.hpp>
 #include <poolkit/adaptor/detail/waiting_blocks.hpp>
+#include <poolkit/adaptor/stream_concepts.hpp>
 #include <poolkit/core/stream_ref.hpp>
 
 #include <algorithm>
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -56,10 +56,6 @@ template <class Events, class Stream>
 class fronts : public front_limits {
 public:
     using event_type = typename Events::event_type;
-    // Events that tell whether all of a stream's work is done (idle()).
-    static constexpr bool sees_idle = requires(Events& e, stream_ref s) {
-        { e.idle(s) } -> std::convertible_to<bool>;
-    };
     // A stream found busy at a cover is asked again after 1, 3, 7 ... 2^max_busy_streak - 1 covers.
     static constexpr unsigned max_busy_streak = 6;
 
@@ -136,7 +132,7 @@ public:
     // stream found busy is asked again only after 2^streak - 1 more covers, so one that stays busy
     // costs a call per 2^max_busy_streak covers.
     [[nodiscard]] bool idle_first(Stream& s, stream_ref stream) noexcept {
-        if constexpr (sees_idle) {
+        if constexpr (idle_events<Events>) {
             if (s.idle_skips > 0) {
                 --s.idle_skips;
                 return false;
