@@ -4,7 +4,8 @@
 // (cudaStreamQuery, what stream_ordered asks at a cover), and the stream memory operations that
 // could stand in for events (a value the stream writes to pinned host memory, read by the host
 // with a load; a stream waiting for such a value). Plus the two questions stream_ordered asks on
-// every call: the stream's identity and whether it is in capture. Four streams, in turn.
+// every call: the stream's identity and whether it is in capture; and what relaxing the thread's
+// capture mode around a query adds (cuda_events does). Four streams, in turn.
 //   build/bench/poolkit-bench-driver_calls [--benchmark_filter=...]
 #include <poolkit/upstream/detail/cuda_driver.hpp>
 
@@ -123,6 +124,23 @@ void stream_is_capturing(benchmark::State& state) {
         benchmark::DoNotOptimize(status);
     }, is_capturing != nullptr);
 }
+// cuda_events makes its queries and host waits with the thread's capture mode relaxed: two of
+// these around each.
+void capture_mode_exchange(benchmark::State& state) {
+    over_idle_streams(state, [](idle_streams&, std::int64_t) {
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        cudaThreadExchangeStreamCaptureMode(&mode);
+        benchmark::DoNotOptimize(mode);
+    });
+}
+void stream_query_idle_relaxed(benchmark::State& state) {
+    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        cudaThreadExchangeStreamCaptureMode(&mode);
+        benchmark::DoNotOptimize(cudaStreamQuery(s.stream(i)));
+        cudaThreadExchangeStreamCaptureMode(&mode);
+    });
+}
 
 }  // namespace
 
@@ -134,5 +152,7 @@ BENCHMARK(stream_write_value);
 BENCHMARK(stream_wait_value);
 BENCHMARK(stream_identity);
 BENCHMARK(stream_is_capturing);
+BENCHMARK(capture_mode_exchange);
+BENCHMARK(stream_query_idle_relaxed);
 
 BENCHMARK_MAIN();

@@ -407,6 +407,43 @@ TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture th
     eager_beside_capture(f, *make_checked<Pool>(f));
 }
 
+// PyTorch's pattern: a capture's first calls free blocks made before it on other streams
+// (zero_grad), before the pool has seen the capture. Those eager frees, small and large, their
+// streams idle or busy, and eager requests the pool can serve, make no call the capture forbids.
+TEST_CASE_TEMPLATE("eager calls at a global-mode capture's start, before the pool saw it, break nothing", Pool, checked_pool, checked_caching,
+                   checked_expandable) {
+    fixture f;
+    const auto made = make_checked<Pool>(f);
+    Pool& pool = *made;
+    const stream_ref side = f.events.make_stream();
+    for (const bool busy : {false, true}) {
+        CAPTURE(busy);
+        std::vector<std::pair<void*, std::size_t>> before;
+        for (int i = 0; i < 24; ++i) {
+            const std::size_t bytes = (i % 3 == 0 ? 4 * MiB : 96 * KiB) + static_cast<std::size_t>(i) * KiB;
+            before.emplace_back(pool.allocate_async(bytes, 256, i % 2 == 0 ? side : f.eager), bytes);
+        }
+        f.events.submit(side);
+        f.events.submit(f.eager);
+        if (!busy) f.events.complete_all();
+        const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
+        for (std::size_t i = 0; i < before.size(); ++i) {
+            pool.deallocate_async(before[i].first, before[i].second, 256, i % 2 == 0 ? side : f.eager);
+            if (i % 4 == 3) pool.deallocate_async(pool.allocate_async(64 * KiB, 256, f.eager), 64 * KiB, 256, f.eager);
+        }
+        void* captured = pool.allocate_async(1 * MiB, 256, f.capturing);
+        f.events.submit(f.capturing);
+        pool.deallocate_async(captured, 1 * MiB, 256, f.capturing);
+        CHECK(f.events.end_capture(f.capturing).valid);
+        CHECK(f.events.capture_errors() == 0);
+        pool.deallocate_async(pool.allocate_async(4 * KiB, 256, f.capturing), 4 * KiB, 256, f.capturing);  // sees the capture ended
+        f.events.complete_all();
+        release_graph_pool(pool, id);
+        pool.check_invariants();
+    }
+    CHECK(f.events.capture_errors() == 0);
+}
+
 TEST_CASE("the synchronized caching preset: a capture on one thread, eager work on another") {
     fixture f;
     synchronized<checked_caching> pool{std::in_place, ref(f.upstream), caching_options{}, f.events};

@@ -202,15 +202,30 @@ TEST_CASE("host_events capture: the modes prohibit potentially unsafe calls of t
         CHECK_FALSE(from_other_thread([&] { events.unprohibited([&] { events.unsafe_call("cudaMalloc"); }); }));
         CHECK_FALSE(from_other_thread([&] {
             events.exchange_mode(capture_mode::local);
-            static_cast<void>(events.done(outside));  // its own thread captures nothing
+            events.unsafe_call("cudaMalloc");  // its own thread captures nothing
         }));
         CHECK_FALSE(events.end_capture(s).valid);
     }
     SUBCASE("local: the capturing thread only") {
         events.begin_capture(s, capture_mode::local);
         CHECK_FALSE(from_other_thread([&] { events.unsafe_call("cudaMalloc"); }));
-        CHECK_THROWS_AS(static_cast<void>(events.done(outside)), capture_error);
+        CHECK_THROWS_AS(events.unsafe_call("cudaMalloc"), capture_error);
         CHECK_FALSE(events.end_capture(s).valid);
+    }
+    SUBCASE("queries and host waits of work outside the capture: allowed in every mode, as cuda_events makes them") {
+        for (const capture_mode mode : {capture_mode::global, capture_mode::local, capture_mode::relaxed}) {
+            CAPTURE(static_cast<int>(mode));
+            events.submit(eager);
+            const auto pending = events.record(eager);
+            events.begin_capture(s, mode);
+            CHECK_FALSE(events.done(pending));
+            CHECK_FALSE(events.idle(eager));
+            CHECK_FALSE(from_other_thread([&] { static_cast<void>(events.done(pending)); }));
+            events.synchronize(pending);
+            CHECK(events.idle(eager));
+            CHECK(events.end_capture(s).valid);
+        }
+        CHECK(events.capture_errors() == 0);
     }
     SUBCASE("relaxed: none, though cudaFree still may not synchronize the device") {
         events.begin_capture(s, capture_mode::relaxed);

@@ -258,6 +258,48 @@ TEST_CASE("a block of the shared pool a graph used serves eager work again once 
     REQUIRE(cudaGetLastError() == cudaSuccess);
 }
 
+// PyTorch's pattern: a capture's first calls free blocks made before it on other streams
+// (zero_grad), before the pool has seen the capture. Those frees, large ones covered at once, their
+// streams busy or idle, and eager requests served from the pool, make no call the global-mode
+// capture forbids (a query of an eager stream or event, in global mode, would invalidate it).
+TEST_CASE_TEMPLATE("eager frees at a global-mode capture's start, before the pool saw it, break nothing", Pool, caching_device_allocator,
+                   synchronized_caching_device_allocator, expandable_device_allocator, per_thread_caching_device_allocator) {
+    scoped_stream capturing, side, eager;
+    for (const bool busy : {false, true}) {
+        CAPTURE(busy);
+        Pool pool;
+        counter bad;
+        std::vector<std::pair<std::uint32_t*, std::size_t>> before;  // uint32 counts
+        for (std::size_t i = 0; i < 24; ++i) {
+            const std::size_t count = (i % 3 == 0 ? std::size_t{1} << 20 : std::size_t{24} << 10) + i * 256;
+            const scoped_stream& on = i % 2 == 0 ? side : eager;
+            auto* p = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, on));
+            slow_fill<<<grid, block, 0, on.handle>>>(p, count, 5, busy ? slow : 0);
+            before.emplace_back(p, count);
+        }
+        if (!busy) REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        REQUIRE(cudaStreamBeginCapture(capturing.handle, cudaStreamCaptureModeGlobal) == cudaSuccess);
+        for (std::size_t i = 0; i < before.size(); ++i) {
+            pool.deallocate_async(before[i].first, before[i].second * 4, 256, i % 2 == 0 ? side : eager);
+            if (i % 4 == 3) pool.deallocate_async(pool.allocate_async(64 << 10, 256, eager), 64 << 10, 256, eager);
+        }
+        constexpr std::size_t count = std::size_t{1} << 18;
+        auto* a = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, capturing));
+        slow_fill<<<grid, block, 0, capturing.handle>>>(a, count, 7, 0);
+        count_other<<<grid, block, 0, capturing.handle>>>(a, count, 7, 0, bad.device);
+        pool.deallocate_async(a, count * 4, 256, capturing);
+        cudaGraph_t graph{};
+        const cudaGraphExec_t exec = end_and_instantiate(capturing.handle, graph);
+        for (int launch = 0; launch < 4; ++launch) REQUIRE(cudaGraphLaunch(exec, capturing.handle) == cudaSuccess);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        CHECK(bad.read() == 0);
+        REQUIRE(cudaGraphExecDestroy(exec) == cudaSuccess);
+        REQUIRE(cudaGraphDestroy(graph) == cudaSuccess);
+        pool.check_invariants();
+        REQUIRE(cudaGetLastError() == cudaSuccess);
+    }
+}
+
 TEST_CASE("a capture the user's own error invalidates leaves the pool consistent and serving") {
     caching_device_allocator pool;
     scoped_stream capturing, eager;

@@ -3,10 +3,11 @@
 // Events are created with cudaEventDisableTiming and pooled: record() takes one from the pool (or
 // creates one) and records it, recycle() puts it back. wait() is cudaStreamWaitEvent (no host
 // synchronization); done() is cudaEventQuery; synchronize() is cudaEventSynchronize; idle() is
-// cudaStreamQuery. An event is made on the device of the stream it is recorded on (the context's,
-// see device_of) and pooled per device, so one pool may serve streams of several devices: pinned
-// host memory used by all of them (cudaHostAllocPortable). synchronize_all() waits for every
-// device an event was recorded on. Not thread-safe (stream_ordered is not either; synchronized<>
+// cudaStreamQuery — those three with the thread's capture mode relaxed, so that a capture the pool
+// has not seen does not forbid them. An event is made on the device of the stream it is recorded
+// on (the context's, see device_of) and pooled per device, so one pool may serve streams of several
+// devices: pinned host memory used by all of them (cudaHostAllocPortable). synchronize_all() waits
+// for every device an event was recorded on. Not thread-safe (stream_ordered is not either; synchronized<>
 // guards both).
 // cudaStreamPerThread — and the default stream 0 where this translation unit was compiled for the
 // per-thread default stream — names a different stream on each host thread: per_thread() says so,
@@ -74,7 +75,7 @@ public:
     }
 
     [[nodiscard]] bool done(event_type event) {
-        const cudaError_t status = cudaEventQuery(event.handle);
+        const cudaError_t status = relaxed([&] { return cudaEventQuery(event.handle); });
         if (status == cudaErrorNotReady) return false;
         detail::check_cuda(status, "cudaEventQuery");
         return true;
@@ -83,13 +84,15 @@ public:
     // Whether all work issued on `stream` so far is done (cudaStreamQuery: one driver call, about
     // what an event query costs, and no event to record first). Never asked of a stream in capture.
     [[nodiscard]] static bool idle(stream_ref stream) {
-        const cudaError_t status = cudaStreamQuery(stream.get());
+        const cudaError_t status = relaxed([&] { return cudaStreamQuery(stream.get()); });
         if (status == cudaErrorNotReady) return false;
         detail::check_cuda(status, "cudaStreamQuery");
         return true;
     }
 
-    void synchronize(event_type event) { detail::check_cuda(cudaEventSynchronize(event.handle), "cudaEventSynchronize"); }
+    void synchronize(event_type event) {
+        detail::check_cuda(relaxed([&] { return cudaEventSynchronize(event.handle); }), "cudaEventSynchronize");
+    }
 
     // The host waits for all work of every device an event was recorded on, or of the current
     // device before any was (for streams no event can reach).
@@ -244,6 +247,20 @@ public:
     }
 
 private:
+    // `call`, a query of or a host wait for work outside any capture, with this thread's capture
+    // mode relaxed. A global-mode capture forbids such calls to every thread in global mode,
+    // although they cannot touch it, and the pool may not have seen that capture yet: PyTorch's
+    // first calls in a capture free blocks of other streams (zero_grad), whose covers query them.
+    // Two calls that cost little beside the driver call (poolkit-bench-driver_calls).
+    template <class Call>
+    static cudaError_t relaxed(Call&& call) noexcept {
+        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+        const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+        const cudaError_t status = std::forward<Call>(call)();
+        if (exchanged) static_cast<void>(cudaThreadExchangeStreamCaptureMode(&mode));
+        return status;
+    }
+
     // What a graph's user object holds (on_graph_gone).
     struct graph_gone {
         std::function<void()> gone;

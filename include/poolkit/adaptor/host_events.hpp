@@ -21,13 +21,14 @@
 // the graph, and launch(graph, stream) issues it as one item of work. What CUDA forbids during a
 // capture throws capture_error and invalidates the captures concerned (end_capture then returns an
 // invalid graph), so that a CPU test sees every call that would break a capture on a GPU:
-// - asking about or waiting on the host for a captured event;
+// - asking about or waiting on the host for a captured event, or asking about a stream in capture;
 // - a stream in capture waiting on an event from outside it (or from another capture);
 // - waiting on the host for the whole device while any stream is capturing;
-// - a potentially unsafe call — an event query or host wait, or an upstream's allocation
-//   (unsafe_call()) — from a thread that a capture prohibits: its own capture not begun relaxed,
-//   or, while the thread's mode is global (the default), another thread's global capture.
-//   unprohibited(f) runs f in relaxed mode, as cudaThreadExchangeStreamCaptureMode does;
+// - a potentially unsafe call — an upstream's allocation (unsafe_call()) — from a thread that a
+//   capture prohibits: its own capture not begun relaxed, or, while the thread's mode is global
+//   (the default), another thread's global capture. unprohibited(f) runs f in relaxed mode, as
+//   cudaThreadExchangeStreamCaptureMode does. Queries and host waits of work outside any capture
+//   are allowed in every mode, as cuda_events makes them (relaxed around each);
 // - a call that synchronizes the device implicitly (synchronizing_call(): cudaFree) while any
 //   stream is capturing, whatever the mode;
 // - asking a stream in capture for its identity (cuStreamGetId fails there, whatever the mode).
@@ -303,13 +304,12 @@ public:
         return is_done(event);
     }
     // Whether every item issued on `stream` so far has completed (cudaStreamQuery; counted as a
-    // query). Forbidden on a stream in capture; else a potentially unsafe call, as an event query.
+    // query). Forbidden on a stream in capture.
     [[nodiscard]] bool idle(stream_ref stream) const {
         const std::lock_guard lock(timeline_->mutex);
         ++timeline_->query_count;
         const stream_state& s = alive(stream);
         if (s.capture != 0) invalidate(s.capture, "a stream in capture was queried");
-        if (!timeline_->captures.empty()) check_unsafe("a stream was queried");
         return s.completed == s.issued;
     }
     // The host blocks until the event's work is done: the simulation completes just that.
@@ -473,10 +473,9 @@ private:
         }
         if (prohibited) fail(what + " (a potentially unsafe call)");
     }
-    // Asking about or waiting for `event`: never a captured one; else a potentially unsafe call.
+    // Asking about or waiting for `event`: never a captured one.
     void check_event(const event_type& event, const std::string& what) const {
         if (event.capture != 0) invalidate(event.capture, what + ", a captured one,");
-        if (!timeline_->captures.empty()) check_unsafe(what);
     }
 
     [[nodiscard]] bool is_done(const event_type& event) const noexcept {
