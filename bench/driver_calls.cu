@@ -124,8 +124,8 @@ void stream_is_capturing(benchmark::State& state) {
         benchmark::DoNotOptimize(status);
     }, is_capturing != nullptr);
 }
-// cuda_events makes its queries and host waits with the thread's capture mode relaxed: two of
-// these around each.
+// cuda_events makes its queries and host waits with the thread's capture mode relaxed, by the
+// driver's exchange (below) rather than this one: two exchanges around each.
 void capture_mode_exchange(benchmark::State& state) {
     over_idle_streams(state, [](idle_streams&, std::int64_t) {
         cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
@@ -133,13 +133,43 @@ void capture_mode_exchange(benchmark::State& state) {
         benchmark::DoNotOptimize(mode);
     });
 }
+
+// The same calls through the driver's entry points (cuda_events goes through the runtime).
+void driver_event_record(benchmark::State& state) {
+    static const auto record = entry<PFN_cuEventRecord_v2000>("cuEventRecord", 2000);
+    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
+        record(reinterpret_cast<CUevent>(s.event(i)), reinterpret_cast<CUstream>(s.stream(i)));
+    }, record != nullptr);
+}
+void driver_event_query_done(benchmark::State& state) {
+    static const auto query = entry<PFN_cuEventQuery_v2000>("cuEventQuery", 2000);
+    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
+        if (i < 1024) cudaEventRecord(s.event(i), s.stream(i));
+        benchmark::DoNotOptimize(query(reinterpret_cast<CUevent>(s.event(i))));
+    }, query != nullptr);
+}
+void driver_stream_query_idle(benchmark::State& state) {
+    static const auto query = entry<PFN_cuStreamQuery_v2000>("cuStreamQuery", 2000);
+    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
+        benchmark::DoNotOptimize(query(reinterpret_cast<CUstream>(s.stream(i))));
+    }, query != nullptr);
+}
+const auto driver_exchange = entry<PFN_cuThreadExchangeStreamCaptureMode_v10010>("cuThreadExchangeStreamCaptureMode", 10010);
+void driver_capture_mode_exchange(benchmark::State& state) {
+    over_idle_streams(state, [](idle_streams&, std::int64_t) {
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        driver_exchange(&mode);
+        benchmark::DoNotOptimize(mode);
+    }, driver_exchange != nullptr);
+}
+// What cuda_events::idle() makes: the query between two of the driver's exchanges.
 void stream_query_idle_relaxed(benchmark::State& state) {
     over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-        cudaThreadExchangeStreamCaptureMode(&mode);
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        driver_exchange(&mode);
         benchmark::DoNotOptimize(cudaStreamQuery(s.stream(i)));
-        cudaThreadExchangeStreamCaptureMode(&mode);
-    });
+        driver_exchange(&mode);
+    }, driver_exchange != nullptr);
 }
 
 }  // namespace
@@ -153,6 +183,10 @@ BENCHMARK(stream_wait_value);
 BENCHMARK(stream_identity);
 BENCHMARK(stream_is_capturing);
 BENCHMARK(capture_mode_exchange);
+BENCHMARK(driver_event_record);
+BENCHMARK(driver_event_query_done);
+BENCHMARK(driver_stream_query_idle);
+BENCHMARK(driver_capture_mode_exchange);
 BENCHMARK(stream_query_idle_relaxed);
 
 BENCHMARK_MAIN();
