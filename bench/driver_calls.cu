@@ -171,6 +171,25 @@ void stream_query_idle_relaxed(benchmark::State& state) {
         driver_exchange(&mode);
     }, driver_exchange != nullptr);
 }
+// The same through the driver's query.
+void driver_stream_query_idle_relaxed(benchmark::State& state) {
+    static const auto query = entry<PFN_cuStreamQuery_v2000>("cuStreamQuery", 2000);
+    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        driver_exchange(&mode);
+        benchmark::DoNotOptimize(query(reinterpret_cast<CUstream>(s.stream(i))));
+        driver_exchange(&mode);
+    }, driver_exchange != nullptr && query != nullptr);
+}
+void event_query_done_relaxed(benchmark::State& state) {
+    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
+        if (i < 1024) cudaEventRecord(s.event(i), s.stream(i));
+        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+        driver_exchange(&mode);
+        benchmark::DoNotOptimize(cudaEventQuery(s.event(i)));
+        driver_exchange(&mode);
+    }, driver_exchange != nullptr);
+}
 
 }  // namespace
 
@@ -188,5 +207,7 @@ BENCHMARK(driver_event_query_done);
 BENCHMARK(driver_stream_query_idle);
 BENCHMARK(driver_capture_mode_exchange);
 BENCHMARK(stream_query_idle_relaxed);
+BENCHMARK(driver_stream_query_idle_relaxed);
+BENCHMARK(event_query_done_relaxed);
 
 BENCHMARK_MAIN();
