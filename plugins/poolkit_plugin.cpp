@@ -341,6 +341,8 @@ public:
     virtual void* allocate(std::size_t bytes, stream_ref stream) = 0;
     virtual void free(void* pointer, std::size_t bytes, stream_ref stream) = 0;
     virtual void record_use(void* pointer, stream_ref stream) = 0;
+    virtual void capture_into(stream_ref stream, std::uint64_t pool) = 0;
+    virtual void release_graph_pool(std::uint64_t pool) = 0;
     virtual void release() = 0;  // empty_cache
     virtual void reset_peak() = 0;
     [[nodiscard]] virtual stats_map memory_stats() const = 0;
@@ -428,6 +430,12 @@ public:
     }
     void record_use(void* pointer, stream_ref stream) override {
         live_.while_live(pointer, "record_stream", [&] { parts_.users.upstream_resource().record_use(pointer, stream); });
+    }
+    void capture_into(stream_ref stream, std::uint64_t pool) override {
+        parts_.users.upstream_resource().locked([&](auto& p) { p.capture_into(stream, pool); });
+    }
+    void release_graph_pool(std::uint64_t pool) override {
+        parts_.users.upstream_resource().locked([&](auto& p) { p.release_graph_pool(pool); });
     }
     void release() override { parts_.users.upstream_resource().release(); }
     void reset_peak() override { parts_.reset_peak(); }
@@ -650,6 +658,26 @@ void poolkit_record_stream(void* pointer, int device, poolkit_stream stream) POO
         device_pool& pool = pool_for_block(device, "record_stream", pointer);
         backend::device_scope scope(device);
         pool.record_use(pointer, stream_of(stream));
+        return 0;
+    });
+}
+
+int poolkit_capture_into(int device, poolkit_stream stream, unsigned long long pool) POOLKIT_C_NOEXCEPT {
+    return guarded(-1, [&] {
+        device_pool& pool_of_device = existing_pool(device);
+        backend::device_scope scope(device);
+        pool_of_device.capture_into(stream_of(stream), pool);
+        return 0;
+    });
+}
+
+int poolkit_release_graph_pool(int device, unsigned long long pool) POOLKIT_C_NOEXCEPT {
+    return guarded(-1, [&] {
+        check_device(device);
+        if (device_pool* made = registry::instance().made_pool(device)) {
+            backend::device_scope scope(device);
+            made->release_graph_pool(pool);
+        }
         return 0;
     });
 }

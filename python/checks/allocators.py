@@ -22,6 +22,8 @@ ALLOCATORS = {
     # Up to 20% kept mapped where following live memory remaps often, 32 MiB physical allocations
     # (docs/virtual_memory.md): fewer driver calls for a slightly larger footprint.
     "poolkit expandable/adaptive": ({}, "expandable", {"max_peak_slack": 0.2, "mapping_bytes": 32 << 20}),
+    # alloc and free alone, as PyTorch's Python CUDAPluggableAllocator wires them (no hooks extension)
+    "poolkit caching, no hooks": ({"POOLKIT_TORCH_HOOKS": "0"}, "caching", {}),
 }
 
 

@@ -20,7 +20,7 @@ import tempfile
 import unittest
 
 import poolkit
-from poolkit import _frontend, _plugin
+from poolkit import _frontend, _plugin, _torch_hooks
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -358,6 +358,28 @@ class RecordStream(unittest.TestCase):
         self.assertEqual(plugin.memory_stats(0)["allocation.all.current"], 0)
 
 
+class GraphPools(unittest.TestCase):
+    @in_own_process()
+    def test_capture_into_needs_a_stream_in_capture_and_release_of_no_pool_does_nothing(self):
+        plugin = fresh_plugin()
+        pointer = plugin.alloc(MiB, 0, STREAM_A)
+        with self.assertRaisesRegex(poolkit.PoolkitError, "capture_into of a stream not in capture"):
+            plugin.capture_into(0, STREAM_A, 1 << 62)
+        plugin.release_graph_pool(0, 1 << 62)  # no graph pool of that name: nothing to do
+        with self.assertRaisesRegex(poolkit.PoolkitError, "no device 7"):
+            plugin.capture_into(7, STREAM_A, 1)
+        with self.assertRaisesRegex(poolkit.PoolkitError, "no device 7"):
+            plugin.release_graph_pool(7, 1)
+        plugin.free(pointer, MiB, 0, STREAM_A)
+        self.assertEqual(plugin.memory_stats(0)["allocation.all.current"], 0)
+
+    def test_the_hooks_extension_is_handed_every_function_it_calls(self):
+        addresses = fresh_plugin().addresses(_torch_hooks.FUNCTIONS)
+        self.assertEqual(set(addresses), set(_torch_hooks.FUNCTIONS))
+        self.assertEqual(len(set(addresses.values())), len(_torch_hooks.FUNCTIONS))
+        self.assertNotIn(None, addresses.values())
+
+
 class Environment(unittest.TestCase):
     # 4 GiB of address space: a plugin that believes 2147483647 devices runs out at once instead
     # of filling 16 GiB (no pool is made, so the simulated memory reserves no address space).
@@ -532,6 +554,25 @@ class Loading(unittest.TestCase):
             with self.assertRaisesRegex(poolkit.PoolkitError, r"no preset 'fast' \(expected one of caching, expandable\)"):
                 module.use("fast")
             self.assertIsNone(module.in_use())
+
+    def test_capabilities_say_nothing_reaches_poolkit_before_use(self):
+        import poolkit.torch
+        capabilities = poolkit.torch.capabilities()
+        self.assertFalse(any(v for v in capabilities.values() if isinstance(v, bool)))
+        self.assertEqual(capabilities["why"], "use() has not run")
+        self.assertIn("memory_snapshot", capabilities["not_wired"])
+
+    def test_the_hooks_extension_can_be_turned_off(self):
+        saved = os.environ.get("POOLKIT_TORCH_HOOKS")
+        os.environ["POOLKIT_TORCH_HOOKS"] = "0"
+        try:
+            self.assertEqual(_torch_hooks.load(torch=None), (None, "POOLKIT_TORCH_HOOKS=0"))
+        finally:
+            if saved is None:
+                del os.environ["POOLKIT_TORCH_HOOKS"]
+            else:
+                os.environ["POOLKIT_TORCH_HOOKS"] = saved
+
 
 if __name__ == "__main__":
     unittest.main()

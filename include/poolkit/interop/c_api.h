@@ -60,6 +60,16 @@ POOLKIT_C_API void poolkit_free(void* pointer, ssize_t size, int device, poolkit
  * does nothing; a pointer that is no live block of `device` fails as in poolkit_free. */
 POOLKIT_C_API void poolkit_record_stream(void* pointer, int device, poolkit_stream stream) POOLKIT_C_NOEXCEPT;
 
+/* CUDA graphs (docs/stream_ordering.md): the capture `stream` is in allocates from the graph pool
+ * named `pool`, which captures given the same name share (PyTorch's graph_pool_handle()); call it
+ * before the capture's first allocation. Each capture has a pool of its own otherwise. Returns 0;
+ * -1 (see poolkit_last_error) for a stream not in capture or a device that does not exist.
+ * poolkit_release_graph_pool waits for the device, then the pool's memory serves eager work again
+ * (a pool whose graphs are all destroyed releases itself; a name with no pool does nothing).
+ * Returns 0; -1 as above, or where a capture may still run on the pool. */
+POOLKIT_C_API int poolkit_capture_into(int device, poolkit_stream stream, unsigned long long pool) POOLKIT_C_NOEXCEPT;
+POOLKIT_C_API int poolkit_release_graph_pool(int device, unsigned long long pool) POOLKIT_C_NOEXCEPT;
+
 /* Returns every cached, wholly free chunk of every device to cudaFree, or unmaps every cached
  * granule for the expandable kind (torch.cuda.empty_cache). */
 POOLKIT_C_API void poolkit_empty_cache(void) POOLKIT_C_NOEXCEPT;

@@ -59,6 +59,8 @@ class Plugin:
         self._bind("poolkit_alloc", c.c_void_p, [c.c_ssize_t, c.c_int, c.c_void_p])
         self._bind("poolkit_free", None, [c.c_void_p, c.c_ssize_t, c.c_int, c.c_void_p])
         self._bind("poolkit_record_stream", None, [c.c_void_p, c.c_int, c.c_void_p])
+        self._bind("poolkit_capture_into", c.c_int, [c.c_int, c.c_void_p, c.c_ulonglong])
+        self._bind("poolkit_release_graph_pool", c.c_int, [c.c_int, c.c_ulonglong])
         self._bind("poolkit_empty_cache", None, [])
         self._bind("poolkit_reset_peak_stats", c.c_int, [c.c_int])
         for text in ("poolkit_memory_stats_json", "poolkit_memory_summary", "poolkit_snapshot_json"):
@@ -153,6 +155,22 @@ class Plugin:
         no live block of the device. 0 (an empty tensor's) does nothing."""
         self._lib.poolkit_record_stream(pointer, device, stream)
         self._check()
+
+    def capture_into(self, device, stream, pool):
+        """The capture `stream` is in allocates from the graph pool named `pool` (an int below
+        2**64), shared by the captures given the same name; before the capture's first allocation.
+        Raises PoolkitError for a stream not in capture."""
+        if self._lib.poolkit_capture_into(device, stream, pool) != 0:
+            raise self._error(f"cannot route the capture to graph pool {pool}")
+
+    def release_graph_pool(self, device, pool):
+        """Waits for the device; then the graph pool's memory serves eager work again."""
+        if self._lib.poolkit_release_graph_pool(device, pool) != 0:
+            raise self._error(f"cannot release graph pool {pool}")
+
+    def addresses(self, names):
+        """{name: address} of C functions of the plugin, for a C++ caller (poolkit.torch's hooks)."""
+        return {name: ctypes.cast(getattr(self._lib, name), ctypes.c_void_p).value for name in names}
 
     def empty_cache(self):
         self._lib.poolkit_empty_cache()

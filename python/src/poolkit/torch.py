@@ -6,21 +6,26 @@
     poolkit.torch.memory_stats()          # torch.cuda.memory_stats() keys
     poolkit.torch.dump_snapshot("snap.pickle")
 
-Once PyTorch uses a pluggable allocator its own torch.cuda.memory_stats(), memory_summary() and
-memory._snapshot() know nothing of it: ask this module instead. PyTorch's pluggable interface
-does not pass Tensor.record_stream() on: for a tensor used on a stream other than the one it was
-allocated on, call poolkit.torch.record_stream(tensor, stream). For torch.distributed, use() sets
-TORCH_NCCL_AVOID_RECORD_STREAMS=1 (unless set): NCCL's collectives then hold their tensors until
-done instead of calling record_stream.
+use() builds a small C++ extension against the installed torch on first use (cached; see
+_torch_hooks.py) that wires PyTorch's allocator hooks to poolkit: Tensor.record_stream,
+torch.cuda.empty_cache(), torch.cuda.memory_stats() and what is built on it (memory_allocated,
+max_memory_reserved, memory_summary, reset_peak_memory_stats), CUDA graph pools
+(torch.cuda.graph, graph_pool_handle() sharing, make_graphed_callables) and OutOfMemoryError with
+poolkit's figures. capabilities() says which hooks are live. Where the extension cannot be built,
+only alloc and free reach poolkit: ask this module for statistics, call record_stream() here, and
+use() sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 (unless set) so that NCCL's collectives hold their
+tensors instead of calling Tensor.record_stream. torch.cuda.memory._snapshot() does not reach
+poolkit either way: snapshot() and dump_snapshot() here do.
 """
 import os
 import threading
 
-from . import PRESETS, _frontend, _plugin
+from . import PRESETS, _frontend, _plugin, _torch_hooks
 from ._plugin import PoolkitError
 
 _lock = threading.Lock()
 _in_use = None  # (preset, options) once use() succeeded
+_hooks_missing = "use() has not run"  # why the hooks extension is not live; None once it is
 
 
 def _torch():
@@ -48,7 +53,7 @@ def use(preset="caching", *, plugin=None, **options):
     allocated, for an unknown preset or option, or for a second call with other settings (a
     repeated call with the same ones does nothing). `plugin` is a path to libpoolkit_plugin.so
     (default: POOLKIT_PLUGIN, else the one installed with this package)."""
-    global _in_use
+    global _in_use, _hooks_missing
     if preset not in PRESETS:
         raise PoolkitError(f"no preset {preset!r} (expected one of {', '.join(PRESETS)})")
     wanted = (preset, dict(options))
@@ -62,18 +67,25 @@ def use(preset="caching", *, plugin=None, **options):
         if loaded.backend != "cuda":
             raise PoolkitError(f"{loaded.path} is the {loaded.backend} plugin: PyTorch needs the CUDA one")
         loaded.configure(preset, options)
-        # ProcessGroupNCCL calls record_stream on collective inputs unless told to hold them until
-        # the collective is done; record_stream never reaches a pluggable allocator.
-        os.environ.setdefault("TORCH_NCCL_AVOID_RECORD_STREAMS", "1")
-        allocator = torch.cuda.memory.CUDAPluggableAllocator(loaded.path, "poolkit_alloc", "poolkit_free")
+        hooks, missing = _torch_hooks.load(torch)
         try:
-            torch.cuda.memory.change_current_allocator(allocator)
+            if hooks is not None:
+                hooks.install(loaded.addresses(_torch_hooks.FUNCTIONS), torch.cuda.device_count())
+            else:
+                # ProcessGroupNCCL calls record_stream on collective inputs unless told to hold them
+                # until the collective is done; without the hooks record_stream reaches nothing.
+                os.environ.setdefault("TORCH_NCCL_AVOID_RECORD_STREAMS", "1")
+                allocator = torch.cuda.memory.CUDAPluggableAllocator(loaded.path, "poolkit_alloc", "poolkit_free")
+                torch.cuda.memory.change_current_allocator(allocator)
         except RuntimeError as error:
+            if "initialized" not in str(error):
+                raise PoolkitError(f"poolkit.torch.use() could not install poolkit: {error}") from None
             raise PoolkitError(
                 "poolkit.torch.use() must run before PyTorch's first CUDA allocation in this process; PyTorch's "
                 f"allocator is already in use (PyTorch said: {error}). Call it first thing, before any model or "
                 "tensor is moved to the GPU.") from None
         _in_use = wanted
+        _hooks_missing = missing
 
 
 def in_use():
@@ -81,13 +93,39 @@ def in_use():
     return _in_use
 
 
+# What each of PyTorch's allocator entry points does under poolkit once the hooks are live
+# (docs/python.md has the whole table).
+_HOOKED = ("record_stream", "empty_cache", "memory_stats", "reset_peak_memory_stats", "cuda_graphs", "graph_pool_sharing",
+           "out_of_memory_error", "out_of_memory_observers")
+_NOT_WIRED = {
+    "memory_fraction": "set_per_process_memory_fraction warns and does not limit poolkit's pools",
+    "reset_accumulated_memory_stats": "raises: poolkit's allocated/freed counts run for the pool's life",
+    "memory_snapshot": "torch.cuda.memory._snapshot() does not reach poolkit: use poolkit.torch.snapshot()",
+    "record_memory_history": "torch.cuda.memory._record_memory_history() does not reach poolkit",
+    "mem_pool": "use_mem_pool's eager requests are served by poolkit's shared pool, not kept apart",
+}
+
+
+def capabilities():
+    """Which of PyTorch's allocator entry points reach poolkit in this process: {name: bool}, and
+    "why" (why the hooks are not live, or None) and "not_wired" ({name: what happens instead})."""
+    live = _in_use is not None and _hooks_missing is None
+    result = {name: live for name in _HOOKED}
+    result.update({name: False for name in _NOT_WIRED})
+    result["alloc_free"] = _in_use is not None
+    result["why"] = _hooks_missing
+    result["not_wired"] = dict(_NOT_WIRED)
+    return result
+
+
 def record_stream(tensor, stream):
     """Tensor.record_stream() for poolkit: the tensor's memory is not reused until the work queued
-    on `stream` so far is done."""
+    on `stream` so far is done. With the hooks live (capabilities()), tensor.record_stream(stream)
+    does the same."""
     device = tensor.device.index if tensor.device.index is not None else _current_device()
     _plugin.load().record_stream(tensor.untyped_storage().data_ptr(), device, stream.cuda_stream)
 
 
 _frontend.Frontend(_current_device, _as_index).export(globals())
 
-__all__ = ["use", "in_use", "record_stream", *_frontend.Frontend.FUNCTIONS]
+__all__ = ["use", "in_use", "capabilities", "record_stream", *_frontend.Frontend.FUNCTIONS]

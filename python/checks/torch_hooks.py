@@ -1,0 +1,195 @@
+"""PyTorch's own allocator entry points under poolkit (the hooks extension, poolkit/_torch_hooks.cpp),
+each allocator in its own process:
+
+- Tensor.record_stream under reuse pressure: a side stream sleeps, then sums `x`; `x.record_stream(side)`,
+  `del x`, and a same-size tensor is filled at once on the current stream. Every sum must be right.
+  The run with alloc and free alone ("no hooks") must get some wrong, or the check could not fail.
+- torch.cuda.empty_cache() returns poolkit's cached memory (memory_reserved() falls by 1 GiB).
+- torch.cuda.memory_stats() after an MLP training step: allocated_bytes.all.current and
+  allocation.all.current equal poolkit's own figures and PyTorch's allocator's for the same
+  program; reset_peak_memory_stats() brings the peak down to the current figure; memory_summary()
+  and max_memory_reserved() answer.
+- Two graphs captured with one graph_pool_handle() share one poolkit graph pool, and their replays
+  equal eager results.
+- An impossible request raises torch.OutOfMemoryError naming poolkit, after the out-of-memory
+  observers are told.
+
+    PYTHONPATH=python/src:python/checks POOLKIT_PLUGIN=build/plugins/libpoolkit_plugin.so python3 python/checks/torch_hooks.py
+
+Prints one line per run and a verdict; exits 1 if a check fails.
+"""
+import json
+import sys
+
+import allocators
+
+RUNS = ("pytorch", "pytorch expandable_segments", "poolkit caching", "poolkit expandable", "poolkit caching, no hooks")
+ROUNDS = 12
+
+
+def record_stream_rounds(torch):
+    """How many of ROUNDS side-stream sums saw another tensor's bytes."""
+    side = torch.cuda.Stream()
+    wrong = 0
+    count = 1 << 22  # 16 MiB of float32
+    for round_ in range(ROUNDS):
+        x = torch.full((count,), float(round_ + 1), device="cuda")
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(20_000_000)  # ~10 ms, so that the refill below runs first if allowed
+            total = x.sum()
+        x.record_stream(side)
+        del x
+        y = torch.full((count,), -1.0, device="cuda")  # must not take x's memory before side is done
+        torch.cuda.synchronize()
+        wrong += int(total.item() != float(round_ + 1) * count)
+        del y, total
+    return wrong
+
+
+def empty_cache_figures(torch):
+    """memory_reserved() with 1 GiB cached, and after torch.cuda.empty_cache()."""
+    blocks = [torch.empty(256 << 20, dtype=torch.uint8, device="cuda") for _ in range(4)]
+    del blocks
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_reserved()
+    torch.cuda.empty_cache()
+    return before, torch.cuda.memory_reserved()
+
+
+def mlp_step(torch):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    inputs = torch.randn(256, 512, device="cuda")
+    loss = torch.nn.functional.mse_loss(model(inputs), torch.zeros(256, 512, device="cuda"))
+    loss.backward()
+    optimizer.step()
+    torch.cuda.synchronize()
+    return model, optimizer, inputs
+
+
+def stats_figures(torch, name):
+    kept = mlp_step(torch)
+    stats = torch.cuda.memory_stats()
+    result = {"allocated": stats["allocated_bytes.all.current"], "allocations": stats["allocation.all.current"],
+              "peak_allocated": stats["allocated_bytes.all.peak"], "max_reserved": torch.cuda.max_memory_reserved(),
+              "summary_lines": len(torch.cuda.memory_summary().splitlines())}
+    torch.cuda.reset_peak_memory_stats()
+    result["peak_after_reset_is_current"] = torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
+    if allocators.ALLOCATORS[name][1] is not None:
+        import poolkit.torch
+        own = poolkit.torch.memory_stats()
+        result["poolkit_agrees"] = (own["allocated_bytes.all.current"], own["allocation.all.current"]) == (
+            result["allocated"], result["allocations"])
+    del kept
+    return result
+
+
+def shared_graph_pool(torch, name):
+    """Two graphs in one pool: whether replays equal eager, and how many graph pools poolkit shows."""
+    static = torch.randn(1 << 20, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up, as torch.cuda.graph's documentation asks
+        (static * 2).sum(), (static + 1).square().mean()
+    torch.cuda.current_stream().wait_stream(side)
+    pool = torch.cuda.graph_pool_handle()
+    first, second = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(first, pool=pool):
+        out_first = (static * 2).sum()
+    with torch.cuda.graph(second, pool=pool):
+        out_second = (static + 1).square().mean()
+    equal = True
+    for seed in range(5):
+        static.copy_(torch.randn(1 << 20, device="cuda", generator=torch.Generator(device="cuda").manual_seed(seed)))
+        first.replay()
+        second.replay()
+        equal = equal and bool(torch.equal(out_first, (static * 2).sum())) and bool(torch.equal(out_second, (static + 1).square().mean()))
+    result = {"graphs_equal_eager": equal}
+    if allocators.ALLOCATORS[name][1] is not None:
+        import poolkit.torch
+        pools = {tuple(s["segment_pool_id"]) for s in poolkit.torch.snapshot()["segments"]}
+        result["graph_pools"] = len([p for p in pools if p != (0, 0)])
+    del first, second
+    return result
+
+
+def out_of_memory(torch):
+    told = []
+    try:
+        torch._C._cuda_attach_out_of_memory_observer(lambda device, alloc, total, free: told.append(alloc))
+    except Exception as error:
+        told.append(f"attach failed: {type(error).__name__}")
+    try:
+        torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
+        return {"error": None}
+    except Exception as error:
+        return {"error": type(error).__name__, "names_poolkit": "poolkit" in str(error), "observers_told": len(told)}
+
+
+def child(name):
+    allocators.install(name)
+    import torch
+    result = {"record_stream_wrong": record_stream_rounds(torch)}
+    try:
+        result["reserved_before_after_empty_cache"] = empty_cache_figures(torch)
+    except RuntimeError as error:  # alloc and free alone: PyTorch's pluggable allocator has no statistics
+        result["reserved_before_after_empty_cache"] = str(error).splitlines()[0][:120]
+    try:
+        result["stats"] = stats_figures(torch, name)
+    except RuntimeError as error:
+        result["stats"] = str(error).splitlines()[0][:120]
+    result["graphs"] = shared_graph_pool(torch, name)
+    result["out_of_memory"] = out_of_memory(torch)
+    if allocators.ALLOCATORS[name][1] is not None:
+        import poolkit.torch
+        result["capabilities"] = {k: v for k, v in poolkit.torch.capabilities().items() if isinstance(v, bool)}
+        result["hooks_missing"] = poolkit.torch.capabilities()["why"]
+    print(json.dumps(result))
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "--child":
+        child(sys.argv[2])
+        return
+    runs = {name: allocators.run_child(__file__, name, []) for name in RUNS}
+    failures = []
+    reference = runs["pytorch"]
+    for name, run in runs.items():
+        print(f"{name:28} {json.dumps(run)}")
+        hooked = allocators.ALLOCATORS[name][1] is None or "no hooks" not in name
+        if hooked and run["record_stream_wrong"] != 0:
+            failures.append(f"{name}: {run['record_stream_wrong']} of {ROUNDS} record_stream rounds read another tensor's bytes")
+        if not hooked:
+            if run["record_stream_wrong"] == 0:
+                failures.append(f"{name}: without the hook record_stream was never wrong: the check cannot fail")
+            continue
+        before_after = run["reserved_before_after_empty_cache"]
+        if not isinstance(before_after, list) or before_after[0] - before_after[1] < (1 << 30) - (64 << 20):
+            failures.append(f"{name}: torch.cuda.empty_cache() did not return the 1 GiB cached: {before_after}")
+        stats = run["stats"]
+        if not isinstance(stats, dict):
+            failures.append(f"{name}: torch.cuda.memory_stats() failed: {stats}")
+        else:
+            if (stats["allocated"], stats["allocations"]) != (reference["stats"]["allocated"], reference["stats"]["allocations"]):
+                failures.append(f"{name}: allocated figures differ from PyTorch's allocator's: {stats} against {reference['stats']}")
+            if not stats["peak_after_reset_is_current"]:
+                failures.append(f"{name}: reset_peak_memory_stats() left the peak above the current figure")
+            if not stats.get("poolkit_agrees", True):
+                failures.append(f"{name}: torch.cuda.memory_stats() differs from poolkit.torch.memory_stats()")
+        if not run["graphs"]["graphs_equal_eager"]:
+            failures.append(f"{name}: graph replays differ from eager results")
+        if run["graphs"].get("graph_pools", 1) != 1:
+            failures.append(f"{name}: two graphs with one graph_pool_handle() used {run['graphs']['graph_pools']} graph pools")
+        oom = run["out_of_memory"]
+        if oom["error"] != "OutOfMemoryError" or (allocators.ALLOCATORS[name][1] is not None and not oom["names_poolkit"]):
+            failures.append(f"{name}: an impossible request raised {oom}")
+        elif oom["observers_told"] < 1:
+            failures.append(f"{name}: the out-of-memory observer was not told")
+    print("FAILED: " + "; ".join(failures) if failures else "OK: PyTorch's allocator entry points reach poolkit under every preset")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+// poolkit as PyTorch's whole CUDA allocator: a CUDAPluggableAllocator whose hooks beyond alloc and
+// free reach libpoolkit_plugin.so too. poolkit.torch builds it on first use against the installed
+// torch (torch.utils.cpp_extension) and hands it the plugin's C functions by address, so it links
+// nothing of poolkit's; where it cannot be built, poolkit.torch falls back to alloc and free alone
+// and capabilities() says what is missing.
+//
+// What reaches the plugin (include/poolkit/interop/c_api.h):
+// - Tensor.record_stream -> poolkit_record_stream (recordStream, with the stream's device);
+// - torch.cuda.empty_cache -> poolkit_empty_cache (the reset hook);
+// - torch.cuda.memory_stats and everything built on it (memory_allocated, max_memory_reserved,
+//   memory_summary ...) -> poolkit_memory_stats_json; reset_peak_memory_stats ->
+//   poolkit_reset_peak_stats;
+// - CUDA graphs: each PyTorch mempool id a capture allocates to (beginAllocateToPool, with the
+//   filter that names its streams) is one poolkit graph pool, given to the capture's streams at
+//   their first call in it (poolkit_capture_into), so that graphs captured with one
+//   graph_pool_handle() share it. A graph pool releases itself once CUDA destroys its graphs
+//   (docs/stream_ordering.md), so releasePool only forgets the id;
+// - exhaustion -> torch.OutOfMemoryError with poolkit's figures, after the out-of-memory
+//   observers (torch._C._cuda_attach_out_of_memory_observer) are told.
+// Not wired: set_per_process_memory_fraction (warns), torch.cuda.memory._snapshot and
+// _record_memory_history (PyTorch's own message), and MemPool routing of eager allocations
+// (use_mem_pool's requests are served by the shared pool).
+#include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+#include <torch/extension.h>
+
+#include <pybind11/stl.h>
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/util/Exception.h>
+#include <cuda_runtime_api.h>
+
+#include <sys/types.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace {
+
+namespace pluggable = torch::cuda::CUDAPluggableAllocator;
+using c10::cuda::MempoolId_t;
+using device_stats = c10::CachingDeviceAllocator::DeviceStats;
+
+// The plugin's C ABI, by the addresses poolkit._plugin hands over.
+struct plugin_api {
+    void* (*alloc)(ssize_t, int, cudaStream_t) = nullptr;
+    void (*free)(void*, ssize_t, int, cudaStream_t) = nullptr;
+    void (*record_stream)(void*, int, cudaStream_t) = nullptr;
+    void (*empty_cache)() = nullptr;
+    int (*reset_peak_stats)(int) = nullptr;
+    long (*memory_stats_json)(int, char*, size_t) = nullptr;
+    int (*capture_into)(int, cudaStream_t, unsigned long long) = nullptr;
+    const char* (*last_error)() = nullptr;
+};
+plugin_api plugin;
+
+std::string last_error() {
+    const char* text = plugin.last_error();
+    return text != nullptr ? text : "";
+}
+
+// Raises the plugin's error of the call just made, if any, as PyTorch's.
+void check(const char* what) {
+    const std::string error = last_error();
+    TORCH_CHECK(error.empty(), "poolkit: torch.cuda ", what, " failed: ", error);
+}
+
+// The flat {"key": integer, ...} object of poolkit_memory_stats_json.
+std::unordered_map<std::string, std::int64_t> read_stats(int device) {
+    const long length = plugin.memory_stats_json(device, nullptr, 0);
+    check("memory_stats");
+    std::string text(static_cast<std::size_t>(length) + 1, '\0');
+    plugin.memory_stats_json(device, text.data(), text.size());
+    check("memory_stats");
+    std::unordered_map<std::string, std::int64_t> stats;
+    for (std::size_t at = text.find('"'); at != std::string::npos; at = text.find('"', at)) {
+        const std::size_t end = text.find('"', at + 1);
+        if (end == std::string::npos) break;
+        const std::size_t colon = text.find(':', end);
+        if (colon == std::string::npos) break;
+        stats[text.substr(at + 1, end - at - 1)] = std::strtoll(text.c_str() + colon + 1, nullptr, 10);
+        at = colon;
+    }
+    return stats;
+}
+
+// PyTorch's figures from poolkit's: each key PyTorch's Python side builds (allocated_bytes.all.peak,
+// num_device_alloc ...) is read from the same key of poolkit's stats, 0 where poolkit has none.
+device_stats to_device_stats(const std::unordered_map<std::string, std::int64_t>& stats) {
+    const auto get = [&](const std::string& key) {
+        const auto found = stats.find(key);
+        return found == stats.end() ? std::int64_t{0} : found->second;
+    };
+    const auto fill = [&](c10::CachingDeviceAllocator::Stat& stat, const std::string& prefix) {
+        stat.current = get(prefix + ".current");
+        stat.peak = get(prefix + ".peak");
+        stat.allocated = get(prefix + ".allocated");
+        stat.freed = get(prefix + ".freed");
+    };
+    const auto fill_array = [&](c10::CachingDeviceAllocator::StatArray& array, const std::string& name) {
+        static const char* const pools[] = {"all", "small_pool", "large_pool"};
+        for (std::size_t i = 0; i < array.size() && i < 3; ++i) fill(array[i], name + "." + pools[i]);
+    };
+    device_stats out;
+    fill_array(out.allocation, "allocation");
+    fill_array(out.segment, "segment");
+    fill_array(out.active, "active");
+    fill_array(out.inactive_split, "inactive_split");
+    fill_array(out.allocated_bytes, "allocated_bytes");
+    fill_array(out.reserved_bytes, "reserved_bytes");
+    fill_array(out.active_bytes, "active_bytes");
+    fill_array(out.inactive_split_bytes, "inactive_split_bytes");
+    fill_array(out.requested_bytes, "requested_bytes");
+    fill(out.oversize_allocations, "oversize_allocations");
+    fill(out.oversize_segments, "oversize_segments");
+    out.num_alloc_retries = get("num_alloc_retries");
+    out.num_ooms = get("num_ooms");
+    out.num_sync_all_streams = get("num_sync_all_streams");
+    out.num_device_alloc = get("num_device_alloc");
+    out.num_device_free = get("num_device_free");
+    out.max_split_size = get("max_split_size");
+    return out;
+}
+
+// The captures PyTorch announces (beginAllocateToPool .. endAllocateToPool) and the poolkit graph
+// pool of each mempool id. A stream a capture's filter accepts is routed at its first call in the
+// window; calls outside any window cost one atomic load.
+class graph_routes {
+public:
+    void begin(int device, MempoolId_t id, std::function<bool(cudaStream_t)> filter) {
+        const std::lock_guard lock(mutex_);
+        auto [named, made] = pools_.try_emplace(id, pool_name{next_name_, 0});
+        if (made) ++next_name_;
+        ++named->second.captures;
+        open_.push_back({device, id, std::move(filter), named->second.name, {}});
+        open_count_.fetch_add(1, std::memory_order_release);
+    }
+    void end(int device, MempoolId_t id) {
+        const std::lock_guard lock(mutex_);
+        const auto found = std::find_if(open_.begin(), open_.end(), [&](const window& w) { return w.device == device && w.id == id; });
+        if (found == open_.end()) return;
+        open_.erase(found);
+        open_count_.fetch_sub(1, std::memory_order_release);
+    }
+    // PyTorch is done with `id` (a graph reset, a MemPool gone): forgotten once no capture uses it.
+    void release(MempoolId_t id) {
+        const std::lock_guard lock(mutex_);
+        const auto found = pools_.find(id);
+        if (found != pools_.end() && --found->second.captures <= 0) pools_.erase(found);
+    }
+    // Before a call on `stream`: a stream of an open capture allocates from its mempool's pool.
+    void route(int device, cudaStream_t stream) {
+        if (open_count_.load(std::memory_order_acquire) == 0) [[likely]] return;
+        const std::lock_guard lock(mutex_);
+        for (window& w : open_) {
+            if (w.device != device || std::find(w.routed.begin(), w.routed.end(), stream) != w.routed.end()) continue;
+            if (!w.filter(stream)) continue;
+            w.routed.push_back(stream);
+            // A stream not in capture (MemPool's use_mem_pool) is served by the shared pool.
+            static_cast<void>(plugin.capture_into(device, stream, w.name));
+        }
+    }
+
+private:
+    struct pool_name {
+        unsigned long long name;
+        int captures;
+    };
+    struct window {
+        int device;
+        MempoolId_t id;
+        std::function<bool(cudaStream_t)> filter;
+        unsigned long long name;
+        std::vector<cudaStream_t> routed;
+    };
+    std::mutex mutex_;
+    std::atomic<int> open_count_{0};
+    std::vector<window> open_;
+    std::map<MempoolId_t, pool_name> pools_;
+    unsigned long long next_name_ = 1ull << 62;  // apart from capture ids, each capture's own name
+};
+graph_routes routes;
+
+// CUDAPluggableAllocator with the overrides the setters cannot reach.
+class poolkit_allocator final : public pluggable::CUDAPluggableAllocator {
+public:
+    poolkit_allocator()
+        : CUDAPluggableAllocator(
+              [](std::size_t size, int device, cudaStream_t stream) {
+                  routes.route(device, stream);
+                  return plugin.alloc(static_cast<ssize_t>(size), device, stream);
+              },
+              [](void* pointer, std::size_t size, int device, cudaStream_t stream) {
+                  routes.route(device, stream);
+                  plugin.free(pointer, static_cast<ssize_t>(size), device, stream);
+              }) {
+        set_reset_fn([] {
+            plugin.empty_cache();
+            check("empty_cache");
+        });
+        set_begin_allocate_to_pool([](int device, MempoolId_t id, std::function<bool(cudaStream_t)> filter) {
+            routes.begin(device, id, std::move(filter));
+        });
+        set_end_allocate_to_pool_fn([](int device, MempoolId_t id) { routes.end(device, id); });
+        set_release_pool([](int, MempoolId_t id) { routes.release(id); });
+        set_memory_fraction_fn([](double, int) {
+            TORCH_WARN_ONCE("poolkit: set_per_process_memory_fraction does not limit poolkit's pools yet (poolkit.torch.capabilities())");
+        });
+    }
+
+    c10::DataPtr allocate(std::size_t size) override {
+        c10::DeviceIndex device = -1;
+        C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+        void* pointer = checked_malloc(size, device, c10::cuda::getCurrentCUDAStream(device));
+        return {pointer, pointer, raw_deleter(), c10::Device(c10::DeviceType::CUDA, device)};
+    }
+    void* raw_alloc(std::size_t size) override {
+        c10::DeviceIndex device = -1;
+        C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+        return checked_malloc(size, device, c10::cuda::getCurrentCUDAStream(device));
+    }
+    void* raw_alloc_with_stream(std::size_t size, cudaStream_t stream) override {
+        c10::DeviceIndex device = -1;
+        C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+        return checked_malloc(size, device, stream);
+    }
+
+    void recordStream(const c10::DataPtr& pointer, c10::cuda::CUDAStream stream) override {
+        if (pointer.get() == nullptr) return;
+        plugin.record_stream(pointer.get(), stream.device_index(), stream.stream());
+        check("record_stream");
+    }
+
+    device_stats getDeviceStats(c10::DeviceIndex device) override { return to_device_stats(read_stats(device)); }
+    void resetPeakStats(c10::DeviceIndex device) override {
+        plugin.reset_peak_stats(device);
+        check("reset_peak_memory_stats");
+    }
+    void resetAccumulatedStats(c10::DeviceIndex) override {
+        TORCH_CHECK(false, "poolkit: reset_accumulated_memory_stats is not supported: poolkit's allocated/freed counts run for the "
+                           "pool's life (reset_peak_memory_stats resets the peaks)");
+    }
+
+    void attachOutOfMemoryObserver(c10::cuda::CUDACachingAllocator::OutOfMemoryObserver observer) override {
+        const std::lock_guard lock(observers_mutex_);
+        observers_.push_back(std::move(observer));
+    }
+
+private:
+    // The base's malloc (the plugin's alloc and PyTorch's bookkeeping of the block), with a
+    // failure raised as PyTorch raises its own: OutOfMemoryError for exhaustion.
+    void* checked_malloc(std::size_t size, c10::DeviceIndex device, cudaStream_t stream) {
+        void* pointer = malloc(size, device, stream);
+        if (pointer != nullptr || size == 0) return pointer;
+        {
+            const std::lock_guard lock(allocator_mutex_);
+            allocation_metadata_.erase(nullptr);
+        }
+        const std::string error = last_error();
+        if (error.find("out of memory") != std::string::npos) {
+            std::size_t free_bytes = 0, total_bytes = 0;
+            if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) static_cast<void>(cudaGetLastError());
+            std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> observers;
+            {
+                const std::lock_guard lock(observers_mutex_);
+                observers = observers_;
+            }
+            for (const auto& observer : observers) observer(device, size, total_bytes, free_bytes);
+            TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory in poolkit: ", error);
+        }
+        TORCH_CHECK(false, "poolkit: allocation of ", size, " bytes on device ", static_cast<int>(device), " failed: ", error);
+        return nullptr;
+    }
+
+    std::mutex observers_mutex_;
+    std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> observers_;
+};
+
+template <class Function>
+void bind_function(Function& slot, const std::map<std::string, std::uintptr_t>& functions, const std::string& name) {
+    const auto found = functions.find(name);
+    TORCH_CHECK(found != functions.end() && found->second != 0, "poolkit: the plugin's ", name, " was not handed over");
+    slot = reinterpret_cast<Function>(found->second);
+}
+
+// Makes poolkit PyTorch's allocator; `functions` maps the C ABI's names to their addresses.
+// Raises where PyTorch's allocator is already in use.
+void install(const std::map<std::string, std::uintptr_t>& functions, int device_count) {
+    bind_function(plugin.alloc, functions, "poolkit_alloc");
+    bind_function(plugin.free, functions, "poolkit_free");
+    bind_function(plugin.record_stream, functions, "poolkit_record_stream");
+    bind_function(plugin.empty_cache, functions, "poolkit_empty_cache");
+    bind_function(plugin.reset_peak_stats, functions, "poolkit_reset_peak_stats");
+    bind_function(plugin.memory_stats_json, functions, "poolkit_memory_stats_json");
+    bind_function(plugin.capture_into, functions, "poolkit_capture_into");
+    bind_function(plugin.last_error, functions, "poolkit_last_error");
+    auto allocator = std::make_shared<poolkit_allocator>();
+    allocator->init(device_count);
+    pluggable::changeCurrentAllocator(allocator);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
+    module.doc() = "poolkit's PyTorch allocator hooks (poolkit.torch builds and loads this)";
+    module.def("install", &install, "Makes poolkit PyTorch's CUDA allocator, every hook wired");
+}

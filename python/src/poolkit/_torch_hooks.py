@@ -1,0 +1,39 @@
+"""Builds and loads _torch_hooks.cpp, poolkit's CUDAPluggableAllocator with every hook wired,
+against the torch this Python imports (torch.utils.cpp_extension: a C++ compiler, ninja and the
+CUDA toolkit's headers). The build is cached per torch version and source under POOLKIT_CACHE
+(default ~/.cache/poolkit), so only the first use in an environment pays for it (about a minute).
+
+POOLKIT_TORCH_HOOKS=0 skips it: poolkit.torch then installs alloc and free alone, as PyTorch's
+Python CUDAPluggableAllocator can.
+"""
+import hashlib
+import os
+
+_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_hooks.cpp")
+
+# The plugin's functions the extension calls (include/poolkit/interop/c_api.h).
+FUNCTIONS = ("poolkit_alloc", "poolkit_free", "poolkit_record_stream", "poolkit_empty_cache", "poolkit_reset_peak_stats",
+             "poolkit_memory_stats_json", "poolkit_capture_into", "poolkit_last_error")
+
+
+def build_directory(torch):
+    with open(_SOURCE, "rb") as source:
+        digest = hashlib.sha256(source.read()).hexdigest()[:16]
+    root = os.environ.get("POOLKIT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "poolkit")
+    cuda = torch.version.cuda or "none"
+    return os.path.join(root, f"torch_hooks-{torch.__version__}-cuda{cuda}-{digest}")
+
+
+def load(torch):
+    """(module, None) where the extension builds and loads; (None, why) otherwise."""
+    if os.environ.get("POOLKIT_TORCH_HOOKS", "1") == "0":
+        return None, "POOLKIT_TORCH_HOOKS=0"
+    try:
+        from torch.utils import cpp_extension
+        directory = build_directory(torch)
+        os.makedirs(directory, exist_ok=True)
+        module = cpp_extension.load(name="poolkit_torch_hooks", sources=[_SOURCE], build_directory=directory,
+                                    extra_cflags=["-O2", "-std=c++20"], with_cuda=True, verbose=False)
+        return module, None
+    except Exception as error:  # no compiler, no CUDA headers, an incompatible torch: the ctypes path
+        return None, f"the hooks extension could not be built against torch {torch.__version__}: {str(error)[-2000:]}"
