@@ -7,9 +7,10 @@ step beside PyTorch's.
     PYTHONPATH=python/src POOLKIT_PLUGIN=build/plugins/libpoolkit_plugin.so python3 python/checks/ddp_resnet18.py [GPUS]
 
 GPUS defaults to every visible device (at least 2 are needed). DDP's gradient buckets and NCCL's
-inputs are used on NCCL's stream; poolkit.torch.use() sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 (unless
-set), so that ProcessGroupNCCL holds those tensors until its work is done instead of calling
-record_stream, which a pluggable allocator does not receive.
+inputs are used on NCCL's stream: ProcessGroupNCCL's record_stream calls reach poolkit through its
+hooks (poolkit.torch.capabilities()); without them poolkit.torch.use() sets
+TORCH_NCCL_AVOID_RECORD_STREAMS=1 (unless set), so that ProcessGroupNCCL holds those tensors until
+its work is done.
 """
 import json
 import os
