@@ -200,6 +200,22 @@ TEST_CASE("cuda_vmm_resource: exhaustion throws out_of_memory with its figures a
         vm.deallocate(block, 6 * MiB);
         CHECK(vm.mapped_bytes() == 0);
     }
+    SUBCASE("past a physical limit set below what is mapped, until enough is unmapped") {
+        cuda_vmm_resource vm;
+        const std::size_t granule = vm.granularity();
+        vm.map(vm.base(), 3 * granule);
+        vm.set_physical_limit(2 * granule);
+        CHECK(vm.physical_limit() == 2 * granule);
+        CHECK_THROWS_AS(vm.map(vm.base() + 4 * granule, granule), out_of_memory);
+        vm.check_invariants();
+        vm.unmap(vm.base(), 2 * granule);
+        vm.map(vm.base() + 4 * granule, granule);
+        vm.set_physical_limit(0);  // the device's memory again
+        CHECK(vm.physical_limit() + granule > device_total_bytes());
+        vm.unmap(vm.base() + 2 * granule, granule);
+        vm.unmap(vm.base() + 4 * granule, granule);
+        CHECK(vm.mapped_bytes() == 0);
+    }
     SUBCASE("the device refuses cuMemCreate: what the call mapped is unmapped again") {
         cuda_vmm_resource vm;
         const std::size_t granule = vm.granularity();

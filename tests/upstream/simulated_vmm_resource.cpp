@@ -154,6 +154,27 @@ TEST_CASE("simulated_vmm_resource: physical exhaustion throws out_of_memory with
     vm.check_invariants();
 }
 
+TEST_CASE("simulated_vmm_resource: the physical limit can be lowered below what is mapped, and raised again") {
+    simulated_vmm_resource vm{{.capacity = 64 * MiB}};
+    vm.map(vm.base(), 4 * granule);
+    vm.set_physical_limit(3 * granule + 1);  // down to whole granules, below what is mapped
+    CHECK(vm.physical_limit() == 3 * granule);
+    vm.check_invariants();                   // mapped past the limit only by what was mapped before
+    CHECK_THROWS_AS(vm.map(vm.base() + 8 * granule, granule), out_of_memory);
+    CHECK(vm.try_allocate(1) == nullptr);
+    vm.unmap(vm.base(), 2 * granule);        // now 2 of 3 granules: one more fits
+    vm.map(vm.base() + 8 * granule, granule);
+    CHECK_THROWS_AS(vm.map(vm.base() + 9 * granule, granule), out_of_memory);
+    vm.check_invariants();
+    vm.set_physical_limit(0);  // the capacity again
+    CHECK(vm.physical_limit() == vm.capacity());
+    vm.map(vm.base() + 9 * granule, 4 * granule);
+    vm.set_physical_limit(vm.capacity() * 2);  // at most the capacity
+    CHECK(vm.physical_limit() == vm.capacity());
+    CHECK(vm.mapped_bytes() == 7 * granule);
+    vm.check_invariants();
+}
+
 TEST_CASE("simulated_vmm_resource: allocate throws out_of_memory when no hole of the range fits") {
     simulated_vmm_resource vm{{.capacity = 8 * MiB}};  // four granules, physical limit the same
     vm.map(vm.base() + granule, granule);

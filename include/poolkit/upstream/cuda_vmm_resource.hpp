@@ -21,11 +21,11 @@
 // by placement in the range. Stream semantics: memory is usable on any stream as soon as map or
 // allocate returns. unmap requires that no work still uses the range. deallocate waits for the
 // whole device first (as cudaFree does); deallocate_async waits for its stream only.
-// Exhaustion: a request past options.physical_limit (default: the device's memory) throws
-// out_of_memory before any driver call; CUDA_ERROR_OUT_OF_MEMORY from cuMemCreate or cuMemMap
-// unmaps what the call had mapped and throws out_of_memory with the bytes asked, the bytes mapped
-// (as reserved), the limit and what the device reports free; no hole of the range fitting throws
-// out_of_memory naming the reserved range. Other driver failures: cuda_error with the CUresult as
+// Exhaustion: a request past options.physical_limit (default: the device's memory; changed by
+// set_physical_limit) throws out_of_memory before any driver call; CUDA_ERROR_OUT_OF_MEMORY from
+// cuMemCreate or cuMemMap unmaps what the call had mapped and throws out_of_memory with the bytes
+// asked, the bytes mapped (as reserved), the limit and what the device reports free; no hole of
+// the range fitting throws out_of_memory naming the reserved range. Other driver failures: cuda_error with the CUresult as
 // code(). A device without virtual memory support: cuda_error at construction.
 // Equality is identity. Destruction unmaps and releases everything; in builds with assertions it
 // reports blocks and mapped granules still live.
@@ -175,7 +175,19 @@ public:
     [[nodiscard]] std::byte* base() const noexcept { return reinterpret_cast<std::byte*>(granules_.base()); }
     [[nodiscard]] std::size_t capacity() const noexcept { return granules_.capacity(); }
     [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
-    [[nodiscard]] std::size_t physical_limit() const noexcept { return physical_limit_; }
+    [[nodiscard]] std::size_t physical_limit() const {
+        std::lock_guard lock(mutex_);
+        return physical_limit_;
+    }
+    // Sets the most bytes mapped at once, rounded down to whole granules and at most the device's
+    // memory (0: the device's memory). Below what is mapped now, maps fail until enough is
+    // unmapped (torch.cuda.set_per_process_memory_fraction).
+    void set_physical_limit(std::size_t bytes) {
+        std::lock_guard lock(mutex_);
+        const std::size_t device_limit = align_down(device_bytes_, granularity_);
+        physical_limit_ = bytes == 0 ? device_limit : std::min(align_down(bytes, granularity_), device_limit);
+        over_limit_ = granules_.mapped_bytes() > physical_limit_ ? granules_.mapped_bytes() : 0;
+    }
     [[nodiscard]] int device() const noexcept { return device_; }
 
     // Backs [at, at + bytes) (whole granules, inside the range, none mapped; 0 bytes does nothing)
@@ -257,7 +269,7 @@ public:
         if (bytes == 0) return nullptr;
         const auto rounded = checked_round_up(bytes, granularity_);
         std::lock_guard lock(mutex_);
-        if (!rounded || *rounded > physical_limit_ - granules_.mapped_bytes()) {
+        if (!rounded || !granules_.room_for(*rounded, physical_limit_)) {
             throw out_of_memory(name, figures(bytes, alignment, false));
         }
         const auto at = granules_.find_unmapped(*rounded, alignment);
@@ -335,7 +347,7 @@ public:
     void check_invariants() const {
         std::lock_guard lock(mutex_);
         granules_.check_invariants();
-        POOLKIT_VERIFY(granules_.mapped_bytes() <= physical_limit_, "mapped past the physical limit");
+        POOLKIT_VERIFY(granules_.mapped_bytes() <= std::max(physical_limit_, over_limit_), "mapped past the physical limit");
     }
 
     friend bool operator==(const cuda_vmm_resource& a, const cuda_vmm_resource& b) noexcept { return &a == &b; }
@@ -382,7 +394,7 @@ private:
     // the figures of out_of_memory.
     void map_locked(std::uintptr_t at, std::size_t bytes, mapping kind, std::size_t alignment, std::size_t asked = 0) {
         if (asked == 0) asked = bytes;
-        if (bytes > physical_limit_ - granules_.mapped_bytes()) throw out_of_memory(name, figures(asked, alignment, false));
+        if (!granules_.room_for(bytes, physical_limit_)) throw out_of_memory(name, figures(asked, alignment, false));
         const detail::device_scope scope(device_);
         scope.check();
         const std::size_t piece = kind == mapping::whole ? bytes : granularity_;
@@ -463,6 +475,7 @@ private:
     std::size_t granularity_ = 0;
     std::size_t device_bytes_ = 0;     // the device's memory, as cudaMemGetInfo reports its total
     std::size_t physical_limit_ = 0;   // most bytes mapped at once
+    std::size_t over_limit_ = 0;       // mapped when the limit was set below that (else 0)
     CUmemAllocationProp properties_{}; // of every granule: pinned device memory on device_
     std::vector<CUmemAccessDesc> access_;  // read-write for device_, then each peer
     mutable std::mutex mutex_;

@@ -10,10 +10,10 @@
 // alignment above the granularity may look at every hole big enough). Thread-safe (one mutex).
 // Alignment: any power of two; blocks start on a granule. Stream semantics: allocate_async and
 // deallocate_async are the plain calls, which is exact because nothing touches the memory.
-// Exhaustion: past options.physical_limit mapped bytes, map and allocate throw out_of_memory with
-// the bytes asked, the bytes mapped (as reserved) and the limit; when no hole of the range fits,
-// allocate throws out_of_memory naming the reserved range, with its capacity as the limit. Either
-// way nothing changed. Equality is identity.
+// Exhaustion: past options.physical_limit mapped bytes (set_physical_limit changes it), map and
+// allocate throw out_of_memory with the bytes asked, the bytes mapped (as reserved) and the limit;
+// when no hole of the range fits, allocate throws out_of_memory naming the reserved range, with
+// its capacity as the limit. Either way nothing changed. Equality is identity.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
@@ -23,6 +23,7 @@
 #include <poolkit/core/errors.hpp>
 #include <poolkit/upstream/virtual_memory.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -69,7 +70,18 @@ public:
     [[nodiscard]] std::byte* base() const noexcept { return reinterpret_cast<std::byte*>(granules_.base()); }
     [[nodiscard]] std::size_t capacity() const noexcept { return granules_.capacity(); }
     [[nodiscard]] std::size_t granularity() const noexcept { return granules_.granularity(); }
-    [[nodiscard]] std::size_t physical_limit() const noexcept { return options_.physical_limit; }
+    [[nodiscard]] std::size_t physical_limit() const {
+        std::lock_guard lock(mutex_);
+        return options_.physical_limit;
+    }
+    // Sets the most bytes mapped at once, rounded down to whole granules and at most the capacity
+    // (0: the capacity). Below what is mapped now, maps fail until enough is unmapped
+    // (torch.cuda.set_per_process_memory_fraction).
+    void set_physical_limit(std::size_t bytes) {
+        std::lock_guard lock(mutex_);
+        options_.physical_limit = bytes == 0 || bytes > granules_.capacity() ? granules_.capacity() : align_down(bytes, granules_.granularity());
+        over_limit_ = granules_.mapped_bytes() > options_.physical_limit ? granules_.mapped_bytes() : 0;
+    }
 
     // Backs [at, at + bytes) (whole granules, inside the range, none mapped; 0 bytes does nothing).
     // Throws std::invalid_argument for a range that breaks those rules, out_of_memory past the
@@ -189,7 +201,7 @@ public:
     void check_invariants() const {
         std::lock_guard lock(mutex_);
         granules_.check_invariants();
-        POOLKIT_VERIFY(granules_.mapped_bytes() <= options_.physical_limit, "mapped past the physical limit");
+        POOLKIT_VERIFY(granules_.mapped_bytes() <= std::max(options_.physical_limit, over_limit_), "mapped past the physical limit");
     }
 
     friend bool operator==(const simulated_vmm_resource& a, const simulated_vmm_resource& b) noexcept {
@@ -242,18 +254,14 @@ private:
         const auto address = reinterpret_cast<std::uintptr_t>(at);
         std::lock_guard lock(mutex_);
         granules_.check_map(address, bytes, name);
-        if (bytes > options_.physical_limit - granules_.mapped_bytes()) {
-            throw out_of_memory(name, physical_figures(bytes, granules_.granularity()));
-        }
+        if (!granules_.room_for(bytes, options_.physical_limit)) throw out_of_memory(name, physical_figures(bytes, granules_.granularity()));
         (granules_.*mark)(address, bytes);
     }
 
     void* allocate_locked(std::size_t bytes, std::size_t alignment) {
         const auto rounded = checked_round_up(bytes, granules_.granularity());
         if (!rounded) throw out_of_memory(name, physical_figures(bytes, alignment));
-        if (*rounded > options_.physical_limit - granules_.mapped_bytes()) {
-            throw out_of_memory(name, physical_figures(bytes, alignment));
-        }
+        if (!granules_.room_for(*rounded, options_.physical_limit)) throw out_of_memory(name, physical_figures(bytes, alignment));
         const auto at = granules_.find_unmapped(*rounded, alignment);
         if (!at) {
             memory_figures figures = memory_figures::request(bytes, alignment);
@@ -279,6 +287,7 @@ private:
     }
 
     simulated_vmm_options options_;
+    std::size_t over_limit_ = 0;  // mapped when the limit was set below that (else 0)
     host_reservation reservation_;
     mutable std::mutex mutex_;
     detail::granule_map granules_;  // guarded by mutex_

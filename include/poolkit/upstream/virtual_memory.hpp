@@ -67,6 +67,11 @@ public:
     [[nodiscard]] std::size_t peak_mapped_bytes() const noexcept { return peak_mapped_bytes_; }
     // The peak becomes what is mapped now (torch.cuda.reset_peak_memory_stats()).
     void reset_peak_mapped_bytes() noexcept { peak_mapped_bytes_ = mapped_bytes_; }
+    // Whether `bytes` more may be mapped under `limit` (which may have been lowered below what is
+    // mapped: then nothing may).
+    [[nodiscard]] bool room_for(std::size_t bytes, std::size_t limit) const noexcept {
+        return mapped_bytes_ <= limit && bytes <= limit - mapped_bytes_;
+    }
     [[nodiscard]] std::size_t map_calls() const noexcept { return map_calls_; }
     [[nodiscard]] std::size_t unmap_calls() const noexcept { return unmap_calls_; }
     [[nodiscard]] std::size_t block_count() const noexcept { return blocks_.size(); }
