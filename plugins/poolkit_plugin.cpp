@@ -11,6 +11,7 @@
 // Python package over it are tested on machines without a GPU.
 #include <poolkit/interop/c_api.h>
 
+#include <poolkit/adaptor/limiting.hpp>
 #include <poolkit/adaptor/statistics.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 #include <poolkit/observe/mapped_walk.hpp>
@@ -85,6 +86,7 @@ struct backend {
         return environment_count("POOLKIT_SIMULATED_MEMORY", std::size_t{80} << 30, granularity, std::size_t{4} << 40);
     }
     static simulated_options memory_options() { return {.capacity = device_memory()}; }
+    static std::size_t device_total(int) { return device_memory(); }
     static simulated_vmm_options virtual_memory_options() {
         return {.capacity = 4 * device_memory(), .granularity = granularity, .physical_limit = device_memory()};
     }
@@ -106,6 +108,12 @@ struct backend {
         return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
     }
     static cuda_vmm_options virtual_memory_options() { return {}; }
+    // The memory of the current device.
+    static std::size_t device_total(int) {
+        std::size_t free_bytes = 0, total_bytes = 0;
+        detail::check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+        return total_bytes;
+    }
 
     // Makes `device` current for the scope.
     class device_scope {
@@ -343,6 +351,9 @@ public:
     virtual void record_use(void* pointer, stream_ref stream) = 0;
     virtual void capture_into(stream_ref stream, std::uint64_t pool) = 0;
     virtual void release_graph_pool(std::uint64_t pool) = 0;
+    // The most bytes the pool may reserve (no_limit: none), PyTorch's memory fraction.
+    static constexpr std::size_t no_limit = SIZE_MAX;
+    virtual void set_limit(std::size_t bytes) = 0;
     virtual void release() = 0;  // empty_cache
     virtual void reset_peak() = 0;
     [[nodiscard]] virtual stats_map memory_stats() const = 0;
@@ -351,11 +362,14 @@ public:
 };
 
 // Reserved figures (segments, num_device_alloc) come from the inner statistics, the user-facing
-// ones from the outer; the lock sits between them, so the outer counters stay lock-free.
+// ones from the outer; the lock sits between them, so the outer counters stay lock-free. The
+// memory fraction caps the bytes reserved (limiting, between the pool and the counter).
 struct caching_parts {
     using reserved_counter = statistics<backend::memory>;
+    using capped = limiting<ref<reserved_counter>>;
     reserved_counter reserved;
-    statistics<synchronized<caching_allocator<ref<reserved_counter>, backend::events>>> users;
+    capped cap;
+    statistics<synchronized<caching_allocator<ref<capped>, backend::events>>> users;
 
     explicit caching_parts(const settings& s)
 #if POOLKIT_PLUGIN_SIMULATED
@@ -363,8 +377,12 @@ struct caching_parts {
 #else
         : reserved(),
 #endif
-          users(std::in_place, std::in_place, ref<reserved_counter>(reserved), s.caching) {
+          cap(ref<reserved_counter>(reserved)),
+          users(std::in_place, std::in_place, ref<capped>(cap), s.caching) {
     }
+
+    // The most bytes reserved at once (no_limit: none).
+    void set_limit(std::size_t bytes) { cap.set_limit(bytes); }
 
     [[nodiscard]] stats_map memory_stats() const { return users.memory_stats(); }
     void reset_peak() {
@@ -384,7 +402,11 @@ struct expandable_parts {
     statistics<synchronized<expandable_allocator<backend::virtual_memory, backend::events>>> users;
 
     explicit expandable_parts(const settings& s)
-        : users(std::in_place, std::in_place, backend::virtual_memory_options(), s.expandable) {}
+        : users(std::in_place, std::in_place, backend::virtual_memory_options(), s.expandable), device_limit(memory().physical_limit()) {}
+
+    // The most bytes mapped at once (no_limit: the device's memory; 0 maps nothing, where the
+    // virtual memory's own 0 would mean its default).
+    void set_limit(std::size_t bytes) { memory().set_physical_limit(std::max<std::size_t>(std::min(bytes, device_limit), 1)); }
 
     [[nodiscard]] const backend::virtual_memory& memory() const { return users.upstream_resource().upstream_resource().upstream_resource(); }
     [[nodiscard]] backend::virtual_memory& memory() { return users.upstream_resource().upstream_resource().upstream_resource(); }
@@ -401,6 +423,7 @@ struct expandable_parts {
         users.reset_peak();
         memory().reset_peak_mapped_bytes();
     }
+    std::size_t device_limit;  // the virtual memory's physical limit as made
     // Spans cut to their mapped granules (observe/mapped_walk.hpp), read under the pool's lock.
     template <class Action>
     decltype(auto) walk(Action&& action) const {
@@ -437,6 +460,7 @@ public:
     void release_graph_pool(std::uint64_t pool) override {
         parts_.users.upstream_resource().locked([&](auto& p) { p.release_graph_pool(pool); });
     }
+    void set_limit(std::size_t bytes) override { parts_.set_limit(bytes); }
     void release() override { parts_.users.upstream_resource().release(); }
     void reset_peak() override { parts_.reset_peak(); }
     [[nodiscard]] stats_map memory_stats() const override { return parts_.memory_stats(); }
@@ -485,6 +509,7 @@ public:
             } else {
                 slot = std::make_unique<device_pool_of<expandable_parts>>(settings_, device);
             }
+            if (limits_[static_cast<std::size_t>(device)] != device_pool::no_limit) slot->set_limit(limits_[static_cast<std::size_t>(device)]);
         }
         return slot.get();
     }
@@ -526,6 +551,20 @@ public:
 
     [[nodiscard]] int device_count() const noexcept { return static_cast<int>(pools_.size()); }
 
+    // Caps what `device`'s pool may reserve at `fraction` of the device's memory, now or when the
+    // pool is made (torch.cuda.set_per_process_memory_fraction). Requires an existing device.
+    void set_memory_fraction(int device, double fraction) {
+        if (!(fraction >= 0.0 && fraction <= 1.0)) {
+            throw std::invalid_argument("poolkit: memory fraction " + std::to_string(fraction) + " of device " + std::to_string(device) +
+                                        ": expected a number from 0 to 1");
+        }
+        std::lock_guard lock(mutex_);
+        const backend::device_scope scope(device);
+        const auto bytes = static_cast<std::size_t>(std::floor(fraction * static_cast<double>(backend::device_total(device))));
+        limits_[static_cast<std::size_t>(device)] = bytes;
+        if (auto& pool = pools_[static_cast<std::size_t>(device)]) pool->set_limit(bytes);
+    }
+
     template <class Visit>
     void for_each(Visit&& visit) {
         std::lock_guard lock(mutex_);
@@ -538,7 +577,10 @@ public:
     }
 
 private:
-    registry() { pools_.resize(static_cast<std::size_t>(std::max(backend::device_count(), 0))); }
+    registry() {
+        pools_.resize(static_cast<std::size_t>(std::max(backend::device_count(), 0)));
+        limits_.resize(pools_.size(), device_pool::no_limit);
+    }
 
     bool any_pool() const {
         return std::any_of(pools_.begin(), pools_.end(), [](const auto& pool) { return pool != nullptr; });
@@ -548,6 +590,7 @@ private:
     std::optional<allocator_kind> kind_;  // set by choose() or by the first pool, then fixed
     settings settings_;
     std::vector<std::unique_ptr<device_pool>> pools_;
+    std::vector<std::size_t> limits_;  // by device: set_memory_fraction's, else no_limit
 };
 
 long write_text(const std::string& text, char* buffer, std::size_t capacity) {
@@ -678,6 +721,14 @@ int poolkit_release_graph_pool(int device, unsigned long long pool) POOLKIT_C_NO
             backend::device_scope scope(device);
             made->release_graph_pool(pool);
         }
+        return 0;
+    });
+}
+
+int poolkit_set_memory_fraction(int device, double fraction) POOLKIT_C_NOEXCEPT {
+    return guarded(-1, [&] {
+        check_device(device);
+        registry::instance().set_memory_fraction(device, fraction);
         return 0;
     });
 }

@@ -380,6 +380,50 @@ class GraphPools(unittest.TestCase):
         self.assertNotIn(None, addresses.values())
 
 
+class MemoryFraction(unittest.TestCase):
+    """torch.cuda.set_per_process_memory_fraction's cap on what a device's pool reserves."""
+
+    def check_cap(self, preset):
+        plugin = fresh_plugin(memory=GiB)
+        plugin.configure(preset, {})
+        plugin.set_memory_fraction(0.25, 0)  # before the pool is made: applied when it is
+        first = plugin.alloc(200 * MiB, 0, STREAM_A)
+        with self.assertRaisesRegex(MemoryError, "out of memory"):
+            plugin.alloc(100 * MiB, 0, STREAM_A)
+        self.assertLessEqual(plugin.memory_stats(0)["reserved_bytes.all.peak"], 256 * MiB)
+        plugin.free(first, 200 * MiB, 0, STREAM_A)
+        second = plugin.alloc(100 * MiB, 0, STREAM_A)  # the cache is returned first where it must be
+        plugin.set_memory_fraction(0.05, 0)  # below what is reserved: only growth stops
+        with self.assertRaisesRegex(MemoryError, "out of memory"):
+            plugin.alloc(200 * MiB, 0, STREAM_A)  # more than the reserved memory has free
+        plugin.set_memory_fraction(1.0, 0)
+        third = plugin.alloc(600 * MiB, 0, STREAM_A)
+        plugin.free(second, 100 * MiB, 0, STREAM_A)
+        plugin.free(third, 600 * MiB, 0, STREAM_A)
+        self.assertEqual(plugin.memory_stats(0)["allocation.all.current"], 0)
+
+    @in_own_process()
+    def test_caching(self):
+        self.check_cap("caching")
+
+    @in_own_process()
+    def test_expandable(self):
+        self.check_cap("expandable")
+
+    @in_own_process()
+    def test_a_fraction_outside_0_to_1_or_an_unknown_device_is_refused(self):
+        plugin = fresh_plugin()
+        for fraction in (-0.1, 1.5, float("nan")):
+            with self.assertRaisesRegex(poolkit.PoolkitError, "expected a number from 0 to 1"):
+                plugin.set_memory_fraction(fraction, 0)
+        with self.assertRaisesRegex(poolkit.PoolkitError, "no device 7"):
+            plugin.set_memory_fraction(0.5, 7)
+        plugin.set_memory_fraction(0.0, 1)
+        with self.assertRaisesRegex(MemoryError, "out of memory"):
+            plugin.alloc(MiB, 1, STREAM_A)
+        plugin.free(plugin.alloc(MiB, 0, STREAM_A), MiB, 0, STREAM_A)  # device 0 is not capped
+
+
 class Environment(unittest.TestCase):
     # 4 GiB of address space: a plugin that believes 2147483647 devices runs out at once instead
     # of filling 16 GiB (no pool is made, so the simulated memory reserves no address space).

@@ -70,6 +70,13 @@ POOLKIT_C_API void poolkit_record_stream(void* pointer, int device, poolkit_stre
 POOLKIT_C_API int poolkit_capture_into(int device, poolkit_stream stream, unsigned long long pool) POOLKIT_C_NOEXCEPT;
 POOLKIT_C_API int poolkit_release_graph_pool(int device, unsigned long long pool) POOLKIT_C_NOEXCEPT;
 
+/* Caps the bytes `device`'s pool may reserve (cudaMalloc'ed, or mapped for the expandable kind) at
+ * `fraction` of the device's memory, now or when the pool is made
+ * (torch.cuda.set_per_process_memory_fraction). A request past the cap first returns what the pool
+ * caches, then fails as out of memory; a cap below what is reserved only stops growth. Returns 0;
+ * -1 (see poolkit_last_error) for a fraction outside [0, 1] or a device that does not exist. */
+POOLKIT_C_API int poolkit_set_memory_fraction(int device, double fraction) POOLKIT_C_NOEXCEPT;
+
 /* Returns every cached, wholly free chunk of every device to cudaFree, or unmaps every cached
  * granule for the expandable kind (torch.cuda.empty_cache). */
 POOLKIT_C_API void poolkit_empty_cache(void) POOLKIT_C_NOEXCEPT;

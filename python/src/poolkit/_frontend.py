@@ -36,7 +36,8 @@ class Frontend:
     argument means, `as_index(device)` turns the framework's device into an index."""
 
     FUNCTIONS = ("memory_stats", "memory_summary", "memory_allocated", "max_memory_allocated", "memory_reserved",
-                 "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "snapshot", "dump_snapshot")
+                 "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "set_per_process_memory_fraction", "snapshot",
+                 "dump_snapshot")
 
     def __init__(self, current_device, as_index=int):
         self._current_device = current_device
@@ -81,6 +82,12 @@ class Frontend:
         """Returns every cached, wholly free chunk (caching) or mapped granule (expandable) of
         every device to the driver."""
         _plugin.load().empty_cache()
+
+    def set_per_process_memory_fraction(self, fraction, device=None):
+        """Caps what poolkit's pool of the device may reserve at `fraction` (0 to 1) of the
+        device's memory: past it, the cache is returned first, then the request fails as out of
+        memory. Below what is reserved now it only stops growth."""
+        _plugin.load().set_memory_fraction(fraction, self._device(device))
 
     def snapshot(self):
         """torch.cuda.memory._snapshot()'s structure for poolkit's pools of every device in use:

@@ -61,6 +61,7 @@ class Plugin:
         self._bind("poolkit_record_stream", None, [c.c_void_p, c.c_int, c.c_void_p])
         self._bind("poolkit_capture_into", c.c_int, [c.c_int, c.c_void_p, c.c_ulonglong])
         self._bind("poolkit_release_graph_pool", c.c_int, [c.c_int, c.c_ulonglong])
+        self._bind("poolkit_set_memory_fraction", c.c_int, [c.c_int, c.c_double])
         self._bind("poolkit_empty_cache", None, [])
         self._bind("poolkit_reset_peak_stats", c.c_int, [c.c_int])
         for text in ("poolkit_memory_stats_json", "poolkit_memory_summary", "poolkit_snapshot_json"):
@@ -167,6 +168,13 @@ class Plugin:
         """Waits for the device; then the graph pool's memory serves eager work again."""
         if self._lib.poolkit_release_graph_pool(device, pool) != 0:
             raise self._error(f"cannot release graph pool {pool}")
+
+    def set_memory_fraction(self, fraction, device):
+        """Caps what the device's pool may reserve at `fraction` (0 to 1) of its memory
+        (torch.cuda.set_per_process_memory_fraction): past it, the cache is returned first, then
+        the request fails as out of memory."""
+        if self._lib.poolkit_set_memory_fraction(device, float(fraction)) != 0:
+            raise self._error(f"cannot set the memory fraction of device {device}")
 
     def addresses(self, names):
         """{name: address} of C functions of the plugin, for a C++ caller (poolkit.torch's hooks)."""

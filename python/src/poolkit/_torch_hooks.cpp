@@ -15,11 +15,11 @@
 //   their first call in it (poolkit_capture_into), so that graphs captured with one
 //   graph_pool_handle() share it. A graph pool releases itself once CUDA destroys its graphs
 //   (docs/stream_ordering.md), so releasePool only forgets the id;
+// - set_per_process_memory_fraction -> poolkit_set_memory_fraction (a cap on the bytes reserved);
 // - exhaustion -> torch.OutOfMemoryError with poolkit's figures, after the out-of-memory
 //   observers (torch._C._cuda_attach_out_of_memory_observer) are told.
-// Not wired: set_per_process_memory_fraction (warns), torch.cuda.memory._snapshot and
-// _record_memory_history (PyTorch's own message), and MemPool routing of eager allocations
-// (use_mem_pool's requests are served by the shared pool).
+// Not wired: torch.cuda.memory._snapshot and _record_memory_history (PyTorch's own message), and
+// MemPool routing of eager allocations (use_mem_pool's requests are served by the shared pool).
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 #include <torch/extension.h>
 
@@ -63,6 +63,7 @@ struct plugin_api {
     int (*reset_peak_stats)(int) = nullptr;
     long (*memory_stats_json)(int, char*, size_t) = nullptr;
     int (*capture_into)(int, cudaStream_t, unsigned long long) = nullptr;
+    int (*set_memory_fraction)(int, double) = nullptr;
     const char* (*last_error)() = nullptr;
 };
 plugin_api plugin;
@@ -216,8 +217,9 @@ public:
         });
         set_end_allocate_to_pool_fn([](int device, MempoolId_t id) { routes.end(device, id); });
         set_release_pool([](int, MempoolId_t id) { routes.release(id); });
-        set_memory_fraction_fn([](double, int) {
-            TORCH_WARN_ONCE("poolkit: set_per_process_memory_fraction does not limit poolkit's pools yet (poolkit.torch.capabilities())");
+        set_memory_fraction_fn([](double fraction, int device) {
+            plugin.set_memory_fraction(device, fraction);
+            check("set_per_process_memory_fraction");
         });
     }
 
@@ -306,6 +308,7 @@ void install(const std::map<std::string, std::uintptr_t>& functions, int device_
     bind_function(plugin.reset_peak_stats, functions, "poolkit_reset_peak_stats");
     bind_function(plugin.memory_stats_json, functions, "poolkit_memory_stats_json");
     bind_function(plugin.capture_into, functions, "poolkit_capture_into");
+    bind_function(plugin.set_memory_fraction, functions, "poolkit_set_memory_fraction");
     bind_function(plugin.last_error, functions, "poolkit_last_error");
     auto allocator = std::make_shared<poolkit_allocator>();
     allocator->init(device_count);

@@ -10,12 +10,14 @@ use() builds a small C++ extension against the installed torch on first use (cac
 _torch_hooks.py) that wires PyTorch's allocator hooks to poolkit: Tensor.record_stream,
 torch.cuda.empty_cache(), torch.cuda.memory_stats() and what is built on it (memory_allocated,
 max_memory_reserved, memory_summary, reset_peak_memory_stats), CUDA graph pools
-(torch.cuda.graph, graph_pool_handle() sharing, make_graphed_callables) and OutOfMemoryError with
-poolkit's figures. capabilities() says which hooks are live. Where the extension cannot be built,
-only alloc and free reach poolkit: ask this module for statistics, call record_stream() here, and
-use() sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 (unless set) so that NCCL's collectives hold their
-tensors instead of calling Tensor.record_stream. torch.cuda.memory._snapshot() does not reach
-poolkit either way: snapshot() and dump_snapshot() here do.
+(torch.cuda.graph, graph_pool_handle() sharing, make_graphed_callables),
+set_per_process_memory_fraction, and OutOfMemoryError with poolkit's figures. capabilities()
+says which hooks are live. Where the extension cannot be built, only alloc and free reach
+poolkit: ask this module for statistics, call record_stream() and
+set_per_process_memory_fraction() here, and use() sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 (unless
+set) so that NCCL's collectives hold their tensors instead of calling Tensor.record_stream.
+torch.cuda.memory._snapshot() does not reach poolkit either way: snapshot() and dump_snapshot()
+here do.
 """
 import os
 import threading
@@ -96,9 +98,8 @@ def in_use():
 # What each of PyTorch's allocator entry points does under poolkit once the hooks are live
 # (docs/python.md has the whole table).
 _HOOKED = ("record_stream", "empty_cache", "memory_stats", "reset_peak_memory_stats", "cuda_graphs", "graph_pool_sharing",
-           "out_of_memory_error", "out_of_memory_observers")
+           "out_of_memory_error", "out_of_memory_observers", "memory_fraction")
 _NOT_WIRED = {
-    "memory_fraction": "set_per_process_memory_fraction warns and does not limit poolkit's pools",
     "reset_accumulated_memory_stats": "raises: poolkit's allocated/freed counts run for the pool's life",
     "memory_snapshot": "torch.cuda.memory._snapshot() does not reach poolkit: use poolkit.torch.snapshot()",
     "record_memory_history": "torch.cuda.memory._record_memory_history() does not reach poolkit",
