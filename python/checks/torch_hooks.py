@@ -12,7 +12,7 @@ each allocator in its own process:
 - Two graphs captured with one graph_pool_handle() share one poolkit graph pool, and their replays
   equal eager results.
 - An impossible request raises torch.OutOfMemoryError naming poolkit, after the out-of-memory
-  observers are told.
+  observers are told; 4 GiB is refused under set_per_process_memory_fraction(0.01) and served at 1.0.
 
     PYTHONPATH=python/src:python/checks POOLKIT_PLUGIN=build/plugins/libpoolkit_plugin.so python3 python/checks/torch_hooks.py
 
@@ -128,6 +128,21 @@ def out_of_memory(torch):
         return {"error": type(error).__name__, "names_poolkit": "poolkit" in str(error), "observers_told": len(told)}
 
 
+def memory_fraction(torch):
+    """Whether 4 GiB is refused under a fraction of 1% of the device (1.4 GiB of an H200), and
+    served again at 100%."""
+    torch.cuda.empty_cache()
+    torch.cuda.set_per_process_memory_fraction(0.01)
+    try:
+        torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
+        refused = False
+    except torch.OutOfMemoryError:
+        refused = True
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    served = torch.empty(4 << 30, dtype=torch.uint8, device="cuda").numel() == 4 << 30
+    return {"refused_past_fraction": refused, "served_at_full": served}
+
+
 def child(name):
     allocators.install(name)
     import torch
@@ -142,6 +157,7 @@ def child(name):
         result["stats"] = str(error).splitlines()[0][:120]
     result["graphs"] = shared_graph_pool(torch, name)
     result["out_of_memory"] = out_of_memory(torch)
+    result["memory_fraction"] = memory_fraction(torch)
     if allocators.ALLOCATORS[name][1] is not None:
         import poolkit.torch
         result["capabilities"] = {k: v for k, v in poolkit.torch.capabilities().items() if isinstance(v, bool)}
@@ -187,6 +203,8 @@ def main():
             failures.append(f"{name}: an impossible request raised {oom}")
         elif oom["observers_told"] < 1:
             failures.append(f"{name}: the out-of-memory observer was not told")
+        if run["memory_fraction"] != {"refused_past_fraction": True, "served_at_full": True}:
+            failures.append(f"{name}: set_per_process_memory_fraction was not honoured: {run['memory_fraction']}")
     print("FAILED: " + "; ".join(failures) if failures else "OK: PyTorch's allocator entry points reach poolkit under every preset")
     sys.exit(1 if failures else 0)
 
