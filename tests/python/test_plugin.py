@@ -604,7 +604,28 @@ class Loading(unittest.TestCase):
         capabilities = poolkit.torch.capabilities()
         self.assertFalse(any(v for v in capabilities.values() if isinstance(v, bool)))
         self.assertEqual(capabilities["why"], "use() has not run")
-        self.assertIn("memory_snapshot", capabilities["not_wired"])
+        self.assertIn("record_memory_history", capabilities["not_wired"])
+
+    def test_torchs_snapshot_functions_answer_with_poolkits(self):
+        import types
+        import poolkit.torch
+        plugin = fresh_plugin()
+        saved, _plugin._loaded = _plugin._loaded, plugin
+        original = poolkit.torch.snapshot
+        try:
+            poolkit.torch.snapshot = _frontend.Frontend(lambda: 0).snapshot
+            pointer = plugin.alloc(3 * MiB, 0, STREAM_A)
+            torch = types.SimpleNamespace(cuda=types.SimpleNamespace(memory=types.SimpleNamespace()))
+            poolkit.torch._route_snapshots(torch)
+            snapshot = torch.cuda.memory._snapshot()
+            self.assertEqual(snapshot, poolkit.torch.snapshot())
+            self.assertEqual(torch.cuda.memory.memory_snapshot(), snapshot["segments"])
+            self.assertEqual(torch.cuda.memory_snapshot(None), snapshot["segments"])
+            self.assertIn(pointer, [b["address"] for s in snapshot["segments"] for b in s["blocks"]])
+            plugin.free(pointer, 3 * MiB, 0, STREAM_A)
+        finally:
+            poolkit.torch.snapshot = original
+            _plugin._loaded = saved
 
     def test_the_hooks_extension_can_be_turned_off(self):
         saved = os.environ.get("POOLKIT_TORCH_HOOKS")

@@ -18,8 +18,9 @@
 // - set_per_process_memory_fraction -> poolkit_set_memory_fraction (a cap on the bytes reserved);
 // - exhaustion -> torch.OutOfMemoryError with poolkit's figures, after the out-of-memory
 //   observers (torch._C._cuda_attach_out_of_memory_observer) are told.
-// Not wired: torch.cuda.memory._snapshot and _record_memory_history (PyTorch's own message), and
-// MemPool routing of eager allocations (use_mem_pool's requests are served by the shared pool).
+// Not here: torch.cuda.memory._snapshot (poolkit.torch routes it in Python), _record_memory_history
+// (PyTorch's own message), and MemPool routing of eager allocations (use_mem_pool's requests are
+// served by the shared pool).
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 #include <torch/extension.h>
 

@@ -16,8 +16,8 @@ says which hooks are live. Where the extension cannot be built, only alloc and f
 poolkit: ask this module for statistics, call record_stream() and
 set_per_process_memory_fraction() here, and use() sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 (unless
 set) so that NCCL's collectives hold their tensors instead of calling Tensor.record_stream.
-torch.cuda.memory._snapshot() does not reach poolkit either way: snapshot() and dump_snapshot()
-here do.
+Either way use() makes torch.cuda.memory._snapshot(), _dump_snapshot() and memory_snapshot()
+answer with poolkit's snapshot() (PyTorch's own raise for a pluggable allocator).
 """
 import os
 import threading
@@ -86,6 +86,7 @@ def use(preset="caching", *, plugin=None, **options):
                 "poolkit.torch.use() must run before PyTorch's first CUDA allocation in this process; PyTorch's "
                 f"allocator is already in use (PyTorch said: {error}). Call it first thing, before any model or "
                 "tensor is moved to the GPU.") from None
+        _route_snapshots(torch)
         _in_use = wanted
         _hooks_missing = missing
 
@@ -95,13 +96,26 @@ def in_use():
     return _in_use
 
 
+def _route_snapshots(torch):
+    """torch.cuda.memory._snapshot() (what _dump_snapshot() writes) and memory_snapshot() answer
+    with poolkit's snapshot: PyTorch's C++ snapshot() of a pluggable allocator only raises."""
+    def snapshot(*_args, **_kwargs):
+        return globals()["snapshot"]()
+
+    def memory_snapshot(*_args, **_kwargs):
+        return globals()["snapshot"]()["segments"]
+
+    torch.cuda.memory._snapshot = snapshot
+    torch.cuda.memory.memory_snapshot = memory_snapshot
+    torch.cuda.memory_snapshot = memory_snapshot
+
+
 # What each of PyTorch's allocator entry points does under poolkit once the hooks are live
 # (docs/python.md has the whole table).
 _HOOKED = ("record_stream", "empty_cache", "memory_stats", "reset_peak_memory_stats", "cuda_graphs", "graph_pool_sharing",
            "out_of_memory_error", "out_of_memory_observers", "memory_fraction")
 _NOT_WIRED = {
     "reset_accumulated_memory_stats": "raises: poolkit's allocated/freed counts run for the pool's life",
-    "memory_snapshot": "torch.cuda.memory._snapshot() does not reach poolkit: use poolkit.torch.snapshot()",
     "record_memory_history": "torch.cuda.memory._record_memory_history() does not reach poolkit",
     "mem_pool": "use_mem_pool's eager requests are served by poolkit's shared pool, not kept apart",
 }
@@ -114,6 +128,7 @@ def capabilities():
     result = {name: live for name in _HOOKED}
     result.update({name: False for name in _NOT_WIRED})
     result["alloc_free"] = _in_use is not None
+    result["memory_snapshot"] = _in_use is not None  # routed in Python (_route_snapshots), hooks or not
     result["why"] = _hooks_missing
     result["not_wired"] = dict(_NOT_WIRED)
     return result
