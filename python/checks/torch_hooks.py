@@ -9,6 +9,7 @@ each allocator in its own process:
   allocation.all.current equal poolkit's own figures and PyTorch's allocator's for the same
   program; reset_peak_memory_stats() brings the peak down to the current figure; memory_summary()
   and max_memory_reserved() answer.
+- torch.cuda.memory._snapshot() shows the live memory (poolkit's snapshot under poolkit).
 - Two graphs captured with one graph_pool_handle() share one poolkit graph pool, and their replays
   equal eager results.
 - An impossible request raises torch.OutOfMemoryError naming poolkit, after the out-of-memory
@@ -155,6 +156,9 @@ def child(name):
         result["stats"] = stats_figures(torch, name)
     except RuntimeError as error:
         result["stats"] = str(error).splitlines()[0][:120]
+    keep = torch.empty(8 << 20, device="cuda")
+    result["snapshot_segments"] = len(torch.cuda.memory._snapshot()["segments"])
+    del keep
     result["graphs"] = shared_graph_pool(torch, name)
     result["out_of_memory"] = out_of_memory(torch)
     result["memory_fraction"] = memory_fraction(torch)
@@ -175,6 +179,8 @@ def main():
     for name, run in runs.items():
         print(f"{name:28} {json.dumps(run)}")
         hooked = allocators.ALLOCATORS[name][1] is None or "no hooks" not in name
+        if run["snapshot_segments"] < 1:
+            failures.append(f"{name}: torch.cuda.memory._snapshot() shows no segment with 32 MiB live")
         if hooked and run["record_stream_wrong"] != 0:
             failures.append(f"{name}: {run['record_stream_wrong']} of {ROUNDS} record_stream rounds read another tensor's bytes")
         if not hooked:
