@@ -400,6 +400,7 @@ struct caching_parts {
 // virtual memory (which has its own lock); there are no segment.* counts.
 struct expandable_parts {
     statistics<synchronized<expandable_allocator<backend::virtual_memory, backend::events>>> users;
+    std::size_t device_limit;  // the virtual memory's physical limit as made
 
     explicit expandable_parts(const settings& s)
         : users(std::in_place, std::in_place, backend::virtual_memory_options(), s.expandable), device_limit(memory().physical_limit()) {}
@@ -423,7 +424,6 @@ struct expandable_parts {
         users.reset_peak();
         memory().reset_peak_mapped_bytes();
     }
-    std::size_t device_limit;  // the virtual memory's physical limit as made
     // Spans cut to their mapped granules (observe/mapped_walk.hpp), read under the pool's lock.
     template <class Action>
     decltype(auto) walk(Action&& action) const {

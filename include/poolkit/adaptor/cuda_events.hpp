@@ -7,8 +7,8 @@
 // has not seen does not forbid them. An event is made on the device of the stream it is recorded
 // on (the context's, see device_of) and pooled per device, so one pool may serve streams of several
 // devices: pinned host memory used by all of them (cudaHostAllocPortable). synchronize_all() waits
-// for every device an event was recorded on. Not thread-safe (stream_ordered is not either; synchronized<>
-// guards both).
+// for every device an event was recorded on. Not thread-safe (stream_ordered is not either;
+// synchronized<> guards both).
 // cudaStreamPerThread — and the default stream 0 where this translation unit was compiled for the
 // per-thread default stream — names a different stream on each host thread: per_thread() says so,
 // and stream_ordered keeps such streams apart by thread.
