@@ -81,7 +81,8 @@ def use(preset="caching", *, plugin=None, **options):
                 torch.cuda.memory.change_current_allocator(allocator)
         except RuntimeError as error:
             if "initialized" not in str(error):
-                raise PoolkitError(f"poolkit.torch.use() could not install poolkit: {error}") from None
+                raise PoolkitError(f"poolkit.torch.use() could not install poolkit: {error} (POOLKIT_TORCH_HOOKS=0 "
+                                   "installs alloc and free alone)") from None
             raise PoolkitError(
                 "poolkit.torch.use() must run before PyTorch's first CUDA allocation in this process; PyTorch's "
                 f"allocator is already in use (PyTorch said: {error}). Call it first thing, before any model or "
@@ -112,8 +113,8 @@ def _route_snapshots(torch):
 
 # What each of PyTorch's allocator entry points does under poolkit once the hooks are live
 # (docs/python.md has the whole table).
-_HOOKED = ("record_stream", "empty_cache", "memory_stats", "reset_peak_memory_stats", "cuda_graphs", "graph_pool_sharing",
-           "out_of_memory_error", "out_of_memory_observers", "memory_fraction")
+_HOOKED = ("record_stream", "empty_cache", "memory_stats", "reset_peak_memory_stats", "graph_pool_sharing", "out_of_memory_error",
+           "out_of_memory_observers", "memory_fraction")
 _NOT_WIRED = {
     "reset_accumulated_memory_stats": "raises: poolkit's allocated/freed counts run for the pool's life",
     "record_memory_history": "torch.cuda.memory._record_memory_history() does not reach poolkit",
@@ -128,7 +129,8 @@ def capabilities():
     result = {name: live for name in _HOOKED}
     result.update({name: False for name in _NOT_WIRED})
     result["alloc_free"] = _in_use is not None
-    result["memory_snapshot"] = _in_use is not None  # routed in Python (_route_snapshots), hooks or not
+    # Hooks or not: captures are served from graph pools, and the snapshot is routed in Python.
+    result["cuda_graphs"] = result["memory_snapshot"] = _in_use is not None
     result["why"] = _hooks_missing
     result["not_wired"] = dict(_NOT_WIRED)
     return result
