@@ -5,10 +5,10 @@ each allocator in its own process:
   `del x`, and a same-size tensor is filled at once on the current stream. Every sum must be right.
   The run with alloc and free alone ("no hooks") must get some wrong, or the check could not fail.
 - torch.cuda.empty_cache() returns poolkit's cached memory (memory_reserved() falls by 1 GiB).
-- torch.cuda.memory_stats() after an MLP training step: allocated_bytes.all.current and
-  allocation.all.current equal poolkit's own figures and PyTorch's allocator's for the same
-  program; reset_peak_memory_stats() brings the peak down to the current figure; memory_summary()
-  and max_memory_reserved() answer.
+- torch.cuda.memory_stats() after an MLP training step, and after two ResNet-18 steps:
+  allocated_bytes.all.current and allocation.all.current equal poolkit's own figures and PyTorch's
+  allocator's for the same program; reset_peak_memory_stats() brings the peak down to the current
+  figure; memory_summary() and max_memory_reserved() answer.
 - make_graphed_callables of an MLP: its gradients equal the eager module's.
 - torch.cuda.memory._snapshot() shows the live memory (poolkit's snapshot under poolkit).
 - Two graphs captured with one graph_pool_handle() share one poolkit graph pool, and their replays
@@ -117,6 +117,20 @@ def shared_graph_pool(torch, name):
     return result
 
 
+def resnet18_stats(torch):
+    """torch.cuda.memory_stats() after two ResNet-18 training steps (batch 8): what stays allocated
+    (weights, gradients, momentum), in bytes and blocks."""
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10).cuda()
+    allocators.train_steps(model, 2, 8, seed=0)
+    torch.cuda.synchronize()
+    stats = torch.cuda.memory_stats()
+    result = {"allocated": stats["allocated_bytes.all.current"], "allocations": stats["allocation.all.current"]}
+    del model
+    return result
+
+
 def graphed_callables(torch):
     """make_graphed_callables of a small MLP: forward and backward of the graphed module equal the
     eager module's, on the same inputs, over 5 steps."""
@@ -181,6 +195,10 @@ def child(name):
     keep = torch.empty(8 << 20, device="cuda")
     result["snapshot_segments"] = len(torch.cuda.memory._snapshot()["segments"])
     del keep
+    try:
+        result["resnet18_stats"] = resnet18_stats(torch)
+    except RuntimeError as error:
+        result["resnet18_stats"] = str(error).splitlines()[0][:120]
     result["graphs"] = shared_graph_pool(torch, name)
     result["graphed_callables_equal_eager"] = graphed_callables(torch)
     result["out_of_memory"] = out_of_memory(torch)
@@ -223,6 +241,9 @@ def main():
                 failures.append(f"{name}: reset_peak_memory_stats() left the peak above the current figure")
             if not stats.get("poolkit_agrees", True):
                 failures.append(f"{name}: torch.cuda.memory_stats() differs from poolkit.torch.memory_stats()")
+        if run["resnet18_stats"] != reference["resnet18_stats"]:
+            failures.append(f"{name}: after ResNet-18 steps the allocated figures differ from PyTorch's allocator's: "
+                            f"{run['resnet18_stats']} against {reference['resnet18_stats']}")
         if not run["graphed_callables_equal_eager"]:
             failures.append(f"{name}: make_graphed_callables' gradients differ from the eager module's")
         if not run["graphs"]["graphs_equal_eager"]:
