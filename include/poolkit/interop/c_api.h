@@ -46,8 +46,9 @@ extern "C" {
 typedef struct CUstream_st* poolkit_stream; /* a cudaStream_t */
 
 /* PyTorch's CUDAPluggableAllocator signatures. alloc returns NULL when the device is out of
- * memory (PyTorch then raises its OutOfMemoryError) or for another failure (poolkit_last_error
- * says which), and NULL with no failure for a size of 0 or less; the block is usable by work on
+ * memory or for another failure (poolkit_last_error says which; poolkit.torch's hooks raise
+ * PyTorch's OutOfMemoryError from it, where PyTorch's own Python CUDAPluggableAllocator does not
+ * check for NULL), and NULL with no failure for a size of 0 or less; the block is usable by work on
  * `stream`. free takes back a block alloc returned, with the size it was allocated with; a NULL
  * pointer is nothing to free. Any other free fails and changes nothing (the statistics, the
  * pool, the block, which stays live): a pointer that is no live block of `device` (never

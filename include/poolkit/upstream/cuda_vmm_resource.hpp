@@ -45,6 +45,7 @@
 #include <poolkit/upstream/virtual_memory.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -175,18 +176,16 @@ public:
     [[nodiscard]] std::byte* base() const noexcept { return reinterpret_cast<std::byte*>(granules_.base()); }
     [[nodiscard]] std::size_t capacity() const noexcept { return granules_.capacity(); }
     [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
-    [[nodiscard]] std::size_t physical_limit() const {
-        std::lock_guard lock(mutex_);
-        return physical_limit_;
-    }
+    [[nodiscard]] std::size_t physical_limit() const noexcept { return physical_limit_.load(std::memory_order_relaxed); }
     // Sets the most bytes mapped at once, rounded down to whole granules and at most the device's
     // memory (0: the device's memory). Below what is mapped now, maps fail until enough is
     // unmapped (torch.cuda.set_per_process_memory_fraction).
     void set_physical_limit(std::size_t bytes) {
         std::lock_guard lock(mutex_);
         const std::size_t device_limit = align_down(device_bytes_, granularity_);
-        physical_limit_ = bytes == 0 ? device_limit : std::min(align_down(bytes, granularity_), device_limit);
-        over_limit_ = granules_.mapped_bytes() > physical_limit_ ? granules_.mapped_bytes() : 0;
+        const std::size_t limit = bytes == 0 ? device_limit : std::min(align_down(bytes, granularity_), device_limit);
+        physical_limit_.store(limit, std::memory_order_relaxed);
+        over_limit_ = granules_.mapped_bytes() > limit ? granules_.mapped_bytes() : 0;
     }
     [[nodiscard]] int device() const noexcept { return device_; }
 
@@ -269,7 +268,7 @@ public:
         if (bytes == 0) return nullptr;
         const auto rounded = checked_round_up(bytes, granularity_);
         std::lock_guard lock(mutex_);
-        if (!rounded || !granules_.room_for(*rounded, physical_limit_)) {
+        if (!rounded || !granules_.room_for(*rounded, physical_limit_.load())) {
             throw out_of_memory(name, figures(bytes, alignment, false));
         }
         const auto at = granules_.find_unmapped(*rounded, alignment);
@@ -347,7 +346,7 @@ public:
     void check_invariants() const {
         std::lock_guard lock(mutex_);
         granules_.check_invariants();
-        POOLKIT_VERIFY(granules_.mapped_bytes() <= std::max(physical_limit_, over_limit_), "mapped past the physical limit");
+        POOLKIT_VERIFY(granules_.mapped_bytes() <= std::max(physical_limit_.load(), over_limit_), "mapped past the physical limit");
     }
 
     friend bool operator==(const cuda_vmm_resource& a, const cuda_vmm_resource& b) noexcept { return &a == &b; }
@@ -394,7 +393,7 @@ private:
     // the figures of out_of_memory.
     void map_locked(std::uintptr_t at, std::size_t bytes, mapping kind, std::size_t alignment, std::size_t asked = 0) {
         if (asked == 0) asked = bytes;
-        if (!granules_.room_for(bytes, physical_limit_)) throw out_of_memory(name, figures(asked, alignment, false));
+        if (!granules_.room_for(bytes, physical_limit_.load())) throw out_of_memory(name, figures(asked, alignment, false));
         const detail::device_scope scope(device_);
         scope.check();
         const std::size_t piece = kind == mapping::whole ? bytes : granularity_;
@@ -462,7 +461,7 @@ private:
     memory_figures figures(std::size_t bytes, std::size_t alignment, bool device_refused) const noexcept {
         memory_figures result = memory_figures::request(bytes, alignment);
         result.reserved_bytes = granules_.mapped_bytes();
-        result.limit_bytes = physical_limit_;
+        result.limit_bytes = physical_limit_.load();
         std::size_t free_bytes = 0;
         std::size_t total_bytes = 0;
         if (device_refused && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) result.available_bytes = free_bytes;
@@ -474,7 +473,7 @@ private:
     int device_ = 0;
     std::size_t granularity_ = 0;
     std::size_t device_bytes_ = 0;     // the device's memory, as cudaMemGetInfo reports its total
-    std::size_t physical_limit_ = 0;   // most bytes mapped at once
+    std::atomic<std::size_t> physical_limit_{0};  // most bytes mapped at once; read without the lock
     std::size_t over_limit_ = 0;       // mapped when the limit was set below that (else 0)
     CUmemAllocationProp properties_{}; // of every granule: pinned device memory on device_
     std::vector<CUmemAccessDesc> access_;  // read-write for device_, then each peer

@@ -24,6 +24,7 @@
 #include <poolkit/upstream/virtual_memory.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -60,6 +61,7 @@ public:
     // 0 (or one that overflows), std::system_error when the address space cannot be reserved.
     explicit simulated_vmm_resource(simulated_vmm_options options)
         : options_(validated(options)),
+          physical_limit_(options_.physical_limit),
           reservation_(options_),
           granules_(reservation_.base(options_.granularity), options_.capacity, options_.granularity) {}
 
@@ -70,16 +72,14 @@ public:
     [[nodiscard]] std::byte* base() const noexcept { return reinterpret_cast<std::byte*>(granules_.base()); }
     [[nodiscard]] std::size_t capacity() const noexcept { return granules_.capacity(); }
     [[nodiscard]] std::size_t granularity() const noexcept { return granules_.granularity(); }
-    [[nodiscard]] std::size_t physical_limit() const {
-        std::lock_guard lock(mutex_);
-        return options_.physical_limit;
-    }
+    [[nodiscard]] std::size_t physical_limit() const noexcept { return physical_limit_.load(std::memory_order_relaxed); }
     // Sets the most bytes mapped at once, rounded down to whole granules and at most the capacity
     // (0: the capacity). Below what is mapped now, maps fail until enough is unmapped
     // (torch.cuda.set_per_process_memory_fraction).
     void set_physical_limit(std::size_t bytes) {
         std::lock_guard lock(mutex_);
         options_.physical_limit = bytes == 0 || bytes > granules_.capacity() ? granules_.capacity() : align_down(bytes, granules_.granularity());
+        physical_limit_.store(options_.physical_limit, std::memory_order_relaxed);
         over_limit_ = granules_.mapped_bytes() > options_.physical_limit ? granules_.mapped_bytes() : 0;
     }
 
@@ -196,7 +196,10 @@ public:
         std::lock_guard lock(mutex_);
         return granules_.block_count();
     }
-    [[nodiscard]] const simulated_vmm_options& options() const noexcept { return options_; }
+    [[nodiscard]] simulated_vmm_options options() const {
+        std::lock_guard lock(mutex_);
+        return options_;
+    }
 
     void check_invariants() const {
         std::lock_guard lock(mutex_);
@@ -287,7 +290,8 @@ private:
     }
 
     simulated_vmm_options options_;
-    std::size_t over_limit_ = 0;  // mapped when the limit was set below that (else 0)
+    std::atomic<std::size_t> physical_limit_;  // options_.physical_limit, read without the lock
+    std::size_t over_limit_ = 0;               // mapped when the limit was set below that (else 0)
     host_reservation reservation_;
     mutable std::mutex mutex_;
     detail::granule_map granules_;  // guarded by mutex_

@@ -19,8 +19,7 @@
 // - exhaustion -> torch.OutOfMemoryError with poolkit's figures, after the out-of-memory
 //   observers (torch._C._cuda_attach_out_of_memory_observer) are told.
 // Not here: torch.cuda.memory._snapshot (poolkit.torch routes it in Python), _record_memory_history
-// (PyTorch's own message), and MemPool routing of eager allocations (use_mem_pool's requests are
-// served by the shared pool).
+// (PyTorch's own message), and torch.cuda.MemPool (not supported yet).
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 #include <torch/extension.h>
 
@@ -80,13 +79,19 @@ void check(const char* what) {
     TORCH_CHECK(error.empty(), "poolkit: torch.cuda ", what, " failed: ", error);
 }
 
-// The flat {"key": integer, ...} object of poolkit_memory_stats_json.
+// The flat {"key": integer, ...} object of poolkit_memory_stats_json; sized again where it grew
+// between the sizing call and the copy (the pool made meanwhile, say).
 std::unordered_map<std::string, std::int64_t> read_stats(int device) {
-    const long length = plugin.memory_stats_json(device, nullptr, 0);
+    long length = plugin.memory_stats_json(device, nullptr, 0);
     check("memory_stats");
-    std::string text(static_cast<std::size_t>(length) + 1, '\0');
-    plugin.memory_stats_json(device, text.data(), text.size());
-    check("memory_stats");
+    std::string text;
+    for (;;) {
+        text.assign(static_cast<std::size_t>(length) + 1, '\0');
+        const long written = plugin.memory_stats_json(device, text.data(), text.size());
+        check("memory_stats");
+        if (written <= length) break;
+        length = written;
+    }
     std::unordered_map<std::string, std::int64_t> stats;
     for (std::size_t at = text.find('"'); at != std::string::npos; at = text.find('"', at)) {
         const std::size_t end = text.find('"', at + 1);
@@ -163,16 +168,24 @@ public:
         const auto found = pools_.find(id);
         if (found != pools_.end() && --found->second.captures <= 0) pools_.erase(found);
     }
-    // Before a call on `stream`: a stream of an open capture allocates from its mempool's pool.
-    void route(int device, cudaStream_t stream) {
+    // Before a call on `stream`: a stream of an open capture allocates from its mempool's pool (the
+    // first window whose filter takes it, as PyTorch's allocator picks). Never throws: a filter
+    // that fails (a stream destroyed since) routes nothing, and frees run from deleters.
+    void route(int device, cudaStream_t stream) noexcept {
         if (open_count_.load(std::memory_order_acquire) == 0) [[likely]] return;
-        const std::lock_guard lock(mutex_);
-        for (window& w : open_) {
-            if (w.device != device || std::find(w.routed.begin(), w.routed.end(), stream) != w.routed.end()) continue;
-            if (!w.filter(stream)) continue;
-            w.routed.push_back(stream);
-            // A stream not in capture (MemPool's use_mem_pool) is served by the shared pool.
-            static_cast<void>(plugin.capture_into(device, stream, w.name));
+        try {
+            const std::lock_guard lock(mutex_);
+            for (window& w : open_) {
+                if (w.device != device) continue;
+                if (std::find(w.routed.begin(), w.routed.end(), stream) != w.routed.end()) return;
+                if (!w.filter(stream)) continue;
+                w.routed.push_back(stream);
+                // A stream not in capture (MemPool's use_mem_pool) is served by the shared pool.
+                static_cast<void>(plugin.capture_into(device, stream, w.name));
+                return;
+            }
+        } catch (...) {
+            static_cast<void>(cudaGetLastError());
         }
     }
 
@@ -239,6 +252,11 @@ public:
         c10::DeviceIndex device = -1;
         C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
         return checked_malloc(size, device, stream);
+    }
+
+    // A size-0 allocation's null pointer was never the plugin's (and shares one bookkeeping entry).
+    void raw_delete(void* pointer) override {
+        if (pointer != nullptr) CUDAPluggableAllocator::raw_delete(pointer);
     }
 
     void recordStream(const c10::DataPtr& pointer, c10::cuda::CUDAStream stream) override {

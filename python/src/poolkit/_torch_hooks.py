@@ -9,6 +9,7 @@ Python CUDAPluggableAllocator can.
 """
 import hashlib
 import os
+import sysconfig
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_hooks.cpp")
 
@@ -22,7 +23,8 @@ def build_directory(torch):
         digest = hashlib.sha256(source.read()).hexdigest()[:16]
     root = os.environ.get("POOLKIT_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "poolkit")
     cuda = torch.version.cuda or "none"
-    return os.path.join(root, f"torch_hooks-{torch.__version__}-cuda{cuda}-{digest}")
+    python = (sysconfig.get_config_var("EXT_SUFFIX") or ".so").removesuffix(".so").strip(".").replace(".", "-")  # the ABI
+    return os.path.join(root, f"torch_hooks-{torch.__version__}-cuda{cuda}-{python}-{digest}")
 
 
 def load(torch):

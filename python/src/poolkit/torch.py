@@ -74,11 +74,11 @@ def use(preset="caching", *, plugin=None, **options):
             if hooks is not None:
                 hooks.install(loaded.addresses(_torch_hooks.FUNCTIONS), torch.cuda.device_count())
             else:
+                allocator = torch.cuda.memory.CUDAPluggableAllocator(loaded.path, "poolkit_alloc", "poolkit_free")
+                torch.cuda.memory.change_current_allocator(allocator)
                 # ProcessGroupNCCL calls record_stream on collective inputs unless told to hold them
                 # until the collective is done; without the hooks record_stream reaches nothing.
                 os.environ.setdefault("TORCH_NCCL_AVOID_RECORD_STREAMS", "1")
-                allocator = torch.cuda.memory.CUDAPluggableAllocator(loaded.path, "poolkit_alloc", "poolkit_free")
-                torch.cuda.memory.change_current_allocator(allocator)
         except RuntimeError as error:
             if "initialized" not in str(error):
                 raise PoolkitError(f"poolkit.torch.use() could not install poolkit: {error} (POOLKIT_TORCH_HOOKS=0 "
@@ -118,7 +118,7 @@ _HOOKED = ("record_stream", "empty_cache", "memory_stats", "reset_peak_memory_st
 _NOT_WIRED = {
     "reset_accumulated_memory_stats": "raises: poolkit's allocated/freed counts run for the pool's life",
     "record_memory_history": "torch.cuda.memory._record_memory_history() does not reach poolkit",
-    "mem_pool": "use_mem_pool's eager requests are served by poolkit's shared pool, not kept apart",
+    "mem_pool": "torch.cuda.MemPool and use_mem_pool are not supported (not yet checked under poolkit)",
 }
 
 
