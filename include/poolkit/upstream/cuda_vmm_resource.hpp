@@ -25,8 +25,9 @@
 // set_physical_limit) throws out_of_memory before any driver call; CUDA_ERROR_OUT_OF_MEMORY from
 // cuMemCreate or cuMemMap unmaps what the call had mapped and throws out_of_memory with the bytes
 // asked, the bytes mapped (as reserved), the limit and what the device reports free; no hole of
-// the range fitting throws out_of_memory naming the reserved range. Other driver failures: cuda_error with the CUresult as
-// code(). A device without virtual memory support: cuda_error at construction.
+// the range fitting throws out_of_memory naming the reserved range. Other driver failures:
+// cuda_error with the CUresult as code(). A device without virtual memory support: cuda_error at
+// construction.
 // Equality is identity. Destruction unmaps and releases everything; in builds with assertions it
 // reports blocks and mapped granules still live.
 // Between processes (Linux): with options.shareable, export_block(block) gives a POSIX descriptor
