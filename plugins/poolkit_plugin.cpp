@@ -361,6 +361,10 @@ public:
     [[nodiscard]] virtual std::string snapshot_json() const = 0;
 };
 
+// Allocated bytes count each block as PyTorch's allocator does, its bytes rounded up to 512, so that
+// torch.cuda.memory_allocated() reads the same under either allocator.
+constexpr std::size_t pytorch_block_unit = 512;
+
 // Reserved figures (segments, num_device_alloc) come from the inner statistics, the user-facing
 // ones from the outer; the lock sits between them, so the outer counters stay lock-free. The
 // memory fraction caps the bytes reserved (limiting, between the pool and the counter).
@@ -379,6 +383,7 @@ struct caching_parts {
 #endif
           cap(ref<reserved_counter>(reserved)),
           users(std::in_place, std::in_place, ref<capped>(cap), s.caching) {
+        users.count_in_units_of(pytorch_block_unit);
     }
 
     // The most bytes reserved at once (no_limit: none).
@@ -403,7 +408,9 @@ struct expandable_parts {
     std::size_t device_limit;  // the virtual memory's physical limit as made
 
     explicit expandable_parts(const settings& s)
-        : users(std::in_place, std::in_place, backend::virtual_memory_options(), s.expandable), device_limit(memory().physical_limit()) {}
+        : users(std::in_place, std::in_place, backend::virtual_memory_options(), s.expandable), device_limit(memory().physical_limit()) {
+        users.count_in_units_of(pytorch_block_unit);
+    }
 
     // The most bytes mapped at once (no_limit: the device's memory; 0 maps nothing, where the
     // virtual memory's own 0 would mean its default).

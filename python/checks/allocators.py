@@ -42,7 +42,7 @@ def snapshot_name(name):
 
 def train_steps(model, steps, batch, seed):
     """ResNet-18-style training steps on random 224x224 images from a seeded generator: the losses
-    and the median milliseconds per step after the first two."""
+    and the median milliseconds per step after the first two (of every step when there are two or fewer)."""
     import torch
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     generator = torch.Generator(device="cuda").manual_seed(seed)
@@ -58,7 +58,7 @@ def train_steps(model, steps, batch, seed):
         optimizer.step()
         losses.append(loss.item())
         times.append(time.perf_counter() - start)
-    return losses, 1e3 * statistics.median(times[2:])
+    return losses, 1e3 * statistics.median(times[2:] or times)
 
 
 def figures(name):

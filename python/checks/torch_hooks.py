@@ -7,7 +7,9 @@ each allocator in its own process:
 - torch.cuda.empty_cache() returns poolkit's cached memory (memory_reserved() falls by 1 GiB).
 - torch.cuda.memory_stats() after an MLP training step, and after two ResNet-18 steps:
   allocated_bytes.all.current and allocation.all.current equal poolkit's own figures and PyTorch's
-  allocator's for the same program; reset_peak_memory_stats() brings the peak down to the current
+  allocator's for the same program (each block counted as its request rounded up to 512 bytes;
+  after ResNet-18, PyTorch's default mode also counts the unsplit remainders of some blocks, so
+  poolkit's figure equals expandable_segments' and is at most the default's); reset_peak_memory_stats() brings the peak down to the current
   figure; memory_summary() and max_memory_reserved() answer.
 - make_graphed_callables of an MLP: its gradients equal the eager module's.
 - torch.cuda.memory._snapshot() shows the live memory (poolkit's snapshot under poolkit).
@@ -241,9 +243,16 @@ def main():
                 failures.append(f"{name}: reset_peak_memory_stats() left the peak above the current figure")
             if not stats.get("poolkit_agrees", True):
                 failures.append(f"{name}: torch.cuda.memory_stats() differs from poolkit.torch.memory_stats()")
-        if run["resnet18_stats"] != reference["resnet18_stats"]:
-            failures.append(f"{name}: after ResNet-18 steps the allocated figures differ from PyTorch's allocator's: "
-                            f"{run['resnet18_stats']} against {reference['resnet18_stats']}")
+        # Both allocators count a block as its request rounded up to 512 bytes; PyTorch's default
+        # mode also counts the remainder of a block it did not split (under 1 MiB), so its figure
+        # can only be higher: expandable_segments' is the one to equal.
+        resnet, resnet_reference = run["resnet18_stats"], runs["pytorch expandable_segments"]["resnet18_stats"]
+        if name == "pytorch":
+            if not isinstance(resnet, dict) or resnet["allocations"] != resnet_reference["allocations"] or resnet["allocated"] < resnet_reference["allocated"]:
+                failures.append(f"{name}: after ResNet-18 steps {resnet}, against expandable_segments' {resnet_reference}")
+        elif resnet != resnet_reference:
+            failures.append(f"{name}: after ResNet-18 steps the allocated figures differ from PyTorch's allocator's "
+                            f"(expandable_segments): {resnet} against {resnet_reference}")
         if not run["graphed_callables_equal_eager"]:
             failures.append(f"{name}: make_graphed_callables' gradients differ from the eager module's")
         if not run["graphs"]["graphs_equal_eager"]:

@@ -35,6 +35,25 @@ static_assert(has_release<statistics<ref<best_fit<upstream_ref>>>> && has_owns<s
 static_assert(has_check_invariants<statistics<upstream_ref>> && has_upstream<statistics<upstream_ref>>);
 static_assert(!has_property<statistics<ref<simulated_resource>>, host_accessible>);
 
+TEST_CASE("statistics: allocated bytes in units (PyTorch's 512) where the upstream tells no block size") {
+    instrumented<> upstream;
+    statistics<upstream_ref> stats{upstream};
+    stats.count_in_units_of(512);
+    CHECK(stats.unit() == 512);
+    void* a = stats.allocate(1);
+    void* b = stats.allocate(512);
+    void* c = stats.allocate(513);
+    CHECK(stats.figures().allocated_bytes.current == 512 + 512 + 1024);
+    CHECK(stats.figures().requested_bytes.current == 1 + 512 + 513);
+    stats.deallocate(c, 513);
+    CHECK(stats.figures().allocated_bytes.current == 1024);
+    stats.deallocate(a, 1);
+    stats.deallocate(b, 512);
+    CHECK(stats.figures().allocated_bytes.current == 0);
+    CHECK(stats.figures().allocated_bytes.peak == 2048);
+    stats.check_invariants();
+}
+
 TEST_CASE("statistics: current, peak, total allocated and total freed") {
     instrumented<> upstream;
     statistics<upstream_ref> stats{upstream};
@@ -65,6 +84,7 @@ TEST_CASE("statistics: allocated bytes are the block sizes the resource below re
     instrumented<> upstream;
     size_classes<upstream_ref> classes{upstream};
     statistics<ref<size_classes<upstream_ref>>> stats{classes};
+    stats.count_in_units_of(4096);  // a reported block size wins over the unit
     void* p = stats.allocate(1000);  // class 1024
     CHECK(stats.figures().requested_bytes.current == 1000);
     CHECK(stats.figures().allocated_bytes.current == static_cast<std::int64_t>(classes.block_size(1000)));

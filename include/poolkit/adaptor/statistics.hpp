@@ -3,7 +3,9 @@
 //
 // For each metric it keeps current, peak, total allocated and total freed: allocations (blocks),
 // allocated bytes (the block size where Upstream tells it through block_size(bytes, alignment),
-// else the bytes asked), requested bytes (as asked); and the allocate calls that failed (OOMs).
+// else the bytes asked rounded up to count_in_units_of(), 1 by default; PyTorch rounds to 512, so
+// a unit of 512 makes the figures compare with its allocator's), requested bytes (as asked); and
+// the allocate calls that failed (OOMs).
 // Where it sits decides what it sees: around a whole composition it sees what users hold; between
 // a strategy and its upstream (best_fit<ref<statistics<cuda_device_resource>>>) it sees what the
 // strategy reserves. memory_stats() reports both: the reserved figures (reserved_bytes.*,
@@ -59,15 +61,13 @@ inline constexpr bool is_statistics = false;
 template <class U, class C>
 inline constexpr bool is_statistics<statistics<U, C>> = true;
 
-// The block size Upstream reports for a request, or the request itself.
+// The block size Upstream reports for a request, or the request rounded up to `unit`.
 template <class R>
-std::size_t block_bytes(const R& resource, std::size_t bytes, std::size_t alignment) noexcept {
+std::size_t block_bytes(const R& resource, std::size_t bytes, std::size_t alignment, std::size_t unit = 1) noexcept {
     if constexpr (has_block_size<R>) {
-        const std::size_t block = resource.block_size(bytes, alignment);
-        return block != 0 ? block : bytes;
-    } else {
-        return bytes;
+        if (const std::size_t block = resource.block_size(bytes, alignment); block != 0) return block;
     }
+    return bytes <= SIZE_MAX - (unit - 1) ? align_up(bytes, unit) : bytes;
 }
 }  // namespace detail
 
@@ -195,6 +195,15 @@ public:
         return scopes_.size();
     }
 
+    // Allocated bytes count a block Upstream tells no size of as its bytes rounded up to `unit`, a
+    // power of two (512: as PyTorch's allocator counts). Set before the first allocation.
+    void count_in_units_of(std::size_t unit) noexcept {
+        POOLKIT_ASSERT(is_power_of_two(unit), "statistics: a unit that is not a power of two");
+        POOLKIT_ASSERT(allocations_.read().current == 0, "statistics: the unit changed with blocks live");
+        unit_ = unit;
+    }
+    [[nodiscard]] std::size_t unit() const noexcept { return unit_; }
+
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
 
@@ -229,16 +238,17 @@ private:
 
     void record_allocate(std::size_t bytes, std::size_t alignment) noexcept {
         allocations_.add(1);
-        allocated_bytes_.add(static_cast<std::int64_t>(detail::block_bytes(upstream_, bytes, alignment)));
+        allocated_bytes_.add(static_cast<std::int64_t>(detail::block_bytes(upstream_, bytes, alignment, unit_)));
         requested_bytes_.add(static_cast<std::int64_t>(bytes));
     }
     void record_deallocate(std::size_t bytes, std::size_t alignment) noexcept {
         allocations_.remove(1);
-        allocated_bytes_.remove(static_cast<std::int64_t>(detail::block_bytes(upstream_, bytes, alignment)));
+        allocated_bytes_.remove(static_cast<std::int64_t>(detail::block_bytes(upstream_, bytes, alignment, unit_)));
         requested_bytes_.remove(static_cast<std::int64_t>(bytes));
     }
 
     Upstream upstream_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
+    std::size_t unit_ = 1;  // count_in_units_of()
     detail::metric<Counters> allocations_;
     detail::metric<Counters> allocated_bytes_;
     detail::metric<Counters> requested_bytes_;
