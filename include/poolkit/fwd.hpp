@@ -105,6 +105,11 @@ template <resource Upstream>
 class tracking;
 template <resource Upstream>
 class logging;
+class history;
+struct history_event;
+struct history_context;
+template <resource Upstream>
+class recording;
 template <resource Upstream>
 class limiting;
 template <resource Upstream, class Mutex>

@@ -8,6 +8,7 @@
 #include <poolkit/adaptor/retry_on_oom.hpp>
 #include <poolkit/adaptor/statistics.hpp>
 #include <poolkit/adaptor/per_thread.hpp>
+#include <poolkit/adaptor/recording.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/adaptor/tracking.hpp>

@@ -224,6 +224,11 @@ public:
         uses_.add(pointer, {stream, thread_of(stream)});
     }
 
+    // Whether the block at `pointer` was freed and has not reached the pool yet: it waits in a
+    // stream's front or behind events (a block given to record_use waits for that work).
+    // O(blocks freed and not in the pool).
+    [[nodiscard]] bool pending_free(const void* pointer) const noexcept { return pending(pointer); }
+
     // Synchronizes `stream`, drops it from the uses of every live block (record_use) and puts its
     // front into the pool, free for all. Optional before destroying a stream that freed blocks (a
     // stream gone quiet is settled after settle_after misses); required for one named in
@@ -888,7 +893,6 @@ private:
         return true;
     }
 
-    // Whether `pointer` is in a front or waiting (freed, not in the pool yet).
     [[nodiscard]] bool pending(const void* pointer) const noexcept {
         bool found = false;
         records_.for_each([&](const record_type& r) {

@@ -74,6 +74,13 @@ concept has_check_invariants = requires(const R& r) { r.check_invariants(); };
 template <class R>
 concept has_record_use = requires(R& r, void* p, stream_ref stream) { r.record_use(p, stream); };
 
+// pending_free(p): the block at p was freed and is not reusable by every stream yet (it waits on
+// stream work, record_use's among it).
+template <class R>
+concept has_pending_free = requires(const R& r, const void* p) {
+    { r.pending_free(p) } -> std::convertible_to<bool>;
+};
+
 // block_size(bytes, alignment): the size of the block a request is served with (0: unknown).
 template <class R>
 concept has_block_size = requires(const R& r, std::size_t bytes, std::size_t alignment) {

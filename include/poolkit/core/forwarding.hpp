@@ -8,7 +8,7 @@
 //   try_allocate, try_allocate_cached             has_try_allocate<Upstream>, has_try_allocate_cached<Upstream>
 //   release, owns, check_invariants               has_release / has_owns / has_check_invariants
 //   for_each_block (the walk of core/walk.hpp)    walkable<Upstream>
-//   record_use(p, stream)                         has_record_use<Upstream>
+//   record_use(p, stream), pending_free(p)        has_record_use<Upstream>, has_pending_free<Upstream>
 //   reserved_bytes, live_bytes, block_size        where Upstream has them
 //   every property                                has_property<Upstream, P>
 // The adaptor changes behaviour through three hooks, which it may define (as members the base can
@@ -135,6 +135,11 @@ public:
         requires has_record_use<Upstream>
     {
         self().around_call([pointer, stream](Upstream& u) { u.record_use(pointer, stream); });
+    }
+    [[nodiscard]] bool pending_free(const void* pointer) const
+        requires has_pending_free<Upstream>
+    {
+        return self().around_call([pointer](const Upstream& u) -> bool { return u.pending_free(pointer); });
     }
     [[nodiscard]] std::size_t reserved_bytes() const
         requires requires(const Upstream& u) { { u.reserved_bytes() } -> std::convertible_to<std::size_t>; }
