@@ -12,6 +12,7 @@
 #include <poolkit/interop/c_api.h>
 
 #include <poolkit/adaptor/limiting.hpp>
+#include <poolkit/adaptor/recording.hpp>
 #include <poolkit/adaptor/statistics.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 #include <poolkit/observe/mapped_walk.hpp>
@@ -33,6 +34,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -359,6 +361,10 @@ public:
     [[nodiscard]] virtual stats_map memory_stats() const = 0;
     [[nodiscard]] virtual std::string summary() const = 0;
     [[nodiscard]] virtual std::string snapshot_json() const = 0;
+    // Starts recording the pool's history into a ring of `max_entries` events (0: stops and drops
+    // it), labelled by `context`.
+    virtual void record_history(std::size_t max_entries, const history_context& context) = 0;
+    [[nodiscard]] virtual std::string history_json() = 0;
 };
 
 // Allocated bytes count each block as PyTorch's allocator does, its bytes rounded up to 512, so that
@@ -370,8 +376,11 @@ constexpr std::size_t pytorch_block_unit = 512;
 // memory fraction caps the bytes reserved (limiting, between the pool and the counter).
 struct caching_parts {
     using reserved_counter = statistics<backend::memory>;
-    using capped = limiting<ref<reserved_counter>>;
+    using segments_recorder = recording<ref<reserved_counter>>;
+    using capped = limiting<ref<segments_recorder>>;
+    history events;  // what users and the upstream saw (record_history); first made, last gone
     reserved_counter reserved;
+    segments_recorder segments;
     capped cap;
     statistics<synchronized<caching_allocator<ref<capped>, backend::events>>> users;
 
@@ -381,7 +390,8 @@ struct caching_parts {
 #else
         : reserved(),
 #endif
-          cap(ref<reserved_counter>(reserved)),
+          segments(ref<reserved_counter>(reserved), events, recording_layer::segments),
+          cap(ref<segments_recorder>(segments)),
           users(std::in_place, std::in_place, ref<capped>(cap), s.caching) {
         users.count_in_units_of(pytorch_block_unit);
     }
@@ -404,11 +414,13 @@ struct caching_parts {
 // Reserved bytes are the mapped ones and device allocs and frees the map and unmap calls of the
 // virtual memory (which has its own lock); there are no segment.* counts.
 struct expandable_parts {
-    statistics<synchronized<expandable_allocator<backend::virtual_memory, backend::events>>> users;
+    history events;  // what users and the mappings saw (record_history); first made, last gone
+    backend::virtual_memory vm;
+    statistics<synchronized<expandable_allocator<recording_memory<backend::virtual_memory>, backend::events>>> users;
     std::size_t device_limit;  // the virtual memory's physical limit as made
 
     explicit expandable_parts(const settings& s)
-        : users(std::in_place, std::in_place, backend::virtual_memory_options(), s.expandable), device_limit(memory().physical_limit()) {
+        : vm(backend::virtual_memory_options()), users(std::in_place, recording_memory(vm, events), s.expandable), device_limit(vm.physical_limit()) {
         users.count_in_units_of(pytorch_block_unit);
     }
 
@@ -416,8 +428,8 @@ struct expandable_parts {
     // virtual memory's own 0 would mean its default).
     void set_limit(std::size_t bytes) { memory().set_physical_limit(std::max<std::size_t>(std::min(bytes, device_limit), 1)); }
 
-    [[nodiscard]] const backend::virtual_memory& memory() const { return users.upstream_resource().upstream_resource().upstream_resource(); }
-    [[nodiscard]] backend::virtual_memory& memory() { return users.upstream_resource().upstream_resource().upstream_resource(); }
+    [[nodiscard]] const backend::virtual_memory& memory() const { return vm; }
+    [[nodiscard]] backend::virtual_memory& memory() { return vm; }
 
     [[nodiscard]] stats_map memory_stats() const {
         stats_map stats = users.memory_stats();
@@ -442,24 +454,24 @@ struct expandable_parts {
 template <class Parts>
 class device_pool_of final : public device_pool {
 public:
-    device_pool_of(const settings& s, int device) : parts_(s), live_(device) {}
+    device_pool_of(const settings& s, int device) : parts_(s), recorded_(parts_.users, parts_.events), live_(device) {}
 
     void* allocate(std::size_t bytes, stream_ref stream) override {
-        void* pointer = parts_.users.allocate_async(bytes, default_alignment, stream);
+        void* pointer = recorded_.allocate_async(bytes, default_alignment, stream);
         try {
             live_.add(pointer, bytes);
         } catch (...) {  // no host memory to record it: the block goes back
-            parts_.users.deallocate_async(pointer, bytes, default_alignment, stream);
+            recorded_.deallocate_async(pointer, bytes, default_alignment, stream);
             throw;
         }
         return pointer;
     }
     void free(void* pointer, std::size_t bytes, stream_ref stream) override {
         live_.remove(pointer, bytes);
-        parts_.users.deallocate_async(pointer, bytes, default_alignment, stream);
+        recorded_.deallocate_async(pointer, bytes, default_alignment, stream);
     }
     void record_use(void* pointer, stream_ref stream) override {
-        live_.while_live(pointer, "record_stream", [&] { parts_.users.upstream_resource().record_use(pointer, stream); });
+        live_.while_live(pointer, "record_stream", [&] { recorded_.record_use(pointer, stream); });
     }
     void capture_into(stream_ref stream, std::uint64_t pool) override {
         parts_.users.upstream_resource().locked([&](auto& p) { p.capture_into(stream, pool); });
@@ -478,9 +490,21 @@ public:
     [[nodiscard]] std::string snapshot_json() const override {
         return parts_.walk([](const auto& pool) { return snapshot(pool); });
     }
+    void record_history(std::size_t max_entries, const history_context& context) override {
+        if (max_entries == 0) {
+            parts_.events.stop();
+        } else {
+            parts_.events.start(max_entries, context);
+        }
+    }
+    [[nodiscard]] std::string history_json() override {
+        recorded_.settle();
+        return poolkit::history_json(parts_.events.events());
+    }
 
 private:
     Parts parts_;
+    recording<ref<decltype(Parts::users)>> recorded_;  // users' calls, into parts_.events
     live_blocks live_;
 };
 
@@ -517,6 +541,7 @@ public:
                 slot = std::make_unique<device_pool_of<expandable_parts>>(settings_, device);
             }
             if (limits_[static_cast<std::size_t>(device)] != device_pool::no_limit) slot->set_limit(limits_[static_cast<std::size_t>(device)]);
+            if (history_entries_ != 0) slot->record_history(history_entries_, history_labels_);
         }
         return slot.get();
     }
@@ -572,6 +597,28 @@ public:
         if (auto& pool = pools_[static_cast<std::size_t>(device)]) pool->set_limit(bytes);
     }
 
+    // Every pool, now and when made, records its history into a ring of `max_entries` events (0:
+    // none), labelled through the C callbacks `labels` (kept for the plugin's life: a label may
+    // be handed back long after another call replaced them).
+    void record_history(std::size_t max_entries, const poolkit_history_callbacks& labels) {
+        std::lock_guard lock(mutex_);
+        const poolkit_history_callbacks& kept = callbacks_.emplace_back(labels);
+        history_entries_ = max_entries;
+        history_labels_ = history_context{
+            [](void* user, history_action action) noexcept -> std::uint64_t {
+                const auto& c = *static_cast<const poolkit_history_callbacks*>(user);
+                return c.label != nullptr ? c.label(c.user, static_cast<int>(action)) : 0;
+            },
+            [](void* user, std::uint64_t label) noexcept {
+                const auto& c = *static_cast<const poolkit_history_callbacks*>(user);
+                if (c.release != nullptr) c.release(c.user, label);
+            },
+            const_cast<poolkit_history_callbacks*>(&kept)};
+        for (auto& pool : pools_) {
+            if (pool) pool->record_history(max_entries, history_labels_);
+        }
+    }
+
     template <class Visit>
     void for_each(Visit&& visit) {
         std::lock_guard lock(mutex_);
@@ -598,6 +645,9 @@ private:
     settings settings_;
     std::vector<std::unique_ptr<device_pool>> pools_;
     std::vector<std::size_t> limits_;  // by device: set_memory_fraction's, else no_limit
+    std::size_t history_entries_ = 0;  // record_history's
+    history_context history_labels_;
+    std::deque<poolkit_history_callbacks> callbacks_;  // every record_history's, never moved
 };
 
 long write_text(const std::string& text, char* buffer, std::size_t capacity) {
@@ -769,6 +819,23 @@ long poolkit_memory_summary(int device, char* buffer, size_t capacity) POOLKIT_C
 long poolkit_snapshot_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT {
     return device_text(device, buffer, capacity,
                        [](const device_pool* pool) { return pool ? pool->snapshot_json() : std::string("{\"segments\": []}"); });
+}
+
+int poolkit_record_history(size_t max_entries, poolkit_history_callbacks labels) POOLKIT_C_NOEXCEPT {
+    return guarded(-1, [&] {
+        registry::instance().record_history(max_entries, labels);
+        return 0;
+    });
+}
+
+long poolkit_history_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT {
+    return guarded(-1L, [&] {
+        check_device(device);
+        device_pool* pool = registry::instance().made_pool(device);
+        if (pool == nullptr) return write_text("[]", buffer, capacity);
+        backend::device_scope scope(device);
+        return write_text(pool->history_json(), buffer, capacity);
+    });
 }
 
 int poolkit_set_allocator(const char* name) POOLKIT_C_NOEXCEPT {

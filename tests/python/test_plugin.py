@@ -105,6 +105,38 @@ class CApi(unittest.TestCase):
         self.assertEqual(plugin.device_count, 3)
         self.assertEqual(plugin.allocator, "caching")
 
+    def test_allocated_bytes_count_blocks_as_pytorch_does(self):
+        plugin = fresh_plugin()
+        pointers = [(plugin.alloc(size, 0, STREAM_A), size) for size in (1, 512, 513, 1000)]
+        self.assertEqual(plugin.memory_stats(0)["allocated_bytes.all.current"], 512 + 512 + 1024 + 1024)  # requests rounded to 512
+        for pointer, size in pointers:
+            plugin.free(pointer, size, 0, STREAM_A)
+
+    def test_history_labels_go_through_the_callbacks_and_come_back_once(self):
+        import ctypes
+        plugin = fresh_plugin(devices=1)
+        asked, released = [], []
+        label_type = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_int)
+        release_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ulonglong)
+
+        def label(_user, action):
+            asked.append(action)
+            return len(asked)
+
+        keep = (label_type(label), release_type(lambda _user, value: released.append(value)))
+        callbacks = _plugin._HistoryCallbacks(ctypes.cast(keep[0], ctypes.c_void_p), ctypes.cast(keep[1], ctypes.c_void_p), None)
+        self.assertEqual(plugin._lib.poolkit_record_history(4, callbacks), 0)
+        for _ in range(2):
+            plugin.free(plugin.alloc(MiB, 0, STREAM_A), MiB, 0, STREAM_A)
+        self.assertEqual(asked, [0, 1, 0, 1])  # alloc, free_requested, twice
+        events = plugin.history(0)
+        self.assertEqual([e["action"] for e in events], ["free_completed", "alloc", "free_requested", "free_completed"])
+        self.assertEqual([e.get("label") for e in events], [None, 3, 4, None])
+        self.assertEqual(sorted(released), [1, 2])  # the first alloc's and free's left the ring of 4
+        plugin.record_history(0)
+        self.assertEqual(sorted(released), [1, 2, 3, 4])
+        self.assertEqual(plugin.history(0), [])
+
     def test_allocations_show_in_the_stats(self):
         plugin = fresh_plugin()
         sizes = [1000, 3 * MiB + 7, 300 * MiB]
@@ -531,6 +563,65 @@ class Frontend(unittest.TestCase):
         self.assertEqual(self.front.memory_reserved(), 0)
         self.assertGreater(self.front.max_memory_reserved(), 0)  # a peak stays until reset
 
+    def test_history_is_off_until_recorded_and_bounded(self):
+        self.plugin.free(self.plugin.alloc(MiB, 0, STREAM_A), MiB, 0, STREAM_A)
+        self.assertEqual(self.front.snapshot()["device_traces"], [[], []])
+        self.front.record_memory_history(max_entries=5)
+        a = self.plugin.alloc(MiB, 0, STREAM_A)
+        self.plugin.free(a, MiB, 0, STREAM_A)
+        b = self.plugin.alloc(3 * MiB, 1, STREAM_B)
+        traces = self.front.snapshot()["device_traces"]
+        self.assertEqual([e["action"] for e in traces[0]], ["alloc", "free_requested", "free_completed"])
+        self.assertEqual([(e["addr"], e["size"], e["stream"]) for e in traces[0]], [(a, MiB, STREAM_A)] * 3)
+        self.assertEqual(sorted(traces[1][-1]), ["action", "addr", "frames", "size", "stream", "time_us"])
+        self.assertEqual(traces[1][-1]["action"], "alloc")
+        self.assertIn("segment_alloc", [e["action"] for e in traces[1]])  # device 1's first pool chunk
+        self.assertTrue(all(e["frames"] == [] for trace in traces for e in trace))  # no labeller: no stacks
+        for _ in range(4):
+            self.plugin.free(self.plugin.alloc(MiB, 0, STREAM_A), MiB, 0, STREAM_A)
+        self.assertEqual(len(self.front.snapshot()["device_traces"][0]), 5)  # the newest max_entries
+        with self.assertRaises(MemoryError):
+            self.plugin.alloc(1 << 60, 0, STREAM_A)
+        refused = self.front.snapshot()["device_traces"][0][-1]
+        self.assertEqual((refused["action"], refused["size"]), ("oom", 1 << 60))
+        self.assertIn("device_free", refused)
+        self.front.record_memory_history("state")
+        self.assertEqual(self.front.snapshot()["device_traces"], [[], []])  # state: no trace shown
+        self.front.record_memory_history(None)
+        self.plugin.free(b, 3 * MiB, 1, STREAM_B)
+        self.assertEqual(self.plugin.history(1), [])
+        with self.assertRaisesRegex(ValueError, "enabled='yes'"):
+            self.front.record_memory_history("yes")
+
+    def test_history_labels_become_frames(self):
+        front = self.front
+
+        class Stacks:  # what poolkit.torch's extension does, with fixed frames
+            def __init__(self):
+                self.asked = None
+
+            def record_history(self, entries, python, cpp, frees):
+                self.asked = (entries, python, cpp, frees)
+                _plugin.load().record_history(entries)
+
+            def history_frames(self, labels):
+                return [[{"filename": "x.py", "line": label, "name": "f"}] if label else [] for label in labels]
+
+        front.stacks = Stacks()
+        front.record_memory_history(context="alloc", stacks="python", max_entries=100)
+        self.assertEqual(front.stacks.asked, (100, True, False, False))
+        front.record_memory_history(context=None)
+        self.assertEqual(front.stacks.asked[1:], (False, False, False))
+        front.record_memory_history()
+        self.assertEqual(front.stacks.asked, (sys.maxsize, True, True, True))
+        pointer = self.plugin.alloc(MiB, 0, STREAM_A)
+        snapshot = front.snapshot()
+        self.assertEqual(snapshot["device_traces"][0][-1]["frames"], [])  # unlabelled: the plugin got no callbacks
+        live = [b for s in snapshot["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+        self.assertEqual([b["address"] for b in live], [pointer])
+        self.plugin.free(pointer, MiB, 0, STREAM_A)
+        front.record_memory_history(None)
+
     def test_snapshot_has_pytorchs_structure(self):
         pointers = [(self.plugin.alloc(size, device, STREAM_A), size, device) for size, device in ((MiB, 0), (7 * MiB, 1))]
         snapshot = self.front.snapshot()
@@ -604,7 +695,8 @@ class Loading(unittest.TestCase):
         capabilities = poolkit.torch.capabilities()
         self.assertFalse(any(v for v in capabilities.values() if isinstance(v, bool)))
         self.assertEqual(capabilities["why"], "use() has not run")
-        self.assertIn("record_memory_history", capabilities["not_wired"])
+        self.assertIn("mem_pool", capabilities["not_wired"])
+        self.assertNotIn("record_memory_history", capabilities["not_wired"])
 
     def test_torchs_snapshot_functions_answer_with_poolkits(self):
         import types

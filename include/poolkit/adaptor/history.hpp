@@ -14,10 +14,11 @@
 // chooses (a call stack's id, a training step), gathered outside poolkit's locks and handed back
 // through release() when the event leaves the history, so that the caller can free what it
 // names. Segment events carry none: they happen under a pool's lock.
-// Complexity: O(1) per event, one lock; an O(1) atomic load per call while not started. Thread
+// Complexity: amortized O(1) per event, one lock; one atomic load per call while not started. Thread
 // safety: every member may be called from any thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -79,14 +80,14 @@ public:
     history& operator=(const history&) = delete;
     ~history() { stop(); }
 
-    // Starts recording into a ring of `max_entries` events (at least 1), dropping what was
-    // recorded before. std::bad_alloc (nothing changed) when the ring cannot be made.
+    // Starts recording into a ring of at most `max_entries` events (at least 1; it grows to that
+    // as events come, so SIZE_MAX means "every event host memory holds"), dropping what was
+    // recorded before.
     void start(std::size_t max_entries, history_context context = {}) {
-        std::vector<history_event> ring;
-        ring.reserve(max_entries == 0 ? 1 : max_entries);
         std::lock_guard lock(mutex_);
         drop_all();
-        ring_ = std::move(ring);
+        ring_ = {};
+        max_entries_ = std::max<std::size_t>(max_entries, 1);
         context_ = context;
         recording_.store(true, std::memory_order_release);
     }
@@ -96,6 +97,7 @@ public:
         recording_.store(false, std::memory_order_release);
         drop_all();
         ring_ = {};
+        max_entries_ = 0;
         context_ = {};
     }
     [[nodiscard]] bool recording() const noexcept { return recording_.load(std::memory_order_relaxed); }
@@ -126,9 +128,14 @@ public:
             release(label);
             return;
         }
-        if (ring_.size() < ring_.capacity()) {  // never reallocates: reserved at start()
-            ring_.push_back(event);
-            return;
+        if (ring_.size() < max_entries_) {
+            try {
+                ring_.push_back(event);
+                return;
+            } catch (...) {  // no host memory to grow: the ring is full at this size
+                max_entries_ = ring_.size();
+                if (ring_.empty()) return release(label);
+            }
         }
         release(ring_[oldest_].label);
         ring_[oldest_] = event;
@@ -159,7 +166,7 @@ public:
     }
     [[nodiscard]] std::size_t max_entries() const {
         std::lock_guard lock(mutex_);
-        return ring_.capacity();
+        return max_entries_;
     }
 
 private:
@@ -176,7 +183,8 @@ private:
 
     mutable std::mutex mutex_;
     std::atomic<bool> recording_{false};
-    std::vector<history_event> ring_;  // capacity: max_entries; full, the oldest is at oldest_
+    std::vector<history_event> ring_;  // at most max_entries_; once full, the oldest is at oldest_
+    std::size_t max_entries_ = 0;
     std::size_t oldest_ = 0;
     std::size_t dropped_ = 0;
     history_context context_;

@@ -203,14 +203,17 @@ template <resource R>
     requires(!std::is_lvalue_reference_v<R>)
 recording(R&&, history&, recording_layer = recording_layer::blocks) -> recording<R>;
 
-// A view of the virtual memory `memory` (which must outlive it) that records each map call that
-// mapped something as segment_map and each unmap as segment_unmap. Everything else is V's.
+// A view of the virtual memory `memory` (which must outlive it) that records each map call as
+// segment_map and each unmap as segment_unmap, and the blocks of its resource face (allocate,
+// deallocate: a graph pool's memory, mapped and unmapped with them) likewise. Everything else is V's.
 template <virtual_memory V>
-class recording_memory {
+class recording_memory : public forwarding<recording_memory<V>, V> {
+    friend forwarding<recording_memory, V>;
+
 public:
     recording_memory(V& memory, history& into) noexcept : memory_(&memory), history_(&into) {}
 
-    [[nodiscard]] V& memory() const noexcept { return *memory_; }
+    [[nodiscard]] V& upstream_resource() const noexcept { return *memory_; }
 
     [[nodiscard]] std::byte* base() const noexcept { return memory_->base(); }
     [[nodiscard]] std::size_t capacity() const noexcept { return memory_->capacity(); }
@@ -253,7 +256,21 @@ public:
         return memory_->physical_limit();
     }
 
+    friend bool operator==(const recording_memory& a, const recording_memory& b) { return a.memory_ == b.memory_; }
+
 private:
+    template <class Call>
+    void* around_allocate(const allocation_request& request, Call&& call) {
+        void* pointer = call();
+        if (pointer != nullptr) history_->record(history_action::segment_map, pointer, request.bytes, 0);
+        return pointer;
+    }
+    template <class Call>
+    void around_deallocate(const deallocation_request& request, Call&& call) noexcept {
+        call();
+        if (request.pointer != nullptr) history_->record(history_action::segment_unmap, request.pointer, request.bytes, 0);
+    }
+
     V* memory_;
     history* history_;
 };

@@ -96,6 +96,25 @@ POOLKIT_C_API int poolkit_reset_peak_stats(int device) POOLKIT_C_NOEXCEPT;
 POOLKIT_C_API long poolkit_memory_stats_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT;
 POOLKIT_C_API long poolkit_memory_summary(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT;
 
+/* History (poolkit/adaptor/history.hpp): every pool, now and when made, records what it does into
+ * a ring of the newest `max_entries` events (0 stops and drops it). Each alloc, free_requested and
+ * oom event asks label(user, action) for a number to carry (0: none), on the allocating or freeing
+ * thread with no lock of poolkit's held; release(user, label) hands each nonzero label back once its
+ * event leaves the ring, with a pool's lock held (it must not call poolkit). Actions: 0 alloc,
+ * 1 free_requested, 2 free_completed, 3 segment_alloc, 4 segment_free, 5 segment_map,
+ * 6 segment_unmap, 7 oom. Returns 0; -1 (see poolkit_last_error) without host memory. */
+typedef struct poolkit_history_callbacks {
+    unsigned long long (*label)(void* user, int action);
+    void (*release)(void* user, unsigned long long label);
+    void* user;
+} poolkit_history_callbacks;
+POOLKIT_C_API int poolkit_record_history(size_t max_entries, poolkit_history_callbacks labels) POOLKIT_C_NOEXCEPT;
+
+/* `device`'s history, oldest first, as the JSON list of one device's "device_traces" in PyTorch's
+ * snapshot ([{"action": "alloc", "addr": ..., "size": ..., "stream": ..., "time_us": ...,
+ * "label": ...}, ...]), written and sized as below; [] for a device with no pool yet. */
+POOLKIT_C_API long poolkit_history_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT;
+
 /* The chunks and blocks of `device`'s pool as JSON shaped like the "segments" of PyTorch's
  * torch.cuda.memory._snapshot() (poolkit/observe/snapshot.hpp), written and sized as above. For
  * the expandable kind each run of mapped granules is a segment (poolkit/observe/mapped_walk.hpp). */

@@ -3,11 +3,21 @@ pools, in the shapes of torch.cuda's functions. Each framework passes how it nam
 device."""
 import collections
 import pickle
+import sys
 
 from . import _plugin
 
 
-def _segment(device, segment, expandable):
+def _trace_entry(event, frames):
+    # One entry of PyTorch's device_traces.
+    entry = {"action": event["action"], "addr": event["addr"], "size": event["size"], "stream": event["stream"],
+             "time_us": event["time_us"], "frames": frames}
+    if event["action"] == "oom":
+        entry["device_free"] = event.get("device_free", 0)
+    return entry
+
+
+def _segment(device, segment, expandable, frames_at):
     # PyTorch's keys, in its order; every block keeps its address, size, requested size and state.
     return {
         "device": device,
@@ -26,7 +36,7 @@ def _segment(device, segment, expandable):
             "size": block["size"],
             "requested_size": block["requested_size"],
             "state": block["state"],
-            "frames": [],
+            "frames": frames_at.get(block["address"], []) if block["state"] == "active_allocated" else [],
         } for block in segment["blocks"]],
     }
 
@@ -36,12 +46,17 @@ class Frontend:
     argument means, `as_index(device)` turns the framework's device into an index."""
 
     FUNCTIONS = ("memory_stats", "memory_summary", "memory_allocated", "max_memory_allocated", "memory_reserved",
-                 "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "set_per_process_memory_fraction", "snapshot",
-                 "dump_snapshot")
+                 "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "set_per_process_memory_fraction",
+                 "record_memory_history", "snapshot", "dump_snapshot")
 
     def __init__(self, current_device, as_index=int):
         self._current_device = current_device
         self._as_index = as_index
+        # Who labels history events with call stacks (poolkit.torch's hooks extension): an object
+        # with record_history(max_entries, python, cpp, frees) and history_frames(labels); None:
+        # events carry no frames.
+        self.stacks = None
+        self._history = None  # what record_memory_history() was last asked: None (off), "all" or "state"
 
     def export(self, namespace):
         """Puts FUNCTIONS into a module's namespace (its globals())."""
@@ -89,19 +104,63 @@ class Frontend:
         memory. Below what is reserved now it only stops growth."""
         _plugin.load().set_memory_fraction(fraction, self._device(device))
 
+    def record_memory_history(self, enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None,
+                              clear_history=False, **_ignored):
+        """torch.cuda.memory._record_memory_history() for poolkit's pools (every device; `device`
+        is accepted for its signature): enabled None stops and drops the history; "all" records
+        alloc, free_requested, free_completed, segment and oom events into a ring of the newest
+        `max_entries` per device, which snapshot() shows as "device_traces"; "state" records the
+        same but snapshot() shows only the stacks of live blocks. context "all" labels allocs and
+        frees with their call stack, "alloc" or "state" allocs only, None nothing; stacks
+        "python" gathers Python frames, "all" Python and C++ ones. Stacks need a labeller
+        (poolkit.torch's hooks); without one events carry no frames. Recording starts afresh at
+        each call (clear_history is what it always does)."""
+        del device, clear_history  # every device; each start drops what was recorded
+        if enabled not in (None, False, "all", "state"):
+            raise ValueError(f"enabled={enabled!r}: expected None, 'state' or 'all'")
+        if context not in (None, "state", "alloc", "all") or stacks not in ("python", "all"):
+            raise ValueError(f"context={context!r}, stacks={stacks!r}: expected context None, 'state', 'alloc' or 'all' "
+                             "and stacks 'python' or 'all'")
+        entries = 0 if enabled in (None, False) else max(int(max_entries), 1)
+        if self.stacks is not None:
+            labelled = context is not None
+            self.stacks.record_history(entries, labelled, labelled and stacks == "all", context == "all")
+        else:
+            _plugin.load().record_history(entries)
+        self._history = enabled or None
+
+    def _traces(self, plugin, devices):
+        # Each device's history as PyTorch's device_traces, and {address: frames} of the newest
+        # alloc at each address (the stacks of live blocks).
+        traces, frames_at = [], {}
+        for device in range(devices):
+            events = plugin.history(device) if self._history else []
+            labels = [event.get("label", 0) for event in events]
+            frames = self.stacks.history_frames(labels) if self.stacks is not None and any(labels) else [[] for _ in events]
+            traces.append([_trace_entry(event, frames_of) for event, frames_of in zip(events, frames)])
+            for entry in traces[-1]:
+                if entry["action"] == "alloc":
+                    frames_at[entry["addr"]] = entry["frames"]
+        if self._history == "state":
+            traces = [[] for _ in range(devices)]
+        return traces, frames_at
+
     def snapshot(self):
         """torch.cuda.memory._snapshot()'s structure for poolkit's pools of every device in use:
         "segments" (device, address, total_size, allocated/active/requested sizes, stream,
-        blocks with address, size, requested_size and state active_allocated, active_pending_free
-        or inactive), "device_traces" (empty: poolkit records no history). For the expandable
-        allocator each run of mapped granules is a segment with is_expandable True."""
+        blocks with address, size, requested_size, state active_allocated, active_pending_free
+        or inactive, and the frames of a live block's allocation where the history holds it),
+        "device_traces" (each device's history while record_memory_history() records, else
+        empty). For the expandable allocator each run of mapped granules is a segment with
+        is_expandable True."""
         plugin = _plugin.load()
         expandable = plugin.allocator == "expandable"
         devices = plugin.device_count
-        segments = [_segment(device, s, expandable) for device in range(devices) for s in plugin.segments(device)]
+        traces, frames_at = self._traces(plugin, devices)
+        segments = [_segment(device, s, expandable, frames_at) for device in range(devices) for s in plugin.segments(device)]
         return {
             "segments": segments,
-            "device_traces": [[] for _ in range(devices)],
+            "device_traces": traces,
             "allocator_settings": {"poolkit_allocator": plugin.allocator},
             "external_annotations": [],
         }

@@ -66,6 +66,8 @@ class Plugin:
         self._bind("poolkit_reset_peak_stats", c.c_int, [c.c_int])
         for text in ("poolkit_memory_stats_json", "poolkit_memory_summary", "poolkit_snapshot_json"):
             self._bind(text, c.c_long, [c.c_int, c.c_char_p, c.c_size_t])
+        self._bind("poolkit_history_json", c.c_long, [c.c_int, c.c_char_p, c.c_size_t])
+        self._bind("poolkit_record_history", c.c_int, [c.c_size_t, _HistoryCallbacks])
         self._bind("poolkit_set_allocator", c.c_int, [c.c_char_p])
         self._bind("poolkit_set_option", c.c_int, [c.c_char_p, c.c_char_p])
         self._bind("poolkit_allocator_name", c.c_char_p, [])
@@ -207,6 +209,20 @@ class Plugin:
 
     def segments(self, device):
         return json.loads(self._text(self._lib.poolkit_snapshot_json, device))["segments"]
+
+    def record_history(self, max_entries):
+        """Every pool records its history (unlabelled) into a ring of `max_entries` events; 0 stops."""
+        if self._lib.poolkit_record_history(max_entries, _HistoryCallbacks()) != 0:
+            raise self._error("cannot record the history")
+
+    def history(self, device):
+        """The device's history, oldest first: [{"action", "addr", "size", "stream", "time_us"} ...]."""
+        return json.loads(self._text(self._lib.poolkit_history_json, device))
+
+
+class _HistoryCallbacks(ctypes.Structure):
+    # poolkit_history_callbacks; from Python always empty (no labels).
+    _fields_ = [("label", ctypes.c_void_p), ("release", ctypes.c_void_p), ("user", ctypes.c_void_p)]
 
 
 _lock = threading.Lock()

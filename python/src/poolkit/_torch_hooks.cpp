@@ -18,9 +18,14 @@
 // - set_per_process_memory_fraction -> poolkit_set_memory_fraction (a cap on the bytes reserved);
 // - exhaustion -> torch.OutOfMemoryError with poolkit's figures, after the out-of-memory
 //   observers (torch._C._cuda_attach_out_of_memory_observer) are told.
-// Not here: torch.cuda.memory._snapshot (poolkit.torch routes it in Python), _record_memory_history
-// (PyTorch's own message), and torch.cuda.MemPool (not supported yet).
+// - allocation history: record_history() makes every pool record its history
+//   (poolkit_record_history), each alloc (and free) labelled with the Python and C++ call stack
+//   gathered as PyTorch's allocator gathers it (torch::CapturedTraceback); history_frames() turns
+//   labels into the frames of PyTorch's snapshot. poolkit.torch routes
+//   torch.cuda.memory._record_memory_history and _snapshot to them in Python.
+// Not here: torch.cuda.MemPool (not supported yet).
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
+#include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/extension.h>
 
 #include <pybind11/stl.h>
@@ -50,6 +55,13 @@
 
 namespace {
 
+// The plugin's history callbacks (include/poolkit/interop/c_api.h), by value.
+struct poolkit_history_callbacks {
+    unsigned long long (*label)(void* user, int action);
+    void (*release)(void* user, unsigned long long label);
+    void* user;
+};
+
 namespace pluggable = torch::cuda::CUDAPluggableAllocator;
 using c10::cuda::MempoolId_t;
 using device_stats = c10::CachingDeviceAllocator::DeviceStats;
@@ -64,6 +76,7 @@ struct plugin_api {
     long (*memory_stats_json)(int, char*, size_t) = nullptr;
     int (*capture_into)(int, cudaStream_t, unsigned long long) = nullptr;
     int (*set_memory_fraction)(int, double) = nullptr;
+    int (*record_history)(size_t, poolkit_history_callbacks) = nullptr;
     const char* (*last_error)() = nullptr;
 };
 plugin_api plugin;
@@ -209,6 +222,112 @@ private:
 };
 graph_routes routes;
 
+// The call stacks of the history's events: a label per captured stack, kept until the plugin hands
+// the label back. A stack handed back is destroyed later, on a thread holding no lock of
+// poolkit's (its Python frames need the GIL).
+class history_stacks {
+public:
+    // What to gather: Python frames, C++ frames, and stacks for frees too (else allocs only).
+    void configure(bool python, bool cpp, bool frees) {
+        const std::lock_guard lock(mutex_);
+        python_ = python;
+        cpp_ = cpp;
+        frees_ = frees;
+    }
+
+    // The plugin's label callback: action 0 is alloc, 1 free_requested, 7 oom.
+    static unsigned long long label(void* user, int action) {
+        auto& self = *static_cast<history_stacks*>(user);
+        bool python = false, cpp = false, frees = false;
+        {
+            const std::lock_guard lock(self.mutex_);
+            python = self.python_;
+            cpp = self.cpp_;
+            frees = self.frees_;
+        }
+        if ((action == 1 && !frees) || (!python && !cpp)) return 0;
+        try {
+            std::shared_ptr<torch::CapturedTraceback> stack = torch::CapturedTraceback::gather(python, false, cpp);
+            std::vector<std::shared_ptr<torch::CapturedTraceback>> gone;
+            const std::lock_guard lock(self.mutex_);
+            gone.swap(self.released_);  // destroyed after the lock, here
+            const unsigned long long id = ++self.next_;
+            self.live_.emplace(id, std::move(stack));
+            return id;
+        } catch (...) {
+            return 0;
+        }
+    }
+    // The plugin's release callback, under a pool's lock: the stack is only set aside.
+    static void release(void* user, unsigned long long label) {
+        auto& self = *static_cast<history_stacks*>(user);
+        try {
+            const std::lock_guard lock(self.mutex_);
+            const auto found = self.live_.find(label);
+            if (found == self.live_.end()) return;
+            self.released_.push_back(std::move(found->second));
+            self.live_.erase(found);
+        } catch (...) {
+        }
+    }
+
+    // For each label, its stack as PyTorch's snapshot writes frames: [{"filename", "line",
+    // "name"}, ...], innermost first; [] for 0 or a label handed back already.
+    py::list frames(const std::vector<unsigned long long>& labels) {
+        std::vector<std::shared_ptr<torch::CapturedTraceback>> stacks(labels.size());
+        std::vector<std::shared_ptr<torch::CapturedTraceback>> gone;
+        {
+            const std::lock_guard lock(mutex_);
+            gone.swap(released_);
+            for (std::size_t i = 0; i < labels.size(); ++i) {
+                const auto found = live_.find(labels[i]);
+                if (found != live_.end()) stacks[i] = found->second;
+            }
+        }
+        std::vector<torch::CapturedTraceback*> known;
+        for (const auto& stack : stacks) {
+            if (stack) known.push_back(stack.get());
+        }
+        const torch::SymbolizedTracebacks symbols = torch::symbolize(known);
+        std::vector<py::dict> all_frames;
+        all_frames.reserve(symbols.all_frames.size());
+        for (const auto& frame : symbols.all_frames) {
+            py::dict d;
+            d["filename"] = frame.filename;
+            d["line"] = frame.lineno;
+            d["name"] = frame.funcname;
+            all_frames.push_back(std::move(d));
+        }
+        py::list out;
+        std::size_t next = 0;
+        for (const auto& stack : stacks) {
+            py::list frames_of;
+            if (stack) {
+                for (const std::uint64_t index : symbols.tracebacks[next]) frames_of.append(all_frames[index]);
+                ++next;
+            }
+            out.append(std::move(frames_of));
+        }
+        return out;
+    }
+
+private:
+    std::mutex mutex_;
+    bool python_ = true, cpp_ = false, frees_ = true;
+    unsigned long long next_ = 0;
+    std::unordered_map<unsigned long long, std::shared_ptr<torch::CapturedTraceback>> live_;
+    std::vector<std::shared_ptr<torch::CapturedTraceback>> released_;
+};
+history_stacks stacks;
+
+// torch.cuda.memory._record_memory_history's effect on every pool: a ring of `max_entries` events
+// (0 stops), each alloc labelled with its stack where `python` or `cpp`, each free too where `frees`.
+void record_history(std::size_t max_entries, bool python, bool cpp, bool frees) {
+    stacks.configure(python, cpp, frees);
+    const int failed = plugin.record_history(max_entries, poolkit_history_callbacks{&history_stacks::label, &history_stacks::release, &stacks});
+    TORCH_CHECK(failed == 0, "poolkit: _record_memory_history failed: ", last_error());
+}
+
 // CUDAPluggableAllocator with the overrides the setters cannot reach.
 class poolkit_allocator final : public pluggable::CUDAPluggableAllocator {
 public:
@@ -328,6 +447,7 @@ void install(const std::map<std::string, std::uintptr_t>& functions, int device_
     bind_function(plugin.memory_stats_json, functions, "poolkit_memory_stats_json");
     bind_function(plugin.capture_into, functions, "poolkit_capture_into");
     bind_function(plugin.set_memory_fraction, functions, "poolkit_set_memory_fraction");
+    bind_function(plugin.record_history, functions, "poolkit_record_history");
     bind_function(plugin.last_error, functions, "poolkit_last_error");
     auto allocator = std::make_shared<poolkit_allocator>();
     allocator->init(device_count);
@@ -339,4 +459,7 @@ void install(const std::map<std::string, std::uintptr_t>& functions, int device_
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
     module.doc() = "poolkit's PyTorch allocator hooks (poolkit.torch builds and loads this)";
     module.def("install", &install, "Makes poolkit PyTorch's CUDA allocator, every hook wired");
+    module.def("record_history", &record_history, "Starts (max_entries > 0) or stops every pool's history, labelled with call stacks");
+    module.def("history_frames", [](const std::vector<unsigned long long>& labels) { return stacks.frames(labels); },
+               "The frames of each label's call stack, as PyTorch's snapshot writes them");
 }

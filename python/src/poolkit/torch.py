@@ -17,7 +17,10 @@ poolkit: ask this module for statistics, call record_stream() and
 set_per_process_memory_fraction() here, and use() sets TORCH_NCCL_AVOID_RECORD_STREAMS=1 (unless
 set) so that NCCL's collectives hold their tensors instead of calling Tensor.record_stream.
 Either way use() makes torch.cuda.memory._snapshot(), _dump_snapshot() and memory_snapshot()
-answer with poolkit's snapshot() (PyTorch's own raise for a pluggable allocator).
+answer with poolkit's snapshot(), and _record_memory_history() record poolkit's history, which
+snapshot() shows as device_traces for PyTorch's viewers (python -m torch.cuda._memory_viz
+trace_plot); with the extension each event carries its Python and C++ call stack, as PyTorch's own
+(PyTorch's functions only raise for a pluggable allocator).
 """
 import os
 import threading
@@ -87,6 +90,7 @@ def use(preset="caching", *, plugin=None, **options):
                 "poolkit.torch.use() must run before PyTorch's first CUDA allocation in this process; PyTorch's "
                 f"allocator is already in use (PyTorch said: {error}). Call it first thing, before any model or "
                 "tensor is moved to the GPU.") from None
+        _front.stacks = hooks  # history events labelled with call stacks where the extension is live
         _route_snapshots(torch)
         _in_use = wanted
         _hooks_missing = missing
@@ -99,13 +103,18 @@ def in_use():
 
 def _route_snapshots(torch):
     """torch.cuda.memory._snapshot() (what _dump_snapshot() writes) and memory_snapshot() answer
-    with poolkit's snapshot: PyTorch's C++ snapshot() of a pluggable allocator only raises."""
+    with poolkit's snapshot, and _record_memory_history() records poolkit's history: PyTorch's C++
+    functions of a pluggable allocator only raise."""
     def snapshot(*_args, **_kwargs):
         return globals()["snapshot"]()
 
     def memory_snapshot(*_args, **_kwargs):
         return globals()["snapshot"]()["segments"]
 
+    def record_history(*args, **kwargs):
+        return globals()["record_memory_history"](*args, **kwargs)
+
+    torch.cuda.memory._record_memory_history = record_history
     torch.cuda.memory._snapshot = snapshot
     torch.cuda.memory.memory_snapshot = memory_snapshot
     torch.cuda.memory_snapshot = memory_snapshot
@@ -114,10 +123,9 @@ def _route_snapshots(torch):
 # What each of PyTorch's allocator entry points does under poolkit once the hooks are live
 # (docs/python.md has the whole table).
 _HOOKED = ("record_stream", "empty_cache", "memory_stats", "reset_peak_memory_stats", "graph_pool_sharing", "out_of_memory_error",
-           "out_of_memory_observers", "memory_fraction")
+           "out_of_memory_observers", "memory_fraction", "history_stacks")
 _NOT_WIRED = {
     "reset_accumulated_memory_stats": "raises: poolkit's allocated/freed counts run for the pool's life",
-    "record_memory_history": "torch.cuda.memory._record_memory_history() does not reach poolkit",
     "mem_pool": "torch.cuda.MemPool and use_mem_pool are not supported (not yet checked under poolkit)",
 }
 
@@ -129,8 +137,9 @@ def capabilities():
     result = {name: live for name in _HOOKED}
     result.update({name: False for name in _NOT_WIRED})
     result["alloc_free"] = _in_use is not None
-    # Hooks or not: captures are served from graph pools, and the snapshot is routed in Python.
-    result["cuda_graphs"] = result["memory_snapshot"] = _in_use is not None
+    # Hooks or not: captures are served from graph pools, and the snapshot and history are routed
+    # in Python (history events carry call stacks only with the hooks: history_stacks).
+    result["cuda_graphs"] = result["memory_snapshot"] = result["record_memory_history"] = _in_use is not None
     result["why"] = _hooks_missing
     result["not_wired"] = dict(_NOT_WIRED)
     return result
@@ -144,6 +153,7 @@ def record_stream(tensor, stream):
     _plugin.load().record_stream(tensor.untyped_storage().data_ptr(), device, stream.cuda_stream)
 
 
-_frontend.Frontend(_current_device, _as_index).export(globals())
+_front = _frontend.Frontend(_current_device, _as_index)
+_front.export(globals())
 
 __all__ = ["use", "in_use", "capabilities", "record_stream", *_frontend.Frontend.FUNCTIONS]
