@@ -2,6 +2,7 @@
 // to a replay or a training step, apart from the GPU.
 //   build-release/bench/poolkit-bench-presets
 #include <poolkit/adaptor/host_events.hpp>
+#include <poolkit/adaptor/recording.hpp>
 #include <poolkit/presets.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
@@ -53,7 +54,32 @@ void caching_random(benchmark::State& state) {
     state.SetItemsProcessed(state.iterations());
 }
 
+// The pair of caching_pair through recording<>: history off (0), recording (1), recording with a
+// label per alloc and free (2, a counter: the cost of poolkit's side, not of gathering a stack).
+void caching_pair_recorded(benchmark::State& state) {
+    poolkit::simulated_resource memory;
+    simulated_caching pool{poolkit::ref(memory)};
+    poolkit::history history;
+    poolkit::recording users{pool, history};
+    std::uint64_t labels = 0;
+    if (state.range(0) == 1) history.start(1 << 16);
+    if (state.range(0) == 2) {
+        history.start(1 << 16, {[](void* count, poolkit::history_action) noexcept { return ++*static_cast<std::uint64_t*>(count); },
+                                [](void*, std::uint64_t) noexcept {}, &labels});
+    }
+    const std::size_t bytes = 1 << 20;
+    const poolkit::stream_ref stream = poolkit::default_stream;
+    users.deallocate_async(users.allocate_async(bytes, 256, stream), bytes, 256, stream);
+    for (auto _ : state) {
+        void* p = users.allocate_async(bytes, 256, stream);
+        benchmark::DoNotOptimize(p);
+        users.deallocate_async(p, bytes, 256, stream);
+    }
+    state.SetItemsProcessed(state.iterations() * 2);
+}
+
 }  // namespace
 
+BENCHMARK(caching_pair_recorded)->Arg(0)->Arg(1)->Arg(2);
 BENCHMARK(caching_pair)->Arg(4096)->Arg(1 << 20)->Arg(64 << 20);
 BENCHMARK(caching_random)->Arg(1 << 20)->Arg(64 << 20);

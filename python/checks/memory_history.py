@@ -4,7 +4,8 @@ process of its own:
 - Two MLP training steps are recorded (context "all", stacks "all") after three warm-up steps and
   dumped with torch.cuda.memory._dump_snapshot(). The history must hold as many alloc and
   free_completed events as PyTorch's for the same program, every alloc must carry frames, some of
-  them Python frames of this file and some C++ frames, and live blocks must carry their frames.
+  them Python frames of this file and some C++ frames, none of poolkit's own (the stack starts at
+  PyTorch's call into the allocator), and live blocks must carry their frames.
 - PyTorch's viewer reads each dump: `python -m torch.cuda._memory_viz trace_plot` writes the HTML
   page of the timeline (the pickled snapshot is read back out of it and must hold the same
   events), and `python -m torch.cuda._memory_viz trace` prints one line per event.
@@ -54,6 +55,11 @@ def step_ms(torch, step, steps):
     return 1e3 * statistics.median(times)
 
 
+def is_poolkits(frame):
+    """A frame of poolkit's own machinery (the plugin, the hooks extension, the library)."""
+    return "poolkit::" in frame["name"] or frame["filename"].endswith(("poolkit_plugin.cpp", "_torch_hooks.cpp")) or "/poolkit/" in frame["filename"]
+
+
 def is_cpp(frame):
     return frame["filename"].endswith((".cpp", ".h", ".cc", ".cu", ".hpp")) or "::" in frame["name"]
 
@@ -90,6 +96,7 @@ def child(name, folder):
         "allocs_with_frames": sum(1 for e in allocs if e["frames"]),
         "allocs_with_python_frames_here": sum(1 for e in allocs if any(f["filename"].endswith(here) for f in e["frames"])),
         "allocs_with_cpp_frames": sum(1 for e in allocs if any(is_cpp(f) for f in e["frames"])),
+        "allocs_with_poolkits_frames": sum(1 for e in allocs if any(is_poolkits(f) for f in e["frames"])),
         "live_block_has_frames": bool(kept_blocks and any(f["filename"].endswith(here) for f in kept_blocks[0]["frames"])),
     }
     del kept
@@ -143,6 +150,8 @@ def main():
             failures.append(f"{name}: {run['allocs_with_frames']} of {actions.get('alloc', 0)} allocs carry frames")
         if run["allocs_with_python_frames_here"] == 0 or run["allocs_with_cpp_frames"] == 0:
             failures.append(f"{name}: no alloc with Python frames of this file, or none with C++ frames")
+        if run["allocs_with_poolkits_frames"] != 0:
+            failures.append(f"{name}: {run['allocs_with_poolkits_frames']} allocs show poolkit's own frames (its gathering is trimmed)")
         if not run["live_block_has_frames"]:
             failures.append(f"{name}: the live block's frames are missing from the snapshot's segments")
         if run["bounded_events"] != 50:

@@ -303,8 +303,14 @@ public:
         for (const auto& stack : stacks) {
             py::list frames_of;
             if (stack) {
-                for (const std::uint64_t index : symbols.tracebacks[next]) frames_of.append(all_frames[index]);
-                ++next;
+                // The innermost C++ frames, down to the plugin's entry point (poolkit_alloc ...), are
+                // poolkit's own gathering: the stack starts at PyTorch's call.
+                const std::vector<std::uint64_t>& indices = symbols.tracebacks[next++];
+                std::size_t first = 0;
+                for (std::size_t i = 0; i < indices.size(); ++i) {
+                    if (symbols.all_frames[indices[i]].funcname.starts_with("poolkit_")) first = i + 1;
+                }
+                for (std::size_t i = first; i < indices.size(); ++i) frames_of.append(all_frames[indices[i]]);
             }
             out.append(std::move(frames_of));
         }
