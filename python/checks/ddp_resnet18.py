@@ -8,9 +8,9 @@ step beside PyTorch's.
 
 GPUS defaults to every visible device (at least 2 are needed). DDP's gradient buckets and NCCL's
 inputs are used on NCCL's stream: ProcessGroupNCCL's record_stream calls reach poolkit through its
-hooks (poolkit.torch.capabilities()); without them poolkit.torch.use() sets
-TORCH_NCCL_AVOID_RECORD_STREAMS=1 (unless set), so that ProcessGroupNCCL holds those tensors until
-its work is done.
+hooks (poolkit.torch.capabilities()), and the check fails if TORCH_NCCL_AVOID_RECORD_STREAMS is set
+in a rank where they are live; without them (the "no hooks" run) poolkit.torch.use() sets it
+(unless set), so that ProcessGroupNCCL holds those tensors until its work is done.
 """
 import json
 import os
@@ -41,8 +41,14 @@ def train(name):
     figures = allocators.figures(name)
     dist.barrier()
     dist.destroy_process_group()
-    print(json.dumps({"rank": rank, "losses": losses, "ms_per_step": ms_per_step, "figures": figures}),
-          flush=True)
+    hooked = False
+    if allocators.ALLOCATORS[name][1] is not None:
+        import poolkit.torch
+        hooked = poolkit.torch.capabilities()["record_stream"]
+    # With the hooks, NCCL's record_stream calls reach poolkit: the workaround must not be set.
+    avoid = os.environ.get("TORCH_NCCL_AVOID_RECORD_STREAMS")
+    print(json.dumps({"rank": rank, "losses": losses, "ms_per_step": ms_per_step, "figures": figures, "record_stream_hooked": hooked,
+                      "avoid_record_streams": avoid}), flush=True)
 
 
 def run(name, gpus):
@@ -83,6 +89,8 @@ def main():
                 for statement in result["figures"].get("consistency", [])]
     failures += [f"{name} rank {r}: losses differ from pytorch's" for name, ranks in runs.items() for r in range(gpus)
                  if ranks[r]["losses"] != runs["pytorch"][r]["losses"]]
+    failures += [f"{name} rank {r}: record_stream is hooked, yet TORCH_NCCL_AVOID_RECORD_STREAMS={ranks[r]['avoid_record_streams']}"
+                 for name, ranks in runs.items() for r in range(gpus) if ranks[r]["record_stream_hooked"] and ranks[r]["avoid_record_streams"]]
     print("\n" + ("every check passed: every rank's losses identical under every allocator, poolkit's stats agree with its snapshots"
                   if not failures else "FAILED:\n  " + "\n  ".join(failures)))
     return 0 if not failures else 1
