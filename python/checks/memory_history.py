@@ -4,8 +4,8 @@ process of its own:
 - Two MLP training steps are recorded (context "all", stacks "all") after three warm-up steps and
   dumped with torch.cuda.memory._dump_snapshot(). The history must hold as many alloc and
   free_completed events as PyTorch's for the same program, every alloc must carry frames, some of
-  them Python frames of this file and some C++ frames, none of poolkit's own (the stack starts at
-  PyTorch's call into the allocator), and live blocks must carry their frames.
+  them Python frames of this file and some C++ frames, none of the plugin's or the library's (the
+  stack starts where PyTorch calls the allocator), and live blocks must carry their frames.
 - PyTorch's viewer reads each dump: `python -m torch.cuda._memory_viz trace_plot` writes the HTML
   page of the timeline (the pickled snapshot is read back out of it and must hold the same
   events), and `python -m torch.cuda._memory_viz trace` prints one line per event.
@@ -56,8 +56,9 @@ def step_ms(torch, step, steps):
 
 
 def is_poolkits(frame):
-    """A frame of poolkit's own machinery (the plugin, the hooks extension, the library)."""
-    return "poolkit::" in frame["name"] or frame["filename"].endswith(("poolkit_plugin.cpp", "_torch_hooks.cpp")) or "/poolkit/" in frame["filename"]
+    """A frame of poolkit's own machinery: the plugin or the library. The hooks extension's
+    allocator (PyTorch's caller) may show, as PyTorch's own allocator's frames show in its stacks."""
+    return "poolkit::" in frame["name"] or frame["filename"].endswith("poolkit_plugin.cpp") or "/include/poolkit/" in frame["filename"]
 
 
 def is_cpp(frame):

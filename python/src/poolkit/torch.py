@@ -10,7 +10,8 @@ use() builds a small C++ extension against the installed torch on first use (cac
 _torch_hooks.py) that wires PyTorch's allocator hooks to poolkit: Tensor.record_stream,
 torch.cuda.empty_cache(), torch.cuda.memory_stats() and what is built on it (memory_allocated,
 max_memory_reserved, memory_summary, reset_peak_memory_stats), CUDA graph pools
-(torch.cuda.graph, graph_pool_handle() sharing, make_graphed_callables),
+(torch.cuda.graph, graph_pool_handle() sharing, make_graphed_callables,
+torch.compile(mode="reduce-overhead"), with its cudagraph trees off),
 set_per_process_memory_fraction, and OutOfMemoryError with poolkit's figures. capabilities()
 says which hooks are live. Where the extension cannot be built, only alloc and free reach
 poolkit: ask this module for statistics, call record_stream() and
@@ -92,6 +93,7 @@ def use(preset="caching", *, plugin=None, **options):
                 "tensor is moved to the GPU.") from None
         _front.stacks = hooks  # history events labelled with call stacks where the extension is live
         _route_snapshots(torch)
+        _compile_without_cudagraph_trees()
         _in_use = wanted
         _hooks_missing = missing
 
@@ -99,6 +101,18 @@ def use(preset="caching", *, plugin=None, **options):
 def in_use():
     """The (preset, options) use() installed, or None."""
     return _in_use
+
+
+def _compile_without_cudagraph_trees():
+    """torch.compile(mode="reduce-overhead") captures its CUDA graphs as torch.cuda.graph does
+    (whose pools poolkit serves) instead of through cudagraph trees, which checkpoint and check the
+    state of PyTorch's own allocator's private pools (a pluggable allocator's functions for those
+    only raise), as under PyTorch's cudaMallocAsync backend."""
+    try:
+        import torch._inductor.config as inductor
+        inductor.triton.cudagraph_trees = False
+    except Exception:  # a torch without inductor: nothing to configure
+        pass
 
 
 def _route_snapshots(torch):
