@@ -11,6 +11,7 @@
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/limiting.hpp>
 #include <poolkit/adaptor/logging.hpp>
+#include <poolkit/adaptor/recording.hpp>
 #include <poolkit/adaptor/retry_on_oom.hpp>
 #include <poolkit/adaptor/statistics.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
@@ -54,6 +55,7 @@ template <class U> using fallback_over = fallback<best_fit<U>, buddy<U>>;
 template <class U> using statistics_of = statistics<U>;
 template <class U> using tracking_of = tracking<U>;
 template <class U> using logging_of = logging<U>;
+template <class U> using recording_of = recording<U>;
 template <class U> using limiting_of = limiting<U>;
 template <class U> using retry_on_oom_of = retry_on_oom<U>;
 template <class U> using synchronized_of = synchronized<U>;

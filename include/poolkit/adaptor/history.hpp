@@ -190,6 +190,13 @@ private:
     history_context context_;
 };
 
+// The history of recording<> adaptors built without one (lanes of a stream_ordered among them),
+// off until started. Never destroyed: pools that outlive main may still record into it.
+[[nodiscard]] inline history& default_history() noexcept {
+    static history* const shared = new history;
+    return *shared;
+}
+
 // The events as the JSON list of one device's "device_traces" in PyTorch's snapshot:
 //   [{"action": "alloc", "addr": 139637976727552, "size": 1024, "stream": 0, "time_us": ...,
 //     "label": 7}, {"action": "oom", ..., "device_free": 0}]

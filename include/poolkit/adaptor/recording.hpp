@@ -13,6 +13,9 @@
 //   history h;
 //   recording<ref<caching_allocator<...>>> users{pool, h};  // records nothing until h.start()
 //
+// Built without a history (as a stream_ordered's lanes are), it records users' blocks into
+// default_history(), which is off until started.
+//
 // Complexity: one relaxed atomic load per call while the history is not recording; otherwise one
 // event (a lock), a label (history_context::gather) for alloc and free_requested, and O(blocks
 // pending in Upstream) per block given to record_use. Thread safety: as Upstream; the history
@@ -26,16 +29,19 @@
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/forwarding.hpp>
 #include <poolkit/core/properties.hpp>
+#include <poolkit/core/rebind.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/virtual_memory.hpp>
 #include <poolkit/adaptor/history.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <new>
+#include <type_traits>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -50,10 +56,24 @@ class recording : public forwarding<recording<Upstream>, Upstream> {
 
 public:
     using upstream_type = Upstream;
+    template <class N>
+    using rebind = recording<rebind_t<Upstream, N>>;
+    using lane_upstream_type = lane_upstream_t<Upstream>;
+    using lane_options_type = lane_options_t<Upstream>;
 
+    // Records users' blocks into default_history().
+    recording()
+        requires std::default_initializable<Upstream>
+        : recording(Upstream{}, default_history()) {}
+    explicit recording(Upstream upstream) : recording(std::move(upstream), default_history()) {}
     // Records into `into`, which must outlive this adaptor.
     recording(Upstream upstream, history& into, recording_layer layer = recording_layer::blocks)
         : upstream_(std::move(upstream)), history_(&into), layer_(layer) {}
+    // Builds the upstream in place (as lanes do); records users' blocks into default_history().
+    template <class... Args>
+        requires constructible_in_place<Upstream, Args...>
+    explicit recording(std::in_place_t, Args&&... args)
+        : upstream_(build_from<Upstream>(std::forward<Args>(args)...)), history_(&default_history()), layer_(recording_layer::blocks) {}
 
     recording(const recording&) = delete;
     recording& operator=(const recording&) = delete;
@@ -185,7 +205,7 @@ private:
         return 0;
     }
 
-    Upstream upstream_;
+    Upstream upstream_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
     history* history_;
     recording_layer layer_;
     std::mutex mutex_;                     // used_ and awaiting_
@@ -197,6 +217,11 @@ private:
 static_assert(resource_with<recording<detail::resource_archetype<host_accessible>>, host_accessible>);
 
 // An lvalue is referred to, an rvalue owned (docs/concepts.md).
+template <resource R>
+recording(R&) -> recording<ref<R>>;
+template <resource R>
+    requires(!std::is_lvalue_reference_v<R>)
+recording(R&&) -> recording<R>;
 template <resource R>
 recording(R&, history&, recording_layer = recording_layer::blocks) -> recording<ref<R>>;
 template <resource R>
