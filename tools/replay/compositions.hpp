@@ -19,6 +19,7 @@
 #include <poolkit/observe/replay.hpp>
 #include <poolkit/observe/trace.hpp>
 #include <poolkit/strategy/best_fit.hpp>
+#include <poolkit/strategy/buddy.hpp>
 #include <poolkit/strategy/segregator.hpp>
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/presets.hpp>
@@ -27,12 +28,6 @@
 #include <poolkit/upstream/simulated_resource.hpp>
 #include <poolkit/upstream/simulated_vmm_resource.hpp>
 
-#if __has_include(<poolkit/strategy/buddy.hpp>)
-#  include <poolkit/strategy/buddy.hpp>
-#  define POOLKIT_REPLAY_HAS_BUDDY 1
-#else
-#  define POOLKIT_REPLAY_HAS_BUDDY 0
-#endif
 
 #include <cstddef>
 #include <cstdint>
@@ -197,9 +192,7 @@ std::vector<composition> compositions_over(MakeUpstream make_upstream) {
         [](source up) {
             return std::make_unique<best_fit<source>>(up, best_fit_options{.initial_size = 0, .growth = growth_policy::fixed_step(128 * MiB)});
         });
-#if POOLKIT_REPLAY_HAS_BUDDY
     add("buddy", "buddy, default options", [](source up) { return std::make_unique<buddy<source>>(up); });
-#endif
     add("size_classes+best_fit", "size_classes (256 B to 1 MiB, 4 classes per doubling) in front of a default best_fit",
         [](source up) {
             using pool = size_classes<source, best_fit<source>>;
