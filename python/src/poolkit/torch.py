@@ -140,7 +140,8 @@ _HOOKED = ("record_stream", "empty_cache", "memory_stats", "reset_peak_memory_st
            "out_of_memory_observers", "memory_fraction", "history_stacks")
 _NOT_WIRED = {
     "reset_accumulated_memory_stats": "raises: poolkit's allocated/freed counts run for the pool's life",
-    "mem_pool": "torch.cuda.MemPool and use_mem_pool are not supported (not yet checked under poolkit)",
+    "mem_pool": "torch.cuda.MemPool and use_mem_pool are not supported: PyTorch's pluggable allocator refuses to make the pool "
+                "(createOrIncrefPool), and poolkit's private pools serve CUDA graph captures only",
 }
 
 
