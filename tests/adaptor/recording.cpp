@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -75,6 +76,26 @@ TEST_CASE("history: nothing is recorded until start(); stop() drops everything")
     void* after = users.allocate(64);
     users.deallocate(after, 64);
     CHECK(h.events().empty());
+}
+
+TEST_CASE("recording: an lvalue is referred to, an rvalue owned; without a history it records into default_history()") {
+    new_delete_resource upstream;
+    recording referring{upstream};
+    static_assert(std::is_same_v<decltype(referring), recording<ref<new_delete_resource>>>);
+    recording owning{new_delete_resource{}};
+    static_assert(std::is_same_v<decltype(owning), recording<new_delete_resource>>);
+    history& shared = default_history();
+    CHECK(&referring.recorded_into() == &shared);
+    CHECK(&owning.recorded_into() == &shared);
+    const bool was_recording = shared.recording();  // the composition matrix's row may have started it
+    shared.start(8);
+    referring.deallocate(referring.allocate(8), 8);
+    CHECK(shared.events().size() == 3);
+    if (was_recording) {
+        shared.start(64);
+    } else {
+        shared.stop();
+    }
 }
 
 TEST_CASE("history: the ring keeps the newest max_entries events and releases each label once") {

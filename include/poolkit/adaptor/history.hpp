@@ -116,8 +116,13 @@ public:
     // Records an event (nothing while not recording; a label is then released).
     void record(history_action action, const void* address, std::size_t bytes, std::uintptr_t stream, std::uint64_t label = 0,
                 std::size_t device_free = 0) noexcept {
+        record_at(action, reinterpret_cast<std::uintptr_t>(address), bytes, stream, label, device_free);
+    }
+    // The same with the address as a number (of a block freed already, say).
+    void record_at(history_action action, std::uintptr_t address, std::size_t bytes, std::uintptr_t stream, std::uint64_t label = 0,
+                   std::size_t device_free = 0) noexcept {
         const history_event event{action,
-                                  reinterpret_cast<std::uintptr_t>(address),
+                                  address,
                                   bytes,
                                   stream,
                                   std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count(),

@@ -91,7 +91,7 @@ public:
             if (!history_->recording()) return;
             std::lock_guard lock(mutex_);
             try {
-                used_.insert(pointer);
+                used_.insert(reinterpret_cast<std::uintptr_t>(pointer));
             } catch (...) {  // no host memory: its free_completed comes with its free_requested
             }
         }
@@ -104,8 +104,9 @@ public:
             std::vector<awaiting> done;
             {
                 std::lock_guard lock(mutex_);
-                const auto still = std::stable_partition(awaiting_.begin(), awaiting_.end(),
-                                                         [&](const awaiting& a) { return upstream_.pending_free(a.pointer); });
+                const auto still = std::stable_partition(awaiting_.begin(), awaiting_.end(), [&](const awaiting& a) {
+                    return upstream_.pending_free(reinterpret_cast<const void*>(a.address));
+                });
                 try {
                     done.assign(still, awaiting_.end());
                 } catch (...) {
@@ -114,7 +115,7 @@ public:
                 awaiting_.erase(still, awaiting_.end());
                 awaiting_count_.store(awaiting_.size(), std::memory_order_relaxed);
             }
-            for (const awaiting& a : done) history_->record(history_action::free_completed, a.pointer, a.bytes, a.stream);
+            for (const awaiting& a : done) history_->record_at(history_action::free_completed, a.address, a.bytes, a.stream);
         }
     }
 
@@ -124,8 +125,9 @@ public:
     friend bool operator==(const recording& a, const recording& b) { return a.upstream_ == b.upstream_; }
 
 private:
+    // Addresses of freed blocks are kept as numbers: the memory is no longer the caller's.
     struct awaiting {
-        void* pointer;
+        std::uintptr_t address;
         std::size_t bytes;
         std::uintptr_t stream;
     };
@@ -163,28 +165,28 @@ private:
             return;
         }
         const std::uintptr_t stream = request.on_stream ? stream_id(request.stream) : 0;
+        const auto address = reinterpret_cast<std::uintptr_t>(request.pointer);
         if (layer_ == recording_layer::segments) {
             call();
-            history_->record(history_action::segment_free, request.pointer, request.bytes, stream);
+            history_->record_at(history_action::segment_free, address, request.bytes, stream);
             return;
         }
         // Before the free: the address may be handed out again at once.
-        history_->record(history_action::free_requested, request.pointer, request.bytes, stream,
-                         history_->label(history_action::free_requested));
+        history_->record_at(history_action::free_requested, address, request.bytes, stream, history_->label(history_action::free_requested));
         call();
-        if (!waits_for_uses(request.pointer, request.bytes, stream)) {
-            history_->record(history_action::free_completed, request.pointer, request.bytes, stream);
+        if (!waits_for_uses(address, request.bytes, stream)) {
+            history_->record_at(history_action::free_completed, address, request.bytes, stream);
         }
     }
 
     // Whether the block just freed was given to record_use and still waits in Upstream (its
     // free_completed then comes from settle()).
-    bool waits_for_uses(void* pointer, std::size_t bytes, std::uintptr_t stream) noexcept {
+    bool waits_for_uses(std::uintptr_t address, std::size_t bytes, std::uintptr_t stream) noexcept {
         if constexpr (has_pending_free<Upstream>) {
             std::lock_guard lock(mutex_);
-            if (used_.erase(pointer) == 0 || !upstream_.pending_free(pointer)) return false;
+            if (used_.erase(address) == 0 || !upstream_.pending_free(reinterpret_cast<const void*>(address))) return false;
             try {
-                awaiting_.push_back({pointer, bytes, stream});
+                awaiting_.push_back({address, bytes, stream});
             } catch (...) {
                 return false;
             }
@@ -209,7 +211,7 @@ private:
     history* history_;
     recording_layer layer_;
     std::mutex mutex_;                     // used_ and awaiting_
-    std::unordered_set<const void*> used_;  // given to record_use while recording, still live
+    std::unordered_set<std::uintptr_t> used_;  // given to record_use while recording, still live
     std::vector<awaiting> awaiting_;        // freed, still pending in Upstream
     std::atomic<std::size_t> awaiting_count_{0};
 };
@@ -252,8 +254,9 @@ public:
         history_->record(history_action::segment_map, at, bytes, 0);
     }
     void unmap(void* at, std::size_t bytes) noexcept {
+        const auto address = reinterpret_cast<std::uintptr_t>(at);
         memory_->unmap(at, bytes);
-        history_->record(history_action::segment_unmap, at, bytes, 0);
+        history_->record_at(history_action::segment_unmap, address, bytes, 0);
     }
     [[nodiscard]] bool is_mapped(const void* pointer) const { return memory_->is_mapped(pointer); }
     [[nodiscard]] std::size_t mapped_bytes() const { return memory_->mapped_bytes(); }
@@ -292,8 +295,9 @@ private:
     }
     template <class Call>
     void around_deallocate(const deallocation_request& request, Call&& call) noexcept {
+        const auto address = reinterpret_cast<std::uintptr_t>(request.pointer);
         call();
-        if (request.pointer != nullptr) history_->record(history_action::segment_unmap, request.pointer, request.bytes, 0);
+        if (address != 0) history_->record_at(history_action::segment_unmap, address, request.bytes, 0);
     }
 
     V* memory_;
