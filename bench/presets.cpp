@@ -15,19 +15,24 @@ namespace {
 
 using simulated_caching = poolkit::caching_allocator<poolkit::ref<poolkit::simulated_resource>, poolkit::host_events>;
 
+// Warm allocate + free pairs of `bytes` on one stream through `r`.
+template <class R>
+void time_pairs(benchmark::State& state, R& r, std::size_t bytes) {
+    const poolkit::stream_ref stream = poolkit::default_stream;
+    r.deallocate_async(r.allocate_async(bytes, 256, stream), bytes, 256, stream);
+    for (auto _ : state) {
+        void* p = r.allocate_async(bytes, 256, stream);
+        benchmark::DoNotOptimize(p);
+        r.deallocate_async(p, bytes, 256, stream);
+    }
+    state.SetItemsProcessed(state.iterations() * 2);
+}
+
 // A warm allocate + free pair of one size on one stream.
 void caching_pair(benchmark::State& state) {
     poolkit::simulated_resource memory;
     simulated_caching pool{poolkit::ref(memory)};
-    const auto bytes = static_cast<std::size_t>(state.range(0));
-    const poolkit::stream_ref stream = poolkit::default_stream;
-    pool.deallocate_async(pool.allocate_async(bytes, 256, stream), bytes, 256, stream);
-    for (auto _ : state) {
-        void* p = pool.allocate_async(bytes, 256, stream);
-        benchmark::DoNotOptimize(p);
-        pool.deallocate_async(p, bytes, 256, stream);
-    }
-    state.SetItemsProcessed(state.iterations() * 2);
+    time_pairs(state, pool, static_cast<std::size_t>(state.range(0)));
 }
 
 // RMM's random_allocations shape: 73% allocate, sizes uniform up to a maximum, frees at random.
@@ -67,15 +72,7 @@ void caching_pair_recorded(benchmark::State& state) {
         history.start(1 << 16, {[](void* count, poolkit::history_action) noexcept { return ++*static_cast<std::uint64_t*>(count); },
                                 [](void*, std::uint64_t) noexcept {}, &labels});
     }
-    const std::size_t bytes = 1 << 20;
-    const poolkit::stream_ref stream = poolkit::default_stream;
-    users.deallocate_async(users.allocate_async(bytes, 256, stream), bytes, 256, stream);
-    for (auto _ : state) {
-        void* p = users.allocate_async(bytes, 256, stream);
-        benchmark::DoNotOptimize(p);
-        users.deallocate_async(p, bytes, 256, stream);
-    }
-    state.SetItemsProcessed(state.iterations() * 2);
+    time_pairs(state, users, std::size_t{1} << 20);
 }
 
 }  // namespace
