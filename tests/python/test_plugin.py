@@ -594,15 +594,30 @@ class Frontend(unittest.TestCase):
             self.front.record_memory_history("yes")
 
     def test_history_labels_become_frames(self):
+        import ctypes
         front = self.front
+        label_type = ctypes.CFUNCTYPE(ctypes.c_ulonglong, ctypes.c_void_p, ctypes.c_int)
+        release_type = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_ulonglong)
 
-        class Stacks:  # what poolkit.torch's extension does, with fixed frames
+        class Stacks:  # what poolkit.torch's extension does: labels through the C ABI, frames from labels
             def __init__(self):
-                self.asked = None
+                self.asked, self.next = None, 0
+                self.callbacks = (label_type(self.label), release_type(lambda _user, _label: None))
+
+            def label(self, _user, action):
+                if action != 0:  # allocs only
+                    return 0
+                self.next += 1
+                return self.next
 
             def record_history(self, entries, python, cpp, frees):
                 self.asked = (entries, python, cpp, frees)
-                _plugin.load().record_history(entries)
+                callbacks = _plugin._HistoryCallbacks(ctypes.cast(self.callbacks[0], ctypes.c_void_p),
+                                                      ctypes.cast(self.callbacks[1], ctypes.c_void_p), None)
+                self.assert_ok(_plugin.load()._lib.poolkit_record_history(entries, callbacks))
+
+            def assert_ok(self, status):
+                assert status == 0, _plugin.load()._lib.poolkit_last_error()
 
             def history_frames(self, labels):
                 return [[{"filename": "x.py", "line": label, "name": "f"}] if label else [] for label in labels]
@@ -613,12 +628,13 @@ class Frontend(unittest.TestCase):
         front.record_memory_history(context=None)
         self.assertEqual(front.stacks.asked[1:], (False, False, False))
         front.record_memory_history()
-        self.assertEqual(front.stacks.asked, (sys.maxsize, True, True, True))
+        self.assertEqual(front.stacks.asked[0], sys.maxsize)
         pointer = self.plugin.alloc(MiB, 0, STREAM_A)
         snapshot = front.snapshot()
-        self.assertEqual(snapshot["device_traces"][0][-1]["frames"], [])  # unlabelled: the plugin got no callbacks
+        allocs = [e for e in snapshot["device_traces"][0] if e["action"] == "alloc"]
+        self.assertEqual([(e["addr"], e["frames"]) for e in allocs], [(pointer, [{"filename": "x.py", "line": 1, "name": "f"}])])
         live = [b for s in snapshot["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
-        self.assertEqual([b["address"] for b in live], [pointer])
+        self.assertEqual([(b["address"], b["frames"]) for b in live], [(pointer, allocs[0]["frames"])])  # the live block's stack
         self.plugin.free(pointer, MiB, 0, STREAM_A)
         front.record_memory_history(None)
 
