@@ -602,7 +602,7 @@ public:
     // be handed back long after another call replaced them).
     void record_history(std::size_t max_entries, const poolkit_history_callbacks& labels) {
         std::lock_guard lock(mutex_);
-        const poolkit_history_callbacks& kept = callbacks_.emplace_back(labels);
+        poolkit_history_callbacks& kept = callbacks_.emplace_back(labels);
         history_entries_ = max_entries;
         history_labels_ = history_context{
             [](void* user, history_action action) noexcept -> std::uint64_t {
@@ -613,7 +613,7 @@ public:
                 const auto& c = *static_cast<const poolkit_history_callbacks*>(user);
                 if (c.release != nullptr) c.release(c.user, label);
             },
-            const_cast<poolkit_history_callbacks*>(&kept)};
+            &kept};
         for (auto& pool : pools_) {
             if (pool) pool->record_history(max_entries, history_labels_);
         }
