@@ -219,7 +219,7 @@ public:
     // block's uses.
     void record_use(void* pointer, stream_ref stream) {
         if constexpr (has_owns<pool_type>) {
-            POOLKIT_ASSERT(handed_by_us(pointer) && !pending(pointer), "record_use of a pointer stream_ordered did not hand out");
+            POOLKIT_ASSERT(handed_by_us(pointer) && !pending_free(pointer), "record_use of a pointer stream_ordered did not hand out");
         }
         uses_.add(pointer, {stream, thread_of(stream)});
     }
@@ -227,7 +227,14 @@ public:
     // Whether the block at `pointer` was freed and has not reached the pool yet: it waits in a
     // stream's front or behind events (a block given to record_use waits for that work).
     // O(blocks freed and not in the pool).
-    [[nodiscard]] bool pending_free(const void* pointer) const noexcept { return pending(pointer); }
+    [[nodiscard]] bool pending_free(const void* pointer) const noexcept {
+        bool found = false;
+        records_.for_each([&](const record_type& r) {
+            for (const detail::free_block& b : r.front.blocks()) found = found || b.pointer == pointer;
+        });
+        waiting_.for_each_block([&](const detail::free_block& b) { found = found || b.pointer == pointer; });
+        return found;
+    }
 
     // Synchronizes `stream`, drops it from the uses of every live block (record_use) and puts its
     // front into the pool, free for all. Optional before destroying a stream that freed blocks (a
@@ -295,7 +302,7 @@ public:
     [[nodiscard]] bool owns(const void* pointer) const
         requires has_owns<pool_type>
     {
-        return handed_by_us(pointer) && !pending(pointer);
+        return handed_by_us(pointer) && !pending_free(pointer);
     }
 
     void check_invariants() const
@@ -891,15 +898,6 @@ private:
         }
         into_pool(block);
         return true;
-    }
-
-    [[nodiscard]] bool pending(const void* pointer) const noexcept {
-        bool found = false;
-        records_.for_each([&](const record_type& r) {
-            for (const detail::free_block& b : r.front.blocks()) found = found || b.pointer == pointer;
-        });
-        waiting_.for_each_block([&](const detail::free_block& b) { found = found || b.pointer == pointer; });
-        return found;
     }
 
     memory_figures figures(std::size_t bytes, std::size_t alignment) const {
