@@ -16,8 +16,10 @@ each allocator in its own process:
 - torch.cuda.memory._snapshot() shows the live memory (poolkit's snapshot under poolkit).
 - Two graphs captured with one graph_pool_handle() share one poolkit graph pool, and their replays
   equal eager results.
-- An impossible request raises torch.OutOfMemoryError naming poolkit, after the out-of-memory
-  observers are told; 4 GiB is refused under set_per_process_memory_fraction(0.01) and served at 1.0.
+- An impossible request raises torch.OutOfMemoryError in PyTorch's words ("Tried to allocate ...")
+  naming poolkit, after the out-of-memory observers are told; 4 GiB is refused under
+  set_per_process_memory_fraction(0.01), the observers told the bytes allowed, and served at 1.0;
+  get_per_process_memory_fraction() reads the fraction back.
 
     PYTHONPATH=python/src:python/checks POOLKIT_PLUGIN=build/plugins/libpoolkit_plugin.so python3 python/checks/torch_hooks.py
 
@@ -178,32 +180,50 @@ def compiled_reduce_overhead(torch):
         return {"error": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
 
 
-def out_of_memory(torch):
-    told = []
+# What the out-of-memory observers were told, (alloc, device total or allowed) per call.
+OBSERVED = []
+
+
+def attach_observer(torch):
     try:
-        torch._C._cuda_attach_out_of_memory_observer(lambda device, alloc, total, free: told.append(alloc))
+        torch._C._cuda_attach_out_of_memory_observer(lambda device, alloc, total, free: OBSERVED.append((alloc, total)))
     except Exception as error:
-        told.append(f"attach failed: {type(error).__name__}")
+        OBSERVED.append(f"attach failed: {type(error).__name__}")
+
+
+def out_of_memory(torch):
+    """An impossible request: the error raised, whether it reads as PyTorch's ("Tried to
+    allocate", the device's capacity) and names the allocator, and how many observers were told."""
+    told = len(OBSERVED)
     try:
         torch.empty(1 << 50, dtype=torch.uint8, device="cuda")
         return {"error": None}
     except Exception as error:
-        return {"error": type(error).__name__, "names_poolkit": "poolkit" in str(error), "observers_told": len(told)}
+        text = str(error)
+        return {"error": type(error).__name__, "names_poolkit": "poolkit" in text,
+                "pytorch_words": "Tried to allocate" in text and "total capacity" in text,
+                "observers_told": len(OBSERVED) - told}
 
 
 def memory_fraction(torch):
-    """Whether 4 GiB is refused under a fraction of 1% of the device (1.4 GiB of an H200), and
-    served again at 100%."""
+    """Whether 4 GiB is refused under a fraction of 1% of the device (1.4 GiB of an H200), with
+    the observers told the bytes allowed, and served again at 100%; and what
+    get_per_process_memory_fraction reads back."""
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(0.01)
+    read_back = torch.cuda.get_per_process_memory_fraction() if hasattr(torch.cuda, "get_per_process_memory_fraction") else 0.01
+    told = len(OBSERVED)
     try:
         torch.empty(4 << 30, dtype=torch.uint8, device="cuda")
         refused = False
     except torch.OutOfMemoryError:
         refused = True
+    total = torch.cuda.get_device_properties(0).total_memory
+    allowed_told = [limit for alloc, limit in OBSERVED[told:]] if refused else []
     torch.cuda.set_per_process_memory_fraction(1.0)
     served = torch.empty(4 << 30, dtype=torch.uint8, device="cuda").numel() == 4 << 30
-    return {"refused_past_fraction": refused, "served_at_full": served}
+    return {"refused_past_fraction": refused, "served_at_full": served, "fraction_read_back": read_back,
+            "observers_told_allowed": bool(allowed_told) and all(abs(limit - 0.01 * total) < (2 << 20) for limit in allowed_told)}
 
 
 def child(name):
@@ -228,6 +248,7 @@ def child(name):
     result["graphs"] = shared_graph_pool(torch, name)
     result["graphed_callables_equal_eager"] = graphed_callables(torch)
     result["compiled_reduce_overhead"] = compiled_reduce_overhead(torch)
+    attach_observer(torch)
     result["out_of_memory"] = out_of_memory(torch)
     result["memory_fraction"] = memory_fraction(torch)
     if allocators.ALLOCATORS[name][1] is not None:
@@ -291,7 +312,10 @@ def main():
             failures.append(f"{name}: an impossible request raised {oom}")
         elif oom["observers_told"] < 1:
             failures.append(f"{name}: the out-of-memory observer was not told")
-        if run["memory_fraction"] != {"refused_past_fraction": True, "served_at_full": True}:
+        elif not oom["pytorch_words"]:
+            failures.append(f"{name}: the out-of-memory message is not in PyTorch's words: {oom}")
+        if run["memory_fraction"] != {"refused_past_fraction": True, "served_at_full": True, "fraction_read_back": 0.01,
+                                      "observers_told_allowed": True}:
             failures.append(f"{name}: set_per_process_memory_fraction was not honoured: {run['memory_fraction']}")
     print("FAILED: " + "; ".join(failures) if failures else "OK: PyTorch's allocator entry points reach poolkit under every preset")
     sys.exit(1 if failures else 0)

@@ -37,17 +37,20 @@
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <cuda_runtime_api.h>
+#include <torch/version.h>
 
 #include <sys/types.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -91,6 +94,43 @@ void check(const char* what) {
     const std::string error = last_error();
     TORCH_CHECK(error.empty(), "poolkit: torch.cuda ", what, " failed: ", error);
 }
+
+// A byte count as PyTorch's messages write it ("512 bytes", "20.00 MiB").
+std::string format_size(std::uint64_t bytes) {
+    if (bytes <= 4096) return std::to_string(bytes) + " bytes";
+    static const char* const units[] = {"KiB", "MiB", "GiB"};
+    double value = static_cast<double>(bytes) / 1024.0;
+    std::size_t unit = 0;
+    while (value >= 1024.0 && unit + 1 < std::size(units)) {
+        value /= 1024.0;
+        ++unit;
+    }
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f %s", value, units[unit]);
+    return text;
+}
+
+// set_per_process_memory_fraction's last value by device (the plugin holds the cap in bytes): what
+// get_per_process_memory_fraction reads back and what the out-of-memory observers are told.
+class memory_fractions {
+public:
+    void set(int device, double fraction) {
+        const std::lock_guard lock(mutex_);
+        if (device >= static_cast<int>(fractions_.size())) fractions_.resize(static_cast<std::size_t>(device) + 1);
+        fractions_[static_cast<std::size_t>(device)] = fraction;
+    }
+    // The fraction set for `device`, if one was.
+    std::optional<double> get(int device) {
+        const std::lock_guard lock(mutex_);
+        if (device < 0 || device >= static_cast<int>(fractions_.size())) return std::nullopt;
+        return fractions_[static_cast<std::size_t>(device)];
+    }
+
+private:
+    std::mutex mutex_;
+    std::vector<std::optional<double>> fractions_;
+};
+memory_fractions fractions;
 
 // The flat {"key": integer, ...} object of poolkit_memory_stats_json; sized again where it grew
 // between the sizing call and the copy (the pool made meanwhile, say).
@@ -359,8 +399,14 @@ public:
         set_memory_fraction_fn([](double fraction, int device) {
             plugin.set_memory_fraction(device, fraction);
             check("set_per_process_memory_fraction");
+            fractions.set(device, fraction);
         });
     }
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)  // where CUDAAllocator has it
+    // torch.cuda.get_per_process_memory_fraction (the base raises): 1 until one is set.
+    double getMemoryFraction(c10::DeviceIndex device) override { return fractions.get(device).value_or(1.0); }
+#endif
 
     c10::DataPtr allocate(std::size_t size) override {
         c10::DeviceIndex device = -1;
@@ -416,19 +462,42 @@ private:
             allocation_metadata_.erase(nullptr);
         }
         const std::string error = last_error();
-        if (error.find("out of memory") != std::string::npos) {
-            std::size_t free_bytes = 0, total_bytes = 0;
-            if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) static_cast<void>(cudaGetLastError());
-            std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> observers;
-            {
-                const std::lock_guard lock(observers_mutex_);
-                observers = observers_;
-            }
-            for (const auto& observer : observers) observer(device, size, total_bytes, free_bytes);
-            TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory in poolkit: ", error);
-        }
+        if (error.find("out of memory") != std::string::npos) raise_out_of_memory(size, device, error);
         TORCH_CHECK(false, "poolkit: allocation of ", size, " bytes on device ", static_cast<int>(device), " failed: ", error);
         return nullptr;
+    }
+
+    // Tells the observers (with the bytes allowed where a fraction is set, as PyTorch's allocator
+    // does), then raises OutOfMemoryError in PyTorch's words with poolkit's figures.
+    void raise_out_of_memory(std::size_t size, c10::DeviceIndex device, const std::string& error) {
+        std::size_t free_bytes = 0, total_bytes = 0;
+        if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) static_cast<void>(cudaGetLastError());
+        const std::optional<double> fraction = fractions.get(device);
+        const auto allowed = static_cast<std::size_t>(fraction.value_or(1.0) * static_cast<double>(total_bytes));
+        std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> observers;
+        {
+            const std::lock_guard lock(observers_mutex_);
+            observers = observers_;
+        }
+        for (const auto& observer : observers) observer(device, size, fraction ? allowed : total_bytes, free_bytes);
+
+        std::int64_t allocated = 0, reserved = 0;
+        try {
+            const auto stats = read_stats(device);
+            const auto get = [&](const char* key) {
+                const auto found = stats.find(key);
+                return found == stats.end() ? std::int64_t{0} : found->second;
+            };
+            allocated = get("allocated_bytes.all.current");
+            reserved = get("reserved_bytes.all.current");
+        } catch (const c10::Error&) {  // the figures are a courtesy: the error raised is the OOM
+        }
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ", format_size(size), ". GPU ",
+                         static_cast<int>(device), " has a total capacity of ", format_size(total_bytes), " of which ",
+                         format_size(free_bytes), " is free. ", fraction ? format_size(allowed) + " allowed; " : std::string{},
+                         "Of the allocated memory ", format_size(static_cast<std::uint64_t>(allocated)), " is allocated by poolkit, and ",
+                         format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(reserved - allocated, 0))),
+                         " is reserved by poolkit but unallocated. ", error);
     }
 
     std::mutex observers_mutex_;
