@@ -12,6 +12,12 @@
 
 #include <cstdio>
 
+namespace example {
+// A stack as one template: stream_ordered makes its pool from it (poolkit::lanes).
+template <class U>
+using counted_best_fit = call_counter<poolkit::best_fit<U>>;
+}  // namespace example
+
 int main() {
     example::aligned_host_resource host;
 
@@ -26,13 +32,13 @@ int main() {
     std::printf("calls through the counter: %zu allocations, %zu deallocations\n", counted.allocations(), counted.deallocations());
 
     // Your adaptor over a poolkit strategy, as the pool every stream shares.
-    poolkit::stream_ordered<example::call_counter<poolkit::best_fit<example::aligned_host_resource>>, poolkit::completed_events> lanes;
+    poolkit::stream_ordered<example::aligned_host_resource, poolkit::lanes<example::counted_best_fit>, poolkit::completed_events> lanes;
     void* on_stream = lanes.allocate_async(1000, 256, poolkit::default_stream);
     lanes.deallocate_async(on_stream, 1000, 256, poolkit::default_stream);
     lanes.release();
 
     // Your strategy as that pool.
-    poolkit::stream_ordered<example::size_cache<example::aligned_host_resource>, poolkit::completed_events> cached_lanes;
+    poolkit::stream_ordered<example::aligned_host_resource, poolkit::lanes<example::size_cache>, poolkit::completed_events> cached_lanes;
     void* again = cached_lanes.allocate_async(512, 256, poolkit::default_stream);
     cached_lanes.deallocate_async(again, 512, 256, poolkit::default_stream);
     std::printf("streams seen: %zu\n", cached_lanes.streams());

@@ -66,7 +66,7 @@ void over(const Options& options, input& choices, std::size_t streams) {
     {
         poolkit::host_events events;
         using shared = poolkit::ref<poolkit::test::instrumented<Memory>>;
-        poolkit::stream_ordered<Strategy<shared>, poolkit::host_events> pool{shared{memory}, options, events};
+        poolkit::stream_ordered<shared, poolkit::lanes<Strategy, Options>, poolkit::host_events> pool{shared{memory}, options, events};
         run(pool, events, choices, streams);
     }
     if (memory.live_bytes() != 0 || !memory.errors().empty()) std::abort();
@@ -112,7 +112,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             using shared = poolkit::ref<poolkit::simulated_vmm_resource>;
             const poolkit::expandable_options options{.span_bytes = 8 * MiB, .small_size = 64 * KiB, .max_cached_bytes = 2 * MiB};
             {
-                poolkit::stream_ordered<poolkit::expandable<shared>, poolkit::host_events> pool{shared{memory}, options, events};
+                poolkit::stream_ordered<shared, poolkit::lanes<poolkit::expandable>, poolkit::host_events> pool{shared{memory}, options, events};
                 run(pool, events, choices, streams);
             }
             if (memory.mapped_bytes() != 0) std::abort();

@@ -36,7 +36,7 @@ struct live_block {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-    using pool_type = poolkit::stream_ordered<poolkit::best_fit<poolkit::ref<poolkit::simulated_resource>>, poolkit::host_events>;
+    using pool_type = poolkit::stream_ordered<poolkit::ref<poolkit::simulated_resource>, poolkit::lanes<poolkit::best_fit>, poolkit::host_events>;
     poolkit::simulated_resource memory{{.capacity = std::size_t{32} << 20}};
     {
         poolkit::host_events events;

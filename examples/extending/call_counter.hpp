@@ -4,14 +4,15 @@
 // What makes it a poolkit adaptor: it derives from poolkit::forwarding<Self, Upstream>, which gives
 // it every entry point and capability its upstream has (try_allocate_cached, release, the walk,
 // record_use, properties ...), and defines only the hooks it needs: around_allocate sees every
-// allocating entry point, around_deallocate every freeing one. It names rebind, lane_upstream_type
-// and lane_options_type, and takes std::in_place plus its upstream's arguments, so stream_ordered
-// can build it into each lane. Deduction guides make it refer to an lvalue and own an rvalue.
+// allocating entry point, around_deallocate every freeing one. It takes std::in_place plus its
+// upstream's arguments, so that it can wrap an upstream that cannot move (a stream_ordered's pool
+// is built so: lanes<> in adaptor/lanes.hpp). Deduction guides make it refer to an lvalue and own
+// an rvalue.
 #pragma once
 
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/forwarding.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 
 #include <atomic>
@@ -28,10 +29,6 @@ class call_counter : public poolkit::forwarding<call_counter<Upstream>, Upstream
 
 public:
     using upstream_type = Upstream;
-    template <class N>
-    using rebind = call_counter<poolkit::rebind_t<Upstream, N>>;
-    using lane_upstream_type = poolkit::lane_upstream_t<Upstream>;
-    using lane_options_type = poolkit::lane_options_t<Upstream>;
 
     explicit call_counter(Upstream upstream) : upstream_(std::move(upstream)) {}
     template <class... Args>

@@ -6,8 +6,8 @@
 // upstream_type and options_type, offers the optional capabilities where they work
 // (try_allocate_cached: only from the cache; release; check_invariants), forwards its upstream's
 // properties, and keeps its bookkeeping off the memory it manages (device memory is not
-// host-readable). With try_allocate_cached and release it is a lane pool: stream_ordered<size_cache<U>>
-// works as it is (core/rebind.hpp rebuilds it over a ref to the shared upstream).
+// host-readable). With try_allocate_cached and release it is a lane pool:
+// stream_ordered<U, lanes<size_cache>> builds it over a ref to the shared upstream.
 // Complexity: O(log sizes). Thread safety: none. Alignment: the upstream's, for requests of the
 // same alignment. Exhaustion: the upstream's; on failure the cache goes back and the request is
 // tried once more.

@@ -4,7 +4,7 @@
 // constraints of its definition and no default arguments (those stay in each block's own
 // header). tests/core/fwd.cpp includes this header before poolkit.hpp, so a declaration that
 // drifts from its definition fails to compile. Left out: stream_ordered and expandable, whose
-// constraints (lane_pool, events_policy; virtual_memory through a ref) are defined with them, and
+// constraints (pool_lanes, events_policy; virtual_memory through a ref) are defined with them, and
 // the aliases (stream_ref is cuda::stream_ref with CUDA), which come with core/concepts.hpp below.
 #pragma once
 
@@ -39,9 +39,6 @@ template <class Derived, class Upstream>
 class forwarding;
 struct allocation_request;
 struct deallocation_request;
-struct no_options;
-template <class First, class Second>
-struct parts_options;
 
 // upstream
 class new_delete_resource;
@@ -89,6 +86,9 @@ template <resource Upstream>
 class caching_pool;
 
 // adaptor
+struct no_options;
+template <template <class...> class Lane, class Options>
+struct lanes;
 struct concurrent_counters;
 struct single_thread_counters;
 struct statistics_figures;

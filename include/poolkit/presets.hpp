@@ -38,10 +38,10 @@
 namespace poolkit {
 
 template <resource Upstream, events_policy Events>
-using caching_allocator = stream_ordered<caching_pool<Upstream>, Events>;
+using caching_allocator = stream_ordered<Upstream, lanes<caching_pool>, Events>;
 
 template <class VirtualMemory, events_policy Events>
-using expandable_allocator = stream_ordered<expandable<VirtualMemory>, Events>;
+using expandable_allocator = stream_ordered<VirtualMemory, lanes<expandable>, Events>;
 
 #if POOLKIT_HAS_CUDA
 using caching_device_allocator = caching_allocator<cuda_device_resource, cuda_events>;

@@ -39,22 +39,22 @@ struct over_instrumented : host_touch {
     }
 };
 
-struct size_classes_lanes_fixture : over_instrumented<stream_ordered<size_classes<upstream_ref>, host_events>> {
-    static constexpr const char* name = "stream_ordered<size_classes<ref<instrumented>>, host_events>";
+struct size_classes_lanes_fixture : over_instrumented<stream_ordered<upstream_ref, lanes<size_classes>, host_events>> {
+    static constexpr const char* name = "stream_ordered<ref<instrumented>, lanes<size_classes>, host_events>";
 };
-struct buddy_lanes_fixture : over_instrumented<stream_ordered<buddy<upstream_ref>, host_events>> {
-    static constexpr const char* name = "stream_ordered<buddy<ref<instrumented>>, host_events>";
+struct buddy_lanes_fixture : over_instrumented<stream_ordered<upstream_ref, lanes<buddy>, host_events>> {
+    static constexpr const char* name = "stream_ordered<ref<instrumented>, lanes<buddy>, host_events>";
 };
-struct fixed_size_lanes_fixture : over_instrumented<stream_ordered<fixed_size<upstream_ref>, host_events>> {
-    static constexpr const char* name = "stream_ordered<fixed_size<ref<instrumented>>, host_events>";
+struct fixed_size_lanes_fixture : over_instrumented<stream_ordered<upstream_ref, lanes<fixed_size>, host_events>> {
+    static constexpr const char* name = "stream_ordered<ref<instrumented>, lanes<fixed_size>, host_events>";
 };
 
 // The expandable preset's shape over simulated virtual memory.
 struct expandable_lanes_fixture : test::no_touch {
-    static constexpr const char* name = "stream_ordered<expandable<ref<simulated_vmm_resource>>, host_events>";
+    static constexpr const char* name = "stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events>";
     static constexpr bool stateless = false;
     simulated_vmm_resource memory_{{.capacity = std::size_t{16} << 30, .physical_limit = std::size_t{128} << 20}};
-    stream_ordered<expandable<ref<simulated_vmm_resource>>, host_events> resource_{ref<simulated_vmm_resource>(memory_),
+    stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events> resource_{ref<simulated_vmm_resource>(memory_),
                                                                                    {.span_bytes = std::size_t{256} << 20}};
     instrumented<>* upstream() { return nullptr; }
     auto& resource() { return resource_; }

@@ -39,8 +39,8 @@ struct over_instrumented : host_touch {
 struct caching_pool_fixture : over_instrumented<caching_pool<upstream_ref>> {
     static constexpr const char* name = "caching_pool<ref<instrumented>>";
 };
-struct stream_ordered_fixture : over_instrumented<stream_ordered<best_fit<upstream_ref>, host_events>> {
-    static constexpr const char* name = "stream_ordered<best_fit<ref<instrumented>>, host_events>";
+struct stream_ordered_fixture : over_instrumented<stream_ordered<upstream_ref, lanes<best_fit>, host_events>> {
+    static constexpr const char* name = "stream_ordered<ref<instrumented>, lanes<best_fit>, host_events>";
 };
 struct caching_allocator_fixture : over_instrumented<caching_allocator<upstream_ref, host_events>> {
     static constexpr const char* name = "caching_allocator<ref<instrumented>, host_events>";
@@ -84,9 +84,9 @@ struct retry_fixture : host_touch {
 
 // Small caches, so that the suite's traffic overflows them and gives blocks back.
 struct per_thread_fixture : host_touch {
-    static constexpr const char* name = "per_thread<synchronized<stream_ordered<best_fit<ref<instrumented>>, host_events>>, host_events>";
+    static constexpr const char* name = "per_thread<synchronized<stream_ordered<ref<instrumented>, lanes<best_fit>, host_events>>, host_events>";
     static constexpr bool stateless = false;
-    using shared = synchronized<stream_ordered<best_fit<upstream_ref>, host_events>>;
+    using shared = synchronized<stream_ordered<upstream_ref, lanes<best_fit>, host_events>>;
     instrumented<> upstream_;
     host_events events_;
     per_thread<shared, host_events> resource_{std::in_place, {.max_cached_bytes = 256 << 10, .max_blocks_per_class = 4}, events_,

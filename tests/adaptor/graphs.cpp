@@ -124,7 +124,7 @@ private:
     host_events events_;
 };
 
-using checked_pool = stream_ordered<best_fit<ref<capture_checked_upstream>>, host_events>;
+using checked_pool = stream_ordered<ref<capture_checked_upstream>, lanes<best_fit>, host_events>;
 using checked_caching = caching_allocator<ref<capture_checked_upstream>, host_events>;
 using checked_expandable = expandable_allocator<ref<capture_checked_vmm>, host_events>;
 

@@ -105,7 +105,7 @@ TEST_CASE("host_events: the per-thread handle names a stream of its own on each 
 TEST_CASE("host_events: per-thread streams of stream_ordered stay apart by thread") {
     new_delete_resource memory;
     host_events events;
-    stream_ordered<best_fit<ref<new_delete_resource>>, host_events> pool{ref(memory), {}, events};
+    stream_ordered<ref<new_delete_resource>, lanes<best_fit>, host_events> pool{ref(memory), {}, events};
     const stream_ref per_thread = host_events::per_thread_stream();
     void* here = pool.allocate_async(4096, 256, per_thread);
     std::thread other([&] {

@@ -24,7 +24,7 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 constexpr std::size_t GiB = std::size_t{1} << 30;
 
 using shared_vmm = ref<simulated_vmm_resource>;
-using expandable_streams = stream_ordered<expandable<shared_vmm>, host_events>;
+using expandable_streams = stream_ordered<shared_vmm, lanes<expandable>, host_events>;
 }  // namespace
 
 TEST_CASE("granule_map: claimed spans come back, are claimed again, and free the range below once the lowest returns") {
@@ -121,7 +121,7 @@ TEST_CASE("streams made, used and forgotten one after another leave no record an
 TEST_CASE("streams destroyed without forget_stream strand no memory, and their records are trimmed") {
     simulated_vmm_resource memory{{.capacity = 64 * GiB, .granularity = 2 * MiB, .physical_limit = 8 * GiB}};
     host_events events;
-    using streams = stream_ordered<best_fit<ref<simulated_vmm_resource>>, host_events>;
+    using streams = stream_ordered<ref<simulated_vmm_resource>, lanes<best_fit>, host_events>;
     streams pool{ref<simulated_vmm_resource>{memory}, best_fit_options{.initial_size = 4 * MiB}, events};
     const int count = static_cast<int>(2 * streams::min_trim_records) + 100;
     for (int i = 0; i < count; ++i) {

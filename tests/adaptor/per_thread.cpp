@@ -40,7 +40,7 @@ using upstream_ref = ref<instrumented<>>;
 using shared_pool = synchronized<best_fit<upstream_ref>>;
 using front = per_thread<shared_pool, completed_events>;
 // A front over stream-ordered lanes on simulated streams, for the tests of stream semantics.
-using ordered_front = per_thread<synchronized<stream_ordered<best_fit<upstream_ref>, host_events>>, host_events>;
+using ordered_front = per_thread<synchronized<stream_ordered<upstream_ref, lanes<best_fit>, host_events>>, host_events>;
 
 // completed_events whose identity of a stream changes when the test says the stream was destroyed
 // and another made with the same handle; it counts waits for the whole device.
@@ -274,7 +274,7 @@ TEST_CASE("per_thread: a thread on more streams than streams_per_thread gives th
 TEST_CASE("per_thread: a stream destroyed and remade with the same handle never reuses the old stream's blocks") {
     instrumented<> upstream;
     relabeled_events events;
-    using shared = synchronized<stream_ordered<best_fit<upstream_ref>, completed_events>>;
+    using shared = synchronized<stream_ordered<upstream_ref, lanes<best_fit>, completed_events>>;
     per_thread<shared, relabeled_events> pool{std::in_place, {.max_cached_bytes = 16 << 10}, events, upstream_ref{upstream}};
     const stream_ref s = stream_number(0x40);
     std::vector<void*> old_blocks;

@@ -155,7 +155,7 @@ TEST_CASE("recording: a block given to record_use completes its free once the ot
     const stream_ref a = events.make_stream();
     const stream_ref b = events.make_stream();
     instrumented<> memory;
-    stream_ordered<best_fit<ref<instrumented<>>>, host_events> pool{ref<instrumented<>>(memory), best_fit_options{}, events};
+    stream_ordered<ref<instrumented<>>, lanes<best_fit>, host_events> pool{ref<instrumented<>>(memory), best_fit_options{}, events};
     recording users{pool, h};
     h.start(64);
 

@@ -45,12 +45,12 @@ struct limited {
 };
 
 // Returns how many allocations ran out of memory.
-template <class Memory, template <class> class Strategy, class Options>
+template <class Memory, class Lanes, class Options>
 std::size_t run_over(const Options& options, std::uint64_t seed, std::size_t streams) {
     limited<Memory> upstream{4 * MiB};
     host_events events;
     using shared = ref<instrumented<Memory>>;
-    stream_ordered<Strategy<shared>, host_events> pool{shared{*upstream.memory}, options, events};
+    stream_ordered<shared, Lanes, host_events> pool{shared{*upstream.memory}, options, events};
     const test::oracle_report report = test::stream_order_oracle(pool, events, {.seed = seed, .streams = streams, .largest = 1 * MiB});
     MESSAGE(report.describe());
     CHECK(report.violations == 0);
@@ -63,13 +63,13 @@ std::size_t run_over(const Options& options, std::uint64_t seed, std::size_t str
     return report.exhausted;
 }
 
-template <template <class> class Strategy, class Options>
+template <class Lanes, class Options>
 void run_strategy(const Options& options) {
     // A few streams, and many: lanes crowd the upstream sooner.
     std::size_t exhausted = 0;
     for (std::uint64_t seed : {1u, 2u}) {
-        exhausted += run_over<simulated_resource, Strategy>(options, seed, seed == 1 ? 6u : 41u);
-        exhausted += run_over<new_delete_resource, Strategy>(options, seed + 2, seed == 1 ? 6u : 41u);
+        exhausted += run_over<simulated_resource, Lanes>(options, seed, seed == 1 ? 6u : 41u);
+        exhausted += run_over<new_delete_resource, Lanes>(options, seed + 2, seed == 1 ? 6u : 41u);
     }
     CHECK(exhausted > 0);  // the lanes really ran out
 }
@@ -83,40 +83,60 @@ template <class U> using fixed_size_lane = fixed_size<U>;
 template <class U> using segregator_lane = segregator<16 * KiB, size_classes<U>, best_fit<U>>;
 template <class U> using fallback_lane = fallback<best_fit<U>, buddy<U>>;
 
+// A lane policy of its own: a combinator whose parts take options of their own.
+template <template <class> class Combined, template <class> class First, template <class> class Second, class FirstOptions,
+          class SecondOptions>
+struct parts_lanes {
+    struct options {
+        FirstOptions first{};
+        SecondOptions second{};
+    };
+    template <class U>
+    using pool_type = Combined<U>;
+    template <class U>
+    using options_type = options;
+    template <class U>
+    static pool_type<U> make(U upstream, const options& o) {
+        return pool_type<U>(First<U>(upstream, o.first), Second<U>(upstream, o.second));
+    }
+};
+using segregator_lanes = parts_lanes<segregator_lane, size_classes_lane, best_fit_lane, size_classes_options, best_fit_options>;
+using fallback_lanes = parts_lanes<fallback_lane, best_fit_lane, buddy_lane, best_fit_options, buddy_options>;
+
 const best_fit_options small_chunks{.initial_size = 256 * KiB, .growth = growth_policy::as_needed(256 * KiB)};
 
 }  // namespace
 
-TEST_CASE("stream-order oracle at exhaustion: best_fit lanes") { run_strategy<best_fit_lane>(small_chunks); }
+TEST_CASE("stream-order oracle at exhaustion: best_fit lanes") { run_strategy<lanes<best_fit_lane>>(small_chunks); }
 
 TEST_CASE("stream-order oracle at exhaustion: caching_pool lanes") {
-    run_strategy<caching_lane>(caching_options{.small_size = 64 * KiB, .small_chunk = 256 * KiB, .large_growth = growth_policy::fixed_step(1 * MiB)});
+    run_strategy<lanes<caching_lane>>(caching_options{.small_size = 64 * KiB, .small_chunk = 256 * KiB, .large_growth = growth_policy::fixed_step(1 * MiB)});
 }
 
 TEST_CASE("stream-order oracle at exhaustion: buddy lanes") {
-    run_strategy<buddy_lane>(buddy_options{.chunk_size = 1 * MiB});
+    run_strategy<lanes<buddy_lane>>(buddy_options{.chunk_size = 1 * MiB});
 }
 
 TEST_CASE("stream-order oracle at exhaustion: size_classes lanes") {
-    run_strategy<size_classes_lane>(size_classes_options{.largest = 64 * KiB, .slab_size = 256 * KiB});
+    run_strategy<lanes<size_classes_lane>>(size_classes_options{.largest = 64 * KiB, .slab_size = 256 * KiB});
 }
 
 TEST_CASE("stream-order oracle at exhaustion: size_classes over best_fit lanes") {
-    run_strategy<size_classes_best_fit_lane>(size_classes_options{.largest = 64 * KiB, .slab_size = 256 * KiB});
+    run_strategy<lanes<size_classes_best_fit_lane>>(size_classes_options{.largest = 64 * KiB, .slab_size = 256 * KiB});
 }
 
 TEST_CASE("stream-order oracle at exhaustion: fixed_size lanes") {
-    run_strategy<fixed_size_lane>(fixed_size_options{.block_size = 16 * KiB, .slab_size = 64 * KiB});
+    run_strategy<lanes<fixed_size_lane>>(fixed_size_options{.block_size = 16 * KiB, .slab_size = 64 * KiB});
 }
 
 TEST_CASE("stream-order oracle at exhaustion: segregator lanes") {
-    using options = lane_options_t<segregator_lane<ref<instrumented<>>>>;
-    run_strategy<segregator_lane>(options{size_classes_options{.largest = 16 * KiB, .slab_size = 128 * KiB}, small_chunks});
+    using options = segregator_lanes::options;
+    run_strategy<segregator_lanes>(options{size_classes_options{.largest = 16 * KiB, .slab_size = 128 * KiB}, small_chunks});
 }
 
 TEST_CASE("stream-order oracle at exhaustion: fallback lanes") {
-    using options = lane_options_t<fallback_lane<ref<instrumented<>>>>;
-    run_strategy<fallback_lane>(options{small_chunks, buddy_options{.chunk_size = 1 * MiB}});
+    using options = fallback_lanes::options;
+    run_strategy<fallback_lanes>(options{small_chunks, buddy_options{.chunk_size = 1 * MiB}});
 }
 
 TEST_CASE("stream-order oracle at exhaustion: expandable lanes over simulated virtual memory") {
@@ -127,7 +147,7 @@ TEST_CASE("stream-order oracle at exhaustion: expandable lanes over simulated vi
         using shared = ref<simulated_vmm_resource>;
         const expandable_options options{.span_bytes = 8 * MiB, .small_size = 64 * KiB, .rounding = 512,
                                          .max_cached_bytes = 2 * MiB};
-        stream_ordered<expandable<shared>, host_events> pool{shared{memory}, options, events};
+        stream_ordered<shared, lanes<expandable>, host_events> pool{shared{memory}, options, events};
         const test::oracle_report report =
             test::stream_order_oracle(pool, events, {.seed = seed, .streams = seed == 1 ? std::size_t{6} : std::size_t{41}, .largest = 1 * MiB});
         MESSAGE(report.describe());
@@ -143,14 +163,14 @@ TEST_CASE("stream-order oracle at exhaustion: expandable lanes over simulated vi
 // retry, caching_pool's release before growth). A chunk freed on the home stream (straight into
 // the pool) may still be used by that stream's queued work: it must not reach the upstream, and so
 // anything else, before that work is done.
-template <class Lane>
-void lane_gives_back_a_chunk(const lane_options_t<Lane>& options) {
+template <template <class> class Lane, class Options>
+void lane_gives_back_a_chunk(const Options& options) {
     instrumented<simulated_resource> memory;
     memory.limit(2 * MiB);
     host_events events;
     const stream_ref a = events.make_stream(), b = events.make_stream();
     using shared = ref<instrumented<simulated_resource>>;
-    stream_ordered<rebind_t<Lane, shared>, host_events> pool{shared{memory}, options, events};
+    stream_ordered<shared, lanes<Lane, Options>, host_events> pool{shared{memory}, options, events};
     void* first = pool.allocate_async(1 * MiB, 256, a);
     const std::uint64_t used = events.submit(a);  // a kernel on `a` reads `first`...
     pool.deallocate_async(first, 1 * MiB, 256, a);  // ...and the block is freed behind it
@@ -172,12 +192,12 @@ void lane_gives_back_a_chunk(const lane_options_t<Lane>& options) {
 }
 
 TEST_CASE("a best_fit pool that cannot grow gives a chunk back only after its home stream's work") {
-    lane_gives_back_a_chunk<best_fit<ref<instrumented<>>>>(
+    lane_gives_back_a_chunk<best_fit>(
         best_fit_options{.initial_size = 0, .growth = growth_policy::as_needed(4 * KiB), .granularity = 256});
 }
 
 TEST_CASE("a caching_pool pool releasing before growth gives a chunk back only after its home stream's work") {
-    lane_gives_back_a_chunk<caching_pool<ref<instrumented<>>>>(
+    lane_gives_back_a_chunk<caching_pool>(
         caching_options{.small_size = 64 * KiB, .small_chunk = 256 * KiB, .large_growth = growth_policy::as_needed(4 * KiB)});
 }
 
@@ -188,7 +208,7 @@ TEST_CASE("a block passed through to the upstream before a second stream arrived
     host_events events;
     const stream_ref a = events.make_stream(), b = events.make_stream();
     using shared = ref<instrumented<simulated_resource>>;
-    stream_ordered<fixed_size<shared>, host_events> pool{shared{memory}, fixed_size_options{.block_size = 16 * KiB}, events};
+    stream_ordered<shared, lanes<fixed_size>, host_events> pool{shared{memory}, fixed_size_options{.block_size = 16 * KiB}, events};
     void* large = pool.allocate_async(1 * MiB, 256, a);  // past the block size: straight to the upstream
     void* used = pool.allocate_async(1 * MiB, 256, a);
     void* small = pool.allocate_async(100, 256, b);      // a second lane: tracking starts

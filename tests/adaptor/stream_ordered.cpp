@@ -66,7 +66,7 @@ private:
 };
 
 using upstream = ref<instrumented<>>;
-using ordered = stream_ordered<best_fit<upstream>, watched_events>;
+using ordered = stream_ordered<upstream, lanes<best_fit>, watched_events>;
 
 // One chunk per request, sized to it: which block serves a request is plain to see.
 constexpr best_fit_options exact{.initial_size = 0, .growth = growth_policy::as_needed(4 * KiB), .granularity = 256};
@@ -101,12 +101,12 @@ struct fixture {
 static_assert(stream_resource<ordered>);
 static_assert(!has_property<ordered, host_accessible> || has_property<instrumented<>, host_accessible>);
 // Over a real strategy, what the header checks over its archetype pool.
-static_assert(stream_resource_with<stream_ordered<best_fit<detail::resource_archetype<host_accessible>>, completed_events>,
+static_assert(stream_resource_with<stream_ordered<detail::resource_archetype<host_accessible>, lanes<best_fit>, completed_events>,
                                    host_accessible>);
-static_assert(has_release<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
-              has_check_invariants<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
-              has_owns<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>> &&
-              walkable<stream_ordered<best_fit<detail::resource_archetype<>>, completed_events>>);
+static_assert(has_release<stream_ordered<detail::resource_archetype<>, lanes<best_fit>, completed_events>> &&
+              has_check_invariants<stream_ordered<detail::resource_archetype<>, lanes<best_fit>, completed_events>> &&
+              has_owns<stream_ordered<detail::resource_archetype<>, lanes<best_fit>, completed_events>> &&
+              walkable<stream_ordered<detail::resource_archetype<>, lanes<best_fit>, completed_events>>);
 
 TEST_CASE("a stream used alone frees straight into the pool and reuses the memory at once, any size, with no event") {
     fixture f;
@@ -802,7 +802,7 @@ stream_ref handle(std::uintptr_t value) { return stream_ref{reinterpret_cast<str
 
 TEST_CASE("with events that cost nothing a free serves any stream at its next call; two handles of one stream share a record") {
     instrumented<> memory;
-    stream_ordered<best_fit<upstream>, aliased_events> pool{upstream{memory}, exact};
+    stream_ordered<upstream, lanes<best_fit>, aliased_events> pool{upstream{memory}, exact};
     void* other = pool.allocate_async(4 * KiB, 256, handle(3));
     void* block = pool.allocate_async(64 * KiB, 256, handle(1));
     pool.deallocate_async(block, 64 * KiB, 256, handle(2));
@@ -860,7 +860,7 @@ TEST_CASE("random multi-stream traffic never hands out a block before its earlie
             watched_events events;
             using simulated_upstream = ref<instrumented<simulated_resource>>;
             const best_fit_options options{.initial_size = 512 * KiB, .growth = growth_policy::as_needed(256 * KiB)};
-            stream_ordered<best_fit<simulated_upstream>, watched_events> pool{simulated_upstream{memory}, options, events};
+            stream_ordered<simulated_upstream, lanes<best_fit>, watched_events> pool{simulated_upstream{memory}, options, events};
             pool.internal_dependencies(dependencies);
             std::mt19937_64 random(11);
             const auto next = [&](std::uint64_t bound) -> std::uint64_t {

@@ -2,8 +2,8 @@
 // (the adaptor between the strategy and its upstream), and every adaptor-over-strategy stack as the
 // lane pool of a stream_ordered over simulated streams, each through the conformance suite. A
 // new strategy joins `strategies` below, a new adaptor gets a translation unit like the others
-// (matrix_<adaptor>.cpp): the stacks are built by the rules of core/rebind.hpp, so nothing else
-// needs writing.
+// (matrix_<adaptor>.cpp). Stacks are built in place (core/in_place.hpp) and lanes through
+// lanes<> (adaptor/lanes.hpp), so no block writes anything for the matrix.
 #pragma once
 
 #include "../support/conformance.hpp"
@@ -17,7 +17,8 @@
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/adaptor/tracking.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/adaptor/lanes.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
@@ -103,7 +104,7 @@ struct adaptor_over_strategy : host_touch {
     static inline const std::string name = type_name<stack>();
     static constexpr bool stateless = false;
     instrumented<> upstream_;
-    stack resource_ = build_over<stack>(base{upstream_}, lane_options_t<stack>{});
+    stack resource_ = build_from<stack>(base{upstream_});
     instrumented<>* upstream() { return &upstream_; }
     stack& resource() { return resource_; }
     void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
@@ -119,19 +120,26 @@ struct strategy_over_adaptor : host_touch {
     static constexpr bool stateless = false;
     instrumented<> upstream_;
     middle middle_ = build_from<middle>(base{upstream_});
-    stack resource_ = build_over<stack>(ref<middle>{middle_}, lane_options_t<stack>{});
+    stack resource_ = build_from<stack>(ref<middle>{middle_});
     instrumented<>* upstream() { return &upstream_; }
     stack& resource() { return resource_; }
     void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
     ~strategy_over_adaptor() { finish(resource_, upstream_); }
 };
 
-// stream_ordered<Adaptor<Strategy<upstream>>>: the stack as the pool of every lane.
+// Adaptor<Strategy<U>> as one template, for lanes<>.
+template <template <class> class Adaptor, template <class> class Strategy>
+struct stacked {
+    template <class U>
+    using over = Adaptor<Strategy<U>>;
+};
+
+// stream_ordered<upstream, lanes<Adaptor<Strategy<>>>>: the stack as the pool of every lane.
 template <template <class> class Adaptor, template <class> class Strategy>
 struct adaptor_stack_lanes : host_touch {
-    using pool = Adaptor<Strategy<base>>;
-    static_assert(lane_pool<pool>);
-    using stack = stream_ordered<pool, host_events>;
+    using pool_lanes_type = lanes<stacked<Adaptor, Strategy>::template over>;
+    static_assert(pool_lanes<pool_lanes_type, base>);
+    using stack = stream_ordered<base, pool_lanes_type, host_events>;
     static inline const std::string name = type_name<stack>();
     static constexpr bool stateless = false;
     instrumented<> upstream_;

@@ -33,32 +33,45 @@ using base = ref<instrumented<>>;
 constexpr std::size_t KiB = 1024;
 }  // namespace
 
+// Stacks as lane templates (outside the anonymous namespace: they name test types).
+namespace poolkit::test {
+template <class U>
+using counted_best_fit = statistics<best_fit<U>>;
+template <class U>
+using small_classes_large_best_fit = size_classes<U, best_fit<U>>;
+template <class U>
+using locked_tracked_best_fit = synchronized<tracking<best_fit<U>>>;
+}  // namespace poolkit::test
+
 // Every optional capability passes through every adaptor.
 static_assert(has_try_allocate_cached<statistics<best_fit<base>>> && walkable<statistics<best_fit<base>>> &&
               has_release<statistics<best_fit<base>>> && has_owns<statistics<best_fit<base>>>);
 static_assert(has_try_allocate_cached<ref<best_fit<base>>> && walkable<ref<best_fit<base>>>);
 static_assert(has_try_allocate<retry_on_oom<best_fit<base>>> && has_try_allocate_cached<retry_on_oom<best_fit<base>>>);
-static_assert(has_record_use<statistics<stream_ordered<best_fit<base>, host_events>>>);
-static_assert(has_record_use<tracking<synchronized<stream_ordered<best_fit<base>, host_events>>>>);
+static_assert(has_record_use<statistics<stream_ordered<base, lanes<best_fit>, host_events>>>);
+static_assert(has_record_use<tracking<synchronized<stream_ordered<base, lanes<best_fit>, host_events>>>>);
 static_assert(requires(const statistics<best_fit<base>>& s) { s.reserved_bytes(); s.live_bytes(); });
 // ... and only where the upstream has it.
 static_assert(!has_try_allocate_cached<statistics<instrumented<>>> && !walkable<statistics<instrumented<>>>);
 
 // Lane pools of any stack.
-static_assert(lane_pool<statistics<best_fit<base>>> && lane_pool<size_classes<base, best_fit<base>>>);
-static_assert(lane_pool<synchronized<tracking<best_fit<base>>>>);
-static_assert(!lane_pool<instrumented<>>);  // no try_allocate_cached: it cannot be the shared pool
-static_assert(std::same_as<stream_ordered<statistics<best_fit<base>>, host_events>::pool_type,
+static_assert(pool_lanes<lanes<test::counted_best_fit, best_fit_options>, base> && pool_lanes<lanes<test::small_classes_large_best_fit>, base>);
+static_assert(pool_lanes<lanes<test::locked_tracked_best_fit>, base>);
+static_assert(!pool_lanes<lanes<instrumented>, base>);  // no try_allocate_cached: it cannot be the shared pool
+static_assert(std::same_as<stream_ordered<base, lanes<test::counted_best_fit, best_fit_options>, host_events>::pool_type,
                            statistics<best_fit<detail::gated_upstream<base>>>>);
+// A strategy's lanes take its options; a stack's, none unless named.
+static_assert(std::same_as<stream_ordered<base, lanes<best_fit>, host_events>::pool_options, best_fit_options>);
+static_assert(std::same_as<stream_ordered<base, lanes<test::counted_best_fit>, host_events>::pool_options, no_options>);
 #if !POOLKIT_HAS_CUDA
-static_assert(std::same_as<stream_ordered<best_fit<base>>, stream_ordered<best_fit<base>, completed_events>>);
+static_assert(std::same_as<stream_ordered<base, lanes<best_fit>>, stream_ordered<base, lanes<best_fit>, completed_events>>);
 #endif
 
 TEST_CASE("stream_ordered over statistics<best_fit>: the shared pool counts what it hands out") {
     instrumented<> memory;
     host_events events;
     const best_fit_options exact{.initial_size = 0, .growth = growth_policy::as_needed(4 * KiB), .granularity = 256};
-    stream_ordered<statistics<best_fit<base>>, host_events> pool{base{memory}, exact, events};
+    stream_ordered<base, lanes<test::counted_best_fit, best_fit_options>, host_events> pool{base{memory}, exact, events};
     const stream_ref a = events.make_stream(), b = events.make_stream();
     void* on_a = pool.allocate_async(10 * KiB, 256, a);
     void* on_b = pool.allocate_async(20 * KiB, 256, b);
@@ -79,7 +92,7 @@ TEST_CASE("stream_ordered over statistics<best_fit>: the shared pool counts what
 TEST_CASE("stream_ordered over size_classes with a best_fit for large blocks: both over the shared upstream") {
     instrumented<> memory;
     host_events events;
-    stream_ordered<size_classes<base, best_fit<base>>, host_events> pool{base{memory}, {}, events};
+    stream_ordered<base, lanes<test::small_classes_large_best_fit>, host_events> pool{base{memory}, {}, events};
     const stream_ref a = events.make_stream();
     void* small = pool.allocate_async(300, 256, a);
     void* large = pool.allocate_async(4 << 20, 256, a);

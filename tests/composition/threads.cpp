@@ -81,13 +81,13 @@ struct logging_over_synchronized {
     std::ostringstream log;
     logging<ref<synchronized<best_fit<base>>>> pool{ref(inner), log};
 };
-struct synchronized_stream_ordered : over_instrumented<synchronized<stream_ordered<caching_pool<base>, completed_events>>> {
+struct synchronized_stream_ordered : over_instrumented<synchronized<stream_ordered<base, lanes<caching_pool>, completed_events>>> {
     static constexpr const char* name = "synchronized<stream_ordered<caching_pool>>";
 };
 struct per_thread_over_synchronized {
     static constexpr const char* name = "per_thread<synchronized<stream_ordered<caching_pool>>>";
     test::instrumented<> memory;
-    per_thread<synchronized<stream_ordered<caching_pool<base>, completed_events>>, completed_events> pool{
+    per_thread<synchronized<stream_ordered<base, lanes<caching_pool>, completed_events>>, completed_events> pool{
         std::in_place, per_thread_options{.max_cached_bytes = 256 << 10}, completed_events{}, base{memory}};
 };
 

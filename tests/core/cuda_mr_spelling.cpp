@@ -33,7 +33,7 @@ namespace {
 
 using host = new_delete_resource;
 using host_pool = best_fit<host>;
-using host_lanes = stream_ordered<best_fit<host>, completed_events>;
+using host_lanes = stream_ordered<host, lanes<best_fit>, completed_events>;
 
 // Every call poolkit code makes, with the literals that could convert to a stream.
 template <class R>

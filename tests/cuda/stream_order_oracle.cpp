@@ -37,7 +37,7 @@ void oracle_over(const char* upstream_name, const Options& options) {
     host_events events;
     using shared = ref<test::instrumented<Upstream>>;
     {
-        stream_ordered<Strategy<shared>, host_events> pool{shared{memory}, options, events};
+        stream_ordered<shared, lanes<Strategy, Options>, host_events> pool{shared{memory}, options, events};
         const test::oracle_report report = test::stream_order_oracle(pool, events, {.seed = 5, .streams = 41, .steps = 3000, .largest = 1 * MiB});
         const std::string seen = std::string(upstream_name) + ": " + report.describe();
         MESSAGE(seen);

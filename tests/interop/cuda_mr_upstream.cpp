@@ -20,7 +20,7 @@ using namespace poolkit;
 namespace {
 using host_ref = test::cuda_mr_resource_ref<cuda::mr::host_accessible>;
 using host_stream_ref = test::cuda_mr_stream_resource_ref<cuda::mr::host_accessible>;
-using host_lanes = stream_ordered<best_fit<new_delete_resource>, completed_events>;
+using host_lanes = stream_ordered<new_delete_resource, lanes<best_fit>, completed_events>;
 }  // namespace
 
 static_assert(resource_with<cuda_mr_upstream<host_ref>, host_accessible> && !stream_resource<cuda_mr_upstream<host_ref>>);

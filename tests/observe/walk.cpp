@@ -98,8 +98,8 @@ static_assert(walkable<segregator<256, fixed_size<new_delete_resource>, best_fit
 static_assert(!walkable<segregator<256, fixed_size<new_delete_resource>, new_delete_resource>>);
 static_assert(walkable<fallback<best_fit<new_delete_resource>, monotonic<new_delete_resource>>>);
 static_assert(!walkable<fallback<best_fit<new_delete_resource>, new_delete_resource>>);
-static_assert(walkable<stream_ordered<best_fit<new_delete_resource>, host_events>>);
-static_assert(walkable<stream_ordered<caching_pool<new_delete_resource>, host_events>>);
+static_assert(walkable<stream_ordered<new_delete_resource, lanes<best_fit>, host_events>>);
+static_assert(walkable<stream_ordered<new_delete_resource, lanes<caching_pool>, host_events>>);
 
 TEST_CASE("walk: best_fit shows its blocks with the bytes asked for") {
     instrumented<> upstream;
@@ -313,7 +313,7 @@ TEST_CASE("walk: stream_ordered shows its one pool, and frees not ready for ever
     const stream_ref s2 = events.make_stream();
     // Chunks of just the request: one chunk of one block each.
     const best_fit_options exact{.initial_size = 0, .growth = growth_policy::as_needed(256)};
-    stream_ordered<best_fit<upstream_ref>, host_events> pool{upstream_ref{memory}, exact, events};
+    stream_ordered<upstream_ref, lanes<best_fit>, host_events> pool{upstream_ref{memory}, exact, events};
     void* p1 = pool.allocate_async(1000, default_alignment, s1);
     void* p2 = pool.allocate_async(2000, default_alignment, s2);
     void* p3 = pool.allocate(3000);

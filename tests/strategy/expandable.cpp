@@ -97,7 +97,7 @@ void check_mapped(const checked_memory& memory, const std::map<std::uintptr_t, s
 }  // namespace
 
 static_assert(resource<pool_type> && has_try_allocate_cached<pool_type> && has_release<pool_type> && walkable<pool_type>);
-static_assert(lane_pool<expandable<simulated_vmm_resource>> && lane_pool<pool_type>);
+static_assert(pool_lanes<lanes<expandable>, simulated_vmm_resource> && pool_lanes<lanes<expandable>, ref<checked_memory>>);
 
 TEST_CASE("expandable maps a block's granules when it is placed and keeps them while it lives") {
     checked_memory memory{memory_options()};
@@ -466,9 +466,9 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
 TEST_CASE("stream_ordered keeps count of what expandable lanes map while frees unmap") {
     checked_memory memory{memory_options()};
     host_events events;
-    stream_ordered<pool_type, host_events> pool{ref<checked_memory>(memory),
-                                                {.span_bytes = 256 * MiB, .cache_fraction = 0, .max_cached_bytes = 4 * MiB},
-                                                events};
+    stream_ordered<ref<checked_memory>, lanes<expandable>, host_events> pool{ref<checked_memory>(memory),
+                                                                        {.span_bytes = 256 * MiB, .cache_fraction = 0, .max_cached_bytes = 4 * MiB},
+                                                                        events};
     const stream_ref a = events.make_stream();
     std::vector<void*> blocks;
     for (int i = 0; i < 8; ++i) blocks.push_back(pool.allocate_async(8 * MiB, 256, a));
@@ -486,7 +486,7 @@ TEST_CASE("stream_ordered keeps count of what expandable lanes map while frees u
 TEST_CASE("streams of stream_ordered share one expandable pool; release unmaps all") {
     checked_memory memory{memory_options()};
     host_events events;
-    stream_ordered<pool_type, host_events> pool{ref<checked_memory>(memory), {.span_bytes = 256 * MiB}, events};
+    stream_ordered<ref<checked_memory>, lanes<expandable>, host_events> pool{ref<checked_memory>(memory), {.span_bytes = 256 * MiB}, events};
     const stream_ref a = events.make_stream(), b = events.make_stream();
     memory.work_done = [&] { return events.completed(a) == events.issued(a) && events.completed(b) == events.issued(b); };
     void* on_a = pool.allocate_async(10 * MiB, 256, a);

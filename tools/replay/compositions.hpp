@@ -145,7 +145,7 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                                using memory_type = typename decltype(memory)::element_type;
                                run_figures figures;
                                {
-                                   stream_ordered<expandable<ref<memory_type>>, Events> pool{std::in_place, ref<memory_type>(*memory), options};
+                                   stream_ordered<ref<memory_type>, lanes<expandable>, Events> pool{std::in_place, ref<memory_type>(*memory), options};
                                    figures = measure_replay(t, s, pool, [&memory] { return memory->mapped_bytes(); },
                                                             [&memory] { return std::optional<std::size_t>(memory->map_calls()); });
                                }

@@ -23,7 +23,7 @@
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/forwarding.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 
 #include <algorithm>
@@ -52,10 +52,6 @@ class limiting : public forwarding<limiting<Upstream>, Upstream> {
 public:
     using upstream_type = Upstream;
     using options_type = limiting_options;
-    template <class N>
-    using rebind = limiting<rebind_t<Upstream, N>>;
-    using lane_upstream_type = lane_upstream_t<Upstream>;
-    using lane_options_type = lane_options_t<Upstream>;
 
     // No cap until set_limit().
     limiting()

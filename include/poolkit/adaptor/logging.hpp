@@ -17,7 +17,7 @@
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/forwarding.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/trace_format.hpp>
 
@@ -61,10 +61,6 @@ class logging : public forwarding<logging<Upstream>, Upstream> {
 public:
     using upstream_type = Upstream;
     using options_type = logging_options;
-    template <class N>
-    using rebind = logging<rebind_t<Upstream, N>>;
-    using lane_upstream_type = lane_upstream_t<Upstream>;
-    using lane_options_type = lane_options_t<Upstream>;
 
     // Writes to std::clog.
     logging()

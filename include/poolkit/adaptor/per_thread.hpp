@@ -41,9 +41,9 @@
 // exhaustion, a thread's exit) while a capture the upstream served may run, which that wait would
 // break, they are set aside instead (cached_bytes() counts them) and go back at the first miss,
 // release() or destruction that finds no capture running.
-// Complexity: a hit or a free is O(1) plus Events::identity (cuStreamGetId, 29 ns for a created
-// stream on the H200, nothing for the special handles) and, where Events see captures, the
-// capture check (cuStreamIsCapturing, 30 ns); a miss is Upstream's allocate.
+// Complexity: a hit or a free is O(1) plus Events::identity (cuStreamGetId for a created stream,
+// nothing for the special handles) and, where Events see captures, the capture check
+// (cuStreamIsCapturing): tens of nanoseconds each (docs/costs.md); a miss is Upstream's allocate.
 // Alignment: up to default_alignment from the caches; larger as Upstream gives it.
 // Exhaustion: when Upstream throws out_of_memory on a miss, the calling thread gives back its
 // cache, every other thread is told to give back its own, and the request is tried once more.
@@ -59,7 +59,7 @@
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/forwarding.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
 
@@ -100,10 +100,6 @@ class per_thread : public forwarding<per_thread<Upstream, Events>, Upstream> {
 public:
     using upstream_type = Upstream;
     using options_type = per_thread_options;
-    template <class N>
-    using rebind = per_thread<rebind_t<Upstream, N>, Events>;
-    using lane_upstream_type = lane_upstream_t<Upstream>;
-    using lane_options_type = lane_options_t<Upstream>;
 
     per_thread()
         requires std::default_initializable<Upstream>

@@ -29,7 +29,7 @@
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/forwarding.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/virtual_memory.hpp>
 #include <poolkit/adaptor/history.hpp>
@@ -56,10 +56,6 @@ class recording : public forwarding<recording<Upstream>, Upstream> {
 
 public:
     using upstream_type = Upstream;
-    template <class N>
-    using rebind = recording<rebind_t<Upstream, N>>;
-    using lane_upstream_type = lane_upstream_t<Upstream>;
-    using lane_options_type = lane_options_t<Upstream>;
 
     // Records users' blocks into default_history().
     recording()

@@ -15,7 +15,7 @@
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/forwarding.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 
 #include <atomic>
@@ -49,10 +49,6 @@ class retry_on_oom : public forwarding<retry_on_oom<Upstream, Callback>, Upstrea
 public:
     using upstream_type = Upstream;
     using options_type = retry_options<Callback>;
-    template <class N>
-    using rebind = retry_on_oom<rebind_t<Upstream, N>, Callback>;
-    using lane_upstream_type = lane_upstream_t<Upstream>;
-    using lane_options_type = lane_options_t<Upstream>;
 
     retry_on_oom()
         requires std::default_initializable<Upstream> && std::default_initializable<Callback>

@@ -26,7 +26,7 @@
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/forwarding.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stack.hpp>
 
@@ -87,10 +87,6 @@ class statistics : public forwarding<statistics<Upstream, Counters>, Upstream> {
 
 public:
     using upstream_type = Upstream;
-    template <class N>
-    using rebind = statistics<rebind_t<Upstream, N>, Counters>;
-    using lane_upstream_type = lane_upstream_t<Upstream>;
-    using lane_options_type = lane_options_t<Upstream>;
 
     statistics()
         requires std::default_initializable<Upstream>

@@ -1,12 +1,13 @@
-// What stream_ordered asks of its parts: the Events policy (events_policy), the Pool (lane_pool:
-// a cached_pool once rebuilt over a gated reference to the upstream), and the default events.
+// What stream_ordered asks of its parts: the Events policy (events_policy), the lane policy
+// (pool_lanes: it makes cached_pools over a gated reference to the upstream), and the default
+// events.
 #pragma once
 
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/detail/gated_upstream.hpp>
+#include <poolkit/adaptor/lanes.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/config.hpp>
-#include <poolkit/core/rebind.hpp>
 #include <poolkit/core/stream_ref.hpp>
 
 #include <concepts>
@@ -52,14 +53,12 @@ concept capture_events = requires(E& e, stream_ref stream) {
     e.unprohibited([] { return 0; });
 };
 
-// What stream_ordered needs of its Pool: rebuilt over a gated reference to the upstream
-// (core/rebind.hpp: rebind_t, lane_upstream_t, lane_options_t, build_over;
-// detail/gated_upstream.hpp), a cached_pool. Every strategy, combinator and adaptor-over-strategy
-// stack of poolkit is one.
-template <class Pool>
-using lane_pool_t = rebind_t<Pool, detail::gated_upstream<lane_upstream_t<Pool>>>;
-template <class Pool>
-concept lane_pool = cached_pool<lane_pool_t<Pool>> && buildable_over<lane_pool_t<Pool>, detail::gated_upstream<lane_upstream_t<Pool>>>;
+// What stream_ordered needs of its lane policy (adaptor/lanes.hpp): the pools it makes over a
+// gated reference to the upstream (detail/gated_upstream.hpp) are cached_pools. Every strategy,
+// combinator and adaptor-over-strategy stack of poolkit makes one through lanes<>.
+template <class Lanes, class Upstream>
+concept pool_lanes = lane_policy<Lanes, detail::gated_upstream<Upstream>> &&
+                     cached_pool<typename Lanes::template pool_type<detail::gated_upstream<Upstream>>>;
 
 // Streams are CUDA's where the toolkit is; without it no work runs on a stream, so every event is
 // complete.

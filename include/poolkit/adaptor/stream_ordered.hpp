@@ -1,7 +1,9 @@
-// stream_ordered<Pool, Events>: stream-ordered reuse over any caching strategy, with one pool that
-// every stream shares — cudaMallocAsync's model over poolkit's placement strategies.
+// stream_ordered<Upstream, Lanes, Events>: stream-ordered reuse over any caching strategy, with
+// one pool that every stream shares — cudaMallocAsync's model over poolkit's placement strategies.
 //
-// The free index is one Pool (any strategy or stack, rebuilt over a gated reference to the
+//   stream_ordered<cuda_device_resource, lanes<best_fit>> pool;
+//
+// The free index is one Pool (any strategy or stack, made by Lanes over a gated reference to the
 // upstream) plus the frees not yet ready for every stream, each tagged with its stream. The parts,
 // each with its contract in adaptor/detail/:
 // - stream_table: one record per stream, found by identity (and thread, for per-thread handles).
@@ -47,10 +49,11 @@
 // Thread safety: none; wrap in synchronized<>. Alignment: the Pool's.
 // Exhaustion: out_of_memory with the pool's live and reserved bytes.
 //
-// Pool: the lane_pool concept (adaptor/stream_concepts.hpp): rebuilt over a gated ref to the
-// upstream, it serves from what it holds with `try_allocate_cached(bytes, alignment) noexcept` and
-// gives chunks back with `release()`; it need not be movable. The constructor takes the upstream
-// and the Pool's options (lane_options_t<Pool>: the strategy's options, through any adaptors).
+// Lanes: the lane policy (adaptor/lanes.hpp; pool_lanes in adaptor/stream_concepts.hpp) that
+// makes the Pool over a gated reference to the upstream: lanes<Strategy> (with the strategy's
+// options) or lanes<Stack, Options>, a stack being an alias template. The Pool serves from what it holds with
+// `try_allocate_cached(bytes, alignment) noexcept` and gives chunks back with `release()`; it need
+// not be movable. The constructor takes the upstream and the Lanes' options.
 // Events: the events_policy concept (cuda_events, the default with CUDA; host_events;
 // completed_events, the default without CUDA).
 #pragma once
@@ -66,6 +69,7 @@
 #include <poolkit/adaptor/detail/pool_tag.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
 #include <poolkit/adaptor/detail/waiting_blocks.hpp>
+#include <poolkit/adaptor/lanes.hpp>
 #include <poolkit/adaptor/stream_concepts.hpp>
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
@@ -76,7 +80,6 @@
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/core/virtual_memory.hpp>
@@ -103,12 +106,14 @@
 
 namespace poolkit {
 
-template <lane_pool Pool, events_policy Events = default_events>
-class stream_ordered : public forward_properties<stream_ordered<Pool, Events>, lane_upstream_t<Pool>> {
+template <class Upstream, class Lanes, events_policy Events = default_events>
+    requires pool_lanes<Lanes, Upstream>
+class stream_ordered : public forward_properties<stream_ordered<Upstream, Lanes, Events>, Upstream> {
 public:
-    using upstream_type = lane_upstream_t<Pool>;
-    using pool_type = lane_pool_t<Pool>;
-    using pool_options = lane_options_t<pool_type>;
+    using upstream_type = Upstream;
+    using lanes_type = Lanes;
+    using pool_type = typename Lanes::template pool_type<detail::gated_upstream<Upstream>>;
+    using pool_options = typename Lanes::template options_type<detail::gated_upstream<Upstream>>;
     using event_type = typename Events::event_type;
 
     // The bounds of the fronts (detail/fronts.hpp): blocks per front, streams with an open front,
@@ -397,9 +402,8 @@ private:
     // granules): an expandable pool unmaps free granules as it goes, which a graph launched
     // earlier from the same pool may still use.
     static constexpr bool over_virtual_memory = virtual_memory<referent_t<upstream_type>>;
-    using graph_pool_type = std::conditional_t<over_virtual_memory, caching_pool<detail::gated_upstream<upstream_type>>, pool_type>;
-    using graph_options = std::conditional_t<over_virtual_memory, caching_options, pool_options>;
-    using graphs_type = detail::graph_pools<Events, graph_pool_type, upstream_type, graph_options>;
+    using graph_lanes = std::conditional_t<over_virtual_memory, lanes<caching_pool>, Lanes>;
+    using graphs_type = detail::graph_pools<Events, graph_lanes, upstream_type>;
     // Events that cost nothing and are done when recorded (completed_events): every free is covered
     // at once and every call polls, which gives the smallest footprint.
     static constexpr bool cheap_events = requires { requires Events::costs_nothing; };
@@ -441,7 +445,7 @@ private:
 
     pool_type make_pool(const pool_options& options) {
         options_ = options;
-        return build_over<pool_type>(detail::gated_upstream<upstream_type>(upstream_, gate_), options);
+        return Lanes::make(detail::gated_upstream<upstream_type>(upstream_, gate_), options);
     }
 
     graphs_type& graphs() {
@@ -936,12 +940,11 @@ private:
     bool closing_ = false;                     // destroyed: everything was waited for
 };
 
-static_assert(stream_resource_with<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<host_accessible>>,
-                                                  completed_events>,
+static_assert(stream_resource_with<stream_ordered<detail::resource_archetype<host_accessible>, lanes<detail::cached_pool_archetype>, completed_events>,
                                    host_accessible>);
-static_assert(has_release<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>> &&
-              has_check_invariants<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>> &&
-              has_owns<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>> &&
-              walkable<stream_ordered<detail::cached_pool_archetype<detail::resource_archetype<>>, completed_events>>);
+static_assert(has_release<stream_ordered<detail::resource_archetype<>, lanes<detail::cached_pool_archetype>, completed_events>> &&
+              has_check_invariants<stream_ordered<detail::resource_archetype<>, lanes<detail::cached_pool_archetype>, completed_events>> &&
+              has_owns<stream_ordered<detail::resource_archetype<>, lanes<detail::cached_pool_archetype>, completed_events>> &&
+              walkable<stream_ordered<detail::resource_archetype<>, lanes<detail::cached_pool_archetype>, completed_events>>);
 
 }  // namespace poolkit

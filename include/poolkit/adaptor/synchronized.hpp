@@ -1,7 +1,7 @@
 // synchronized<Upstream, Mutex>: every call to Upstream under one lock.
 //
 // Makes any single-threaded block (a strategy, stream_ordered) safe to share between threads.
-// Complexity: the upstream's plus one lock and unlock (~20 ns uncontended with std::mutex).
+// Complexity: the upstream's plus one lock and unlock.
 // Alignment, stream semantics and exhaustion: the upstream's. Forwards properties and every
 // optional capability the upstream has (core/forwarding.hpp), each under the lock.
 #pragma once
@@ -10,7 +10,7 @@
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/forwarding.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 
 #include <concepts>
@@ -26,10 +26,6 @@ class synchronized : public forwarding<synchronized<Upstream, Mutex>, Upstream> 
 
 public:
     using upstream_type = Upstream;
-    template <class N>
-    using rebind = synchronized<rebind_t<Upstream, N>, Mutex>;
-    using lane_upstream_type = lane_upstream_t<Upstream>;
-    using lane_options_type = lane_options_t<Upstream>;
 
     synchronized()
         requires std::default_initializable<Upstream>

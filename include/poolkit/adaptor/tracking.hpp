@@ -20,7 +20,7 @@
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/forwarding.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 
 #include <algorithm>
@@ -70,10 +70,6 @@ class tracking : public forwarding<tracking<Upstream>, Upstream> {
 public:
     using upstream_type = Upstream;
     using options_type = tracking_options;
-    template <class N>
-    using rebind = tracking<rebind_t<Upstream, N>>;
-    using lane_upstream_type = lane_upstream_t<Upstream>;
-    using lane_options_type = lane_options_t<Upstream>;
 
     tracking()
         requires std::default_initializable<Upstream>

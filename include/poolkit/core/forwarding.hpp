@@ -25,8 +25,8 @@
 // returns a block to Upstream the way the request took it (for an adaptor whose own step failed
 // after Upstream succeeded). Defining a member of the same name in the adaptor replaces the
 // forwarded one (C++ name hiding), as statistics<> does for check_invariants().
-// Adaptors are also rebuilt over another upstream by the rules of core/rebind.hpp: each names
-// its rebind and takes std::in_place plus its upstream's constructor arguments.
+// An adaptor also takes std::in_place plus its upstream's constructor arguments and builds the
+// upstream in place (core/in_place.hpp), so that it can wrap one that cannot move.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>

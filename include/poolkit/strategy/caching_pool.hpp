@@ -14,7 +14,7 @@
 // GPT-2 and ResNet traces, against PyTorch's 2.91 / 1.09 / 1.19, with no upstream call once warm.
 // Complexity: one size test, then the chosen best_fit's O(log n). Thread safety: none (wrap in
 // synchronized<>, or use the presets). Alignment: any power of two (best_fit's). Stream
-// semantics: none; stream_ordered<caching_pool<...>> is the caching allocator. Exhaustion: each pool
+// semantics: none; stream_ordered<..., lanes<caching_pool>> is the caching allocator. Exhaustion: each pool
 // releases its wholly free chunks and retries (best_fit's rule), then out_of_memory; release()
 // returns every wholly free chunk of all three pools (empty_cache).
 #pragma once

@@ -17,7 +17,7 @@
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/walk.hpp>
 
 #include <concepts>
@@ -31,21 +31,15 @@ template <resource Primary, resource Secondary>
     requires has_owns<Primary>
 class fallback {
 public:
-    // Rebuilt over one upstream (a stream_ordered lane): each part over it, with its lane options.
-    template <class N>
-    using rebind = fallback<rebind_t<Primary, N>, rebind_t<Secondary, N>>;
-    using lane_upstream_type = detail::common_lane_upstream_t<Primary, Secondary>;
-    using lane_options_type = parts_options<lane_options_t<Primary>, lane_options_t<Secondary>>;  // first: Primary
-
     fallback()
         requires std::default_initializable<Primary> && std::default_initializable<Secondary>
     = default;
     fallback(Primary primary, Secondary secondary) : primary_(std::move(primary)), secondary_(std::move(secondary)) {}
-    // Both parts over `upstream`.
+    // Both parts built in place over `upstream`, with their default options (as
+    // lanes<fallback_over> makes a stream_ordered's pool).
     template <class N>
-        requires buildable_over<Primary, N, lane_options_t<Primary>> && buildable_over<Secondary, N, lane_options_t<Secondary>>
-    fallback(std::in_place_t, N upstream, const lane_options_type& options)
-        : primary_(build_over<Primary>(upstream, options.first)), secondary_(build_over<Secondary>(upstream, options.second)) {}
+        requires constructible_in_place<Primary, const N&> && constructible_in_place<Secondary, const N&>
+    fallback(std::in_place_t, const N& upstream) : primary_(build_from<Primary>(upstream)), secondary_(build_from<Secondary>(upstream)) {}
 
     [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
         validate_alignment(alignment);
@@ -141,7 +135,7 @@ public:
     friend constexpr void get_property(const fallback&, Property) noexcept {}
 
 private:
-    Primary primary_;  // not [[no_unique_address]]: built in place from a prvalue (build_over)
+    Primary primary_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
     Secondary secondary_;
 };
 

@@ -15,7 +15,7 @@
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/walk.hpp>
 
 #include <concepts>
@@ -28,21 +28,15 @@ template <std::size_t Threshold, resource Small, resource Large>
 class segregator {
 public:
     static constexpr std::size_t threshold = Threshold;
-    // Rebuilt over one upstream (a stream_ordered lane): each part over it, with its lane options.
-    template <class N>
-    using rebind = segregator<Threshold, rebind_t<Small, N>, rebind_t<Large, N>>;
-    using lane_upstream_type = detail::common_lane_upstream_t<Small, Large>;
-    using lane_options_type = parts_options<lane_options_t<Small>, lane_options_t<Large>>;  // first: Small
-
     segregator()
         requires std::default_initializable<Small> && std::default_initializable<Large>
     = default;
     segregator(Small small, Large large) : small_(std::move(small)), large_(std::move(large)) {}
-    // Both parts over `upstream`.
+    // Both parts built in place over `upstream`, with their default options (as
+    // lanes<segregator_over> makes a stream_ordered's pool).
     template <class N>
-        requires buildable_over<Small, N, lane_options_t<Small>> && buildable_over<Large, N, lane_options_t<Large>>
-    segregator(std::in_place_t, N upstream, const lane_options_type& options)
-        : small_(build_over<Small>(upstream, options.first)), large_(build_over<Large>(upstream, options.second)) {}
+        requires constructible_in_place<Small, const N&> && constructible_in_place<Large, const N&>
+    segregator(std::in_place_t, const N& upstream) : small_(build_from<Small>(upstream)), large_(build_from<Large>(upstream)) {}
 
     [[nodiscard]] void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
         return bytes <= Threshold ? small_.allocate(bytes, alignment) : large_.allocate(bytes, alignment);
@@ -121,8 +115,8 @@ public:
     friend constexpr void get_property(const segregator&, Property) noexcept {}
 
 private:
-    Small small_;  // not [[no_unique_address]]: built in place from a prvalue (build_over)
-    Large large_;  // not [[no_unique_address]]: built in place from a prvalue (build_over)
+    Small small_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
+    Large large_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
 };
 
 static_assert(resource_with<segregator<256, detail::resource_archetype<host_accessible>,

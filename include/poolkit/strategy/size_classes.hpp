@@ -35,7 +35,7 @@
 #include <poolkit/core/detail/walk_merge.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
-#include <poolkit/core/rebind.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/walk.hpp>
 #include <poolkit/strategy/detail/slabs.hpp>
 
@@ -114,9 +114,6 @@ class size_classes {
 public:
     using upstream_type = Upstream;
     using options_type = size_classes_options;
-    // Rebuilt over another upstream (a stream_ordered lane): Large too, with its default lane options.
-    template <class N>
-    using rebind = size_classes<N, std::conditional_t<large_is_upstream, Large, rebind_t<Large, N>>>;
 
     size_classes()
         requires std::default_initializable<Upstream> && std::default_initializable<Large>
@@ -126,11 +123,11 @@ public:
         requires std::default_initializable<Large>
         : size_classes(std::move(upstream), Large{}, std::move(options)) {}
 
-    // Large built in place over the same upstream (it need not move).
-    size_classes(std::in_place_t, Upstream upstream, const size_classes_options& options)
-        requires(!large_is_upstream && buildable_over<Large, Upstream>)
+    // Large built in place over the same upstream, with its default options (it need not move).
+    size_classes(std::in_place_t, Upstream upstream, const size_classes_options& options = {})
+        requires(!large_is_upstream && constructible_in_place<Large, const Upstream&>)
         : upstream_(upstream),
-          large_(build_over<Large>(upstream, lane_options_t<Large>{})),
+          large_(build_from<Large>(std::as_const(upstream))),
           sizes_(detail::class_sizes(options)),
           engine_(specs(sizes_, options), options.maximum_size) {
         build_lookup(options.slab_alignment);
@@ -387,7 +384,7 @@ private:
     }
 
     [[no_unique_address]] Upstream upstream_;
-    Large large_;  // not [[no_unique_address]]: built in place from a prvalue (build_over)
+    Large large_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
     std::vector<std::size_t> sizes_;  // the class sizes, ascending
     detail::slabs::slab_engine engine_;
     std::vector<std::uint16_t> table_;          // (bytes - 1) >> table_shift_ -> a class to start from

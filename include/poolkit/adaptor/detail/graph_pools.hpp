@@ -1,4 +1,4 @@
-// graph_pools<Events, PoolType, Upstream, Options>: the memory of CUDA graphs — pools private to
+// graph_pools<Events, Lanes, Upstream>: the memory of CUDA graphs — pools private to
 // the captures that allocate from them (PyTorch's private pools, made explicit).
 //
 // Contract:
@@ -43,7 +43,6 @@
 #include <poolkit/adaptor/detail/stream_table.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
-#include <poolkit/core/rebind.hpp>
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/core/walk.hpp>
 
@@ -60,12 +59,16 @@
 
 namespace poolkit::detail {
 
-template <class Events, class PoolType, class Upstream, class Options>
+// Lanes: the lane policy (adaptor/lanes.hpp) that makes each Pool over a gated Upstream.
+template <class Events, class Lanes, class Upstream>
 class graph_pools {
+    using pool_type = typename Lanes::template pool_type<gated_upstream<Upstream>>;
+    using options_type = typename Lanes::template options_type<gated_upstream<Upstream>>;
+
 public:
     using event_type = typename Events::event_type;
 
-    graph_pools(Events& events, Upstream& upstream, const Options& options) : events_(&events), upstream_(&upstream), options_(options) {}
+    graph_pools(Events& events, Upstream& upstream, const options_type& options) : events_(&events), upstream_(&upstream), options_(options) {}
     graph_pools(const graph_pools&) = delete;
     graph_pools& operator=(const graph_pools&) = delete;
     // The owner waited for everything: all goes back.
@@ -257,7 +260,7 @@ public:
 
     // Each Pool's own invariants, and the live counts agree with the blocks handed out.
     void check_invariants() const
-        requires has_check_invariants<PoolType>
+        requires has_check_invariants<pool_type>
     {
         std::size_t live = 0;
         for (const auto& p : parts_) {
@@ -280,7 +283,7 @@ public:
     // stream key's handle set, a block freed into it but not in it yet (joining, held) pending_free;
     // then what the gates hold, a chunk of one free block each.
     template <class Visitor>
-        requires walkable<PoolType>
+        requires walkable<pool_type>
     void for_each_block(Visitor&& visit) const {
         for (const auto& p : parts_) {
             const auto stream = static_cast<std::uintptr_t>(p->key.stream);  // the handle (capture_key_of)
@@ -311,8 +314,8 @@ public:
 private:
     // One Pool, and its gate: what the Pool gives back is held until its pool is released.
     struct holder final : return_gate {
-        holder(Upstream& upstream_, const Options& options)
-            : upstream(&upstream_), pool(build_over<PoolType>(gated_upstream<Upstream>(upstream_, *this), options)) {}
+        holder(Upstream& upstream_, const options_type& options)
+            : upstream(&upstream_), pool(Lanes::make(gated_upstream<Upstream>(upstream_, *this), options)) {}
         holder(const holder&) = delete;
         holder& operator=(const holder&) = delete;
         ~holder() {
@@ -339,7 +342,7 @@ private:
         Upstream* upstream;
         std::vector<free_block> held;
         bool releasing = false;
-        PoolType pool;  // last: destroyed first, while `releasing`
+        pool_type pool;  // last: destroyed first, while `releasing`
     };
     struct joining_block {
         free_block block;
@@ -438,7 +441,7 @@ private:
 
     Events* events_;
     Upstream* upstream_;
-    Options options_;
+    options_type options_;
     std::vector<std::unique_ptr<part>> parts_;
     pointer_map<part*> owners_;                                       // live graph blocks
     std::vector<std::pair<std::uint64_t, std::uint64_t>> shared_;  // capture, pool

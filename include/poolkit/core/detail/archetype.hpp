@@ -1,7 +1,7 @@
 // Archetypes: the least a part can be, for the static_asserts at the end of the strategy and
 // adaptor headers, so that a header checks its concepts without naming another block.
 //     resource_archetype<Properties...>   a resource with exactly those properties
-//     cached_pool_archetype<Upstream>     a strategy stream_ordered<> can build lanes of: a
+//     cached_pool_archetype<Upstream>     a strategy stream_ordered<> can make lanes of: a
 //                                         resource over Upstream with try_allocate_cached, release,
 //                                         owns, check_invariants, the walk and its byte counts
 // Their members are declared and never defined: they exist only in unevaluated contexts.
