@@ -190,8 +190,8 @@ public:
 
     // The stream's unique id over the program's life, so that a new stream that gets a destroyed
     // stream's handle is told apart: the driver's cuStreamGetId, through the runtime's entry point
-    // table (cudaStreamGetId where the driver lacks it). On the H200 host the shared cudart's
-    // cudaStreamGetId (65 ns) stopped scaling past two threads; the driver's call scales. The
+    // table (cudaStreamGetId where the driver lacks it): the shared cudart's cudaStreamGetId stops
+    // scaling past two threads, the driver's call scales (docs/costs.md). The
     // special handles (0, cudaStreamLegacy, cudaStreamPerThread) are never destroyed: their bits,
     // with the top bit set, at no cost (stream_ordered keeps per-thread ones apart by thread); so
     // is any handle the driver cannot say. Never asked of a stream in capture: cuStreamGetId
@@ -251,8 +251,8 @@ private:
     // mode relaxed. A global-mode capture forbids such calls to every thread in global mode,
     // although they cannot touch it, and the pool may not have seen that capture yet: PyTorch's
     // first calls in a capture free blocks of other streams (zero_grad), whose covers query them.
-    // The driver's exchange, 9.5 ns on the H200 host against the runtime's 67 ns, which would
-    // double a 290 ns query (poolkit-bench-driver_calls); the runtime's where the driver lacks it.
+    // The driver's exchange, a seventh of the runtime's, which would double a query's cost
+    // (docs/costs.md); the runtime's where the driver lacks it.
     template <class Call>
     static cudaError_t relaxed(Call&& call) noexcept {
         static const auto exchange =

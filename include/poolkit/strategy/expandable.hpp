@@ -28,7 +28,7 @@
 //   - all of them on release().
 // Each granule is a physical allocation of its own, so any wholly free granule can be unmapped;
 // with options.mapping_bytes larger, a large span maps in allocations of that size (at 32 MiB the
-// driver's cost per GiB falls from 26.9 to 2.0 ms on an H200), and only allocations wholly
+// driver's cost per GiB falls more than tenfold: docs/costs.md), and only allocations wholly
 // inside a free block are cached and unmapped: a live block pins every allocation it touches.
 // Unmapping waits first for all work that may use the memory (the upstream's synchronize(): the
 // whole device; under stream_ordered, what its free blocks wait for), so a block freed on a stream
@@ -39,8 +39,8 @@
 // bits of the block (one word per 64 granules). A small request compares at most
 // options.candidates free blocks; a large one stops at the first block that fits with nothing to
 // map (usually the first), else scores every free large block that fits — only where it then maps.
-// Mapping and unmapping cost driver calls: about 28 µs to map a physical allocation and 23 µs to
-// unmap it on an H200, almost whatever its size (docs/virtual_memory.md).
+// Mapping and unmapping cost driver calls, tens of microseconds per physical allocation almost
+// whatever its size (docs/costs.md).
 // Thread safety: none; wrap in synchronized<>. Alignment: any power of two; blocks start on
 // options.rounding. Stream semantics: none; a freed block is reusable at once. Put stream_ordered<>
 // around it: each lane claims spans of its own over the shared virtual memory, and gives them back
@@ -105,9 +105,9 @@ struct expandable_options {
     double max_peak_slack = 0;
     std::size_t allocations_per_remap = 100;
     // Bytes of each physical allocation of a large span, aligned to it within the span: 0 or a
-    // power of two; at most a granule means a granule. The driver charges about 50 µs per
-    // allocation mapped and unmapped, whatever its size, so larger ones cut the cost of remapping
-    // many times over (32 MiB: 13 times on an H200), but an allocation is unmapped only when all
+    // power of two; at most a granule means a granule. The driver charges per allocation mapped
+    // and unmapped, whatever its size, so larger ones cut the cost of remapping many times over
+    // (docs/costs.md), but an allocation is unmapped only when all
     // of it is free: a live block pins every allocation it touches. Larger pays where the peak
     // slack leaves room for that (docs/virtual_memory.md).
     std::size_t mapping_bytes = 0;

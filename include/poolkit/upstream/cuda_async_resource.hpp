@@ -2,7 +2,7 @@
 // (cudaMallocFromPoolAsync / cudaFreeAsync).
 //
 // Owns a pool it creates (destroyed with it) or views one it is given, such as the device's
-// default pool. Complexity: the driver's (~1.2 µs for a warm allocate+free pair on an H200).
+// default pool. Complexity: the driver's (under a microsecond for a warm allocate+free pair: docs/costs.md).
 // Thread-safe. Alignment: 256 natively; larger powers of two are met by over-allocating.
 // Stream semantics: allocate_async memory is usable by work on that stream issued afterwards;
 // deallocate_async memory is reused by the pool only after the stream's earlier work. The plain

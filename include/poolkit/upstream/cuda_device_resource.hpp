@@ -1,7 +1,7 @@
 // cuda_device_resource: device memory from cudaMalloc / cudaFree on the current device.
 //
-// Complexity: a driver call each time (~87 µs for the pair on an H200, and cudaFree synchronizes
-// the device): put a pool in front of it. Thread-safe. Alignment: 256 natively; larger powers of
+// Complexity: a driver call each time (tens to hundreds of microseconds for the pair, and
+// cudaFree synchronizes the device: docs/costs.md): put a pool in front of it. Thread-safe. Alignment: 256 natively; larger powers of
 // two are met by over-allocating and recording the base on the host. Stream semantics: memory is
 // usable on any stream at once; deallocate_async waits for the stream, then frees. Exhaustion:
 // out_of_memory with the bytes asked and what the device reports as free; other CUDA failures:

@@ -1,7 +1,7 @@
 // cuda_pinned_resource: page-locked host memory from cudaHostAlloc / cudaFreeHost.
 //
-// Complexity: a driver call each time (cudaMallocHost costs ~1.2 ms for 1 MiB on an H200, and
-// cudaFreeHost synchronizes): cache it. Thread-safe. Alignment: 256 natively (pages in practice);
+// Complexity: a driver call each time (cudaMallocHost costs about a millisecond per MiB, and
+// cudaFreeHost synchronizes: docs/costs.md): cache it. Thread-safe. Alignment: 256 natively (pages in practice);
 // larger powers of two are met by over-allocating. Stream semantics: usable on any stream at once;
 // deallocate_async waits for the stream, then frees. Exhaustion: out_of_memory; other CUDA
 // failures: cuda_error. Host and device accessible. All instances are equal: cudaFreeHost frees

@@ -17,7 +17,7 @@
 // Complexity: map: two driver calls per granule and one cuMemSetAccess; map_whole and allocate:
 // four driver calls; unmap: one cuMemUnmap per physical allocation; bookkeeping O(log n) in the
 // unmapped holes and whole mappings. Thread-safe (one mutex, held across the driver
-// calls). Alignment: blocks start on a granule (2 MiB on an H200); any larger power of two is met
+// calls). Alignment: blocks start on a granule (2 MiB on most GPUs); any larger power of two is met
 // by placement in the range. Stream semantics: memory is usable on any stream as soon as map or
 // allocate returns. unmap requires that no work still uses the range. deallocate waits for the
 // whole device first (as cudaFree does); deallocate_async waits for its stream only.
@@ -62,12 +62,12 @@ struct cuda_vmm_options {
     // The device whose memory is mapped; negative means the current device.
     int device = -1;
     // Bytes of device address space reserved, rounded up to the granularity. 0 means 16 times the
-    // device's memory (2.2 TiB on an H200): address space costs nothing until mapped (reserving
-    // 64 TiB takes microseconds on an H200; 100 TiB fails), holes between blocks then never stop
+    // device's memory: address space costs nothing until mapped (reserving takes microseconds, up
+    // to some tens of TiB: docs/costs.md), holes between blocks then never stop
     // the physical memory from being used, and each stream lane of the expandable preset claims
     // spans of its own (about a seventh of the device's memory each) — room for some hundred lanes.
     std::size_t reserve_bytes = 0;
-    // Bytes per granule: 0 means the device's recommended granularity (2 MiB on an H200); else a
+    // Bytes per granule: 0 means the device's recommended granularity (2 MiB on most GPUs); else a
     // power of two that is a multiple of the device's minimum (larger pages).
     std::size_t granularity = 0;
     // Most bytes mapped at once, rounded down to the granularity; 0 means the device's memory.
@@ -322,6 +322,7 @@ public:
                 throw std::invalid_argument("poolkit: cuda_vmm_resource::export_block: not the start of a block from allocate()");
             }
         }
+        driver_->require_sharing();
         const detail::device_scope scope(device_);
         scope.check();
         CUmemGenericAllocationHandle handle{};
@@ -492,6 +493,7 @@ static_assert(virtual_memory<cuda_vmm_resource>);
 class imported_block {
 public:
     imported_block(int descriptor, std::size_t bytes, int device = -1) : driver_(&detail::cuda_driver::get()), bytes_(bytes) {
+        driver_->require_sharing();
         if (device < 0) detail::check_cuda(cudaGetDevice(&device), "cudaGetDevice");
         const detail::device_scope scope(device);
         scope.check();

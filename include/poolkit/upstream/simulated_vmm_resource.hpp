@@ -45,7 +45,7 @@ namespace poolkit {
 struct simulated_vmm_options {
     // Bytes of address space reserved, rounded up to the granularity.
     std::size_t capacity = std::size_t{256} << 30;
-    // The page size of the simulated device: a power of two. The H200's is 2 MiB.
+    // The page size of the simulated device: a power of two. 2 MiB on most GPUs.
     std::size_t granularity = std::size_t{2} << 20;
     // Most bytes mapped at once, rounded down to the granularity; 0 means the capacity.
     std::size_t physical_limit = 0;

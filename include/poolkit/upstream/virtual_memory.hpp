@@ -8,7 +8,8 @@
 // long, one physical allocation per granule; any granule it mapped may later be unmapped alone, or
 // with any other mapped granules that are contiguous with it, in one unmap call. map_whole(at,
 // bytes) backs the run with one physical allocation instead: the driver charges per allocation
-// (about 50 µs to create, map, grant, unmap and release one on an H200, whatever its size), so a
+// (tens of microseconds to create, map, grant, unmap and release one, whatever its size:
+// docs/costs.md), so a
 // long run costs as little as one granule, but it can only be unmapped whole — an unmap call
 // covers each such mapping entirely or not at all. Counting: map_calls() and unmap_calls() count
 // calls that changed something (one per call, not per granule); mapped_bytes() is the bytes backed

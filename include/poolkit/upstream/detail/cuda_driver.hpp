@@ -5,7 +5,9 @@
 //
 // Each entry point is asked for at the CUDA version in its PFN_ typedef's name, so the pointer's
 // ABI is the typedef's by construction. The table is loaded once per process, on first use;
-// a missing entry point throws cuda_error (and the next use tries again).
+// a missing entry point throws cuda_error (and the next use tries again), except the three that
+// share memory between processes, which only export_block and imported_block need
+// (require_sharing()).
 #pragma once
 
 #include <poolkit/upstream/detail/cuda_runtime.hpp>
@@ -31,6 +33,7 @@ struct cuda_driver {
     PFN_cuMemMap_v10020 mem_map = nullptr;
     PFN_cuMemUnmap_v10020 mem_unmap = nullptr;
     PFN_cuMemSetAccess_v10020 mem_set_access = nullptr;
+    // Sharing between processes: nullptr where the driver lacks them.
     PFN_cuMemRetainAllocationHandle_v11000 mem_retain_allocation_handle = nullptr;
     PFN_cuMemExportToShareableHandle_v10020 mem_export_to_shareable_handle = nullptr;
     PFN_cuMemImportFromShareableHandle_v10020 mem_import_from_shareable_handle = nullptr;
@@ -60,6 +63,15 @@ struct cuda_driver {
         if (status != CUDA_SUCCESS) throw_error(status, call);
     }
 
+    // Throws cuda_error where the driver cannot share memory between processes.
+    void require_sharing() const {
+        if (mem_retain_allocation_handle == nullptr || mem_export_to_shareable_handle == nullptr || mem_import_from_shareable_handle == nullptr) {
+            throw cuda_error(static_cast<int>(cudaErrorSymbolNotFound),
+                             "poolkit: the CUDA driver has no cuMemRetainAllocationHandle, cuMemExportToShareableHandle or "
+                             "cuMemImportFromShareableHandle: it cannot share memory between processes");
+        }
+    }
+
     // A failure where nothing may throw (unmap, deallocate, destructors). Errors that only mean the
     // driver is already shutting down (a static resource destroyed after main) are ignored.
     static void check_in_deallocate(CUresult status, [[maybe_unused]] const char* call) noexcept {
@@ -82,9 +94,9 @@ private:
         entry(driver.mem_map, "cuMemMap", 10020);
         entry(driver.mem_unmap, "cuMemUnmap", 10020);
         entry(driver.mem_set_access, "cuMemSetAccess", 10020);
-        entry(driver.mem_retain_allocation_handle, "cuMemRetainAllocationHandle", 11000);
-        entry(driver.mem_export_to_shareable_handle, "cuMemExportToShareableHandle", 10020);
-        entry(driver.mem_import_from_shareable_handle, "cuMemImportFromShareableHandle", 10020);
+        optional_entry(driver.mem_retain_allocation_handle, "cuMemRetainAllocationHandle", 11000);
+        optional_entry(driver.mem_export_to_shareable_handle, "cuMemExportToShareableHandle", 10020);
+        optional_entry(driver.mem_import_from_shareable_handle, "cuMemImportFromShareableHandle", 10020);
         return driver;
     }
 
@@ -125,6 +137,10 @@ private:
                                  std::to_string(version) + "); is the driver older than the toolkit?");
         }
         slot = reinterpret_cast<Function>(function);
+    }
+    template <class Function>
+    static void optional_entry(Function& slot, const char* symbol, unsigned int version) noexcept {
+        slot = reinterpret_cast<Function>(lookup(symbol, version).function);
     }
 };
 
