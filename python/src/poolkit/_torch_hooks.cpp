@@ -95,6 +95,10 @@ void check(const char* what) {
     TORCH_CHECK(error.empty(), "poolkit: torch.cuda ", what, " failed: ", error);
 }
 
+// Messages are built as one std::string (std::to_string, snprintf) before TORCH_CHECK: this
+// library's ostream inserting a number into the message (c10::str) crashed inside torch 2.11's
+// process (its num_put is not the one loaded), while inserting strings works.
+
 // A byte count as PyTorch's messages write it ("512 bytes", "20.00 MiB").
 std::string format_size(std::uint64_t bytes) {
     if (bytes <= 4096) return std::to_string(bytes) + " bytes";
@@ -463,7 +467,7 @@ private:
         }
         const std::string error = last_error();
         if (error.find("out of memory") != std::string::npos) raise_out_of_memory(size, device, error);
-        TORCH_CHECK(false, "poolkit: allocation of ", size, " bytes on device ", static_cast<int>(device), " failed: ", error);
+        TORCH_CHECK(false, "poolkit: allocation of " + std::to_string(size) + " bytes on device " + std::to_string(device) + " failed: " + error);
         return nullptr;
     }
 
@@ -492,12 +496,13 @@ private:
             reserved = get("reserved_bytes.all.current");
         } catch (const c10::Error&) {  // the figures are a courtesy: the error raised is the OOM
         }
-        TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory. Tried to allocate ", format_size(size), ". GPU ",
-                         static_cast<int>(device), " has a total capacity of ", format_size(total_bytes), " of which ",
-                         format_size(free_bytes), " is free. ", fraction ? format_size(allowed) + " allowed; " : std::string{},
-                         "Of the allocated memory ", format_size(static_cast<std::uint64_t>(allocated)), " is allocated by poolkit, and ",
-                         format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(reserved - allocated, 0))),
-                         " is reserved by poolkit but unallocated. ", error);
+        std::string message = "CUDA out of memory. Tried to allocate " + format_size(size) + ". GPU " + std::to_string(device) +
+                              " has a total capacity of " + format_size(total_bytes) + " of which " + format_size(free_bytes) + " is free. ";
+        if (fraction) message += format_size(allowed) + " allowed; ";
+        message += "Of the allocated memory " + format_size(static_cast<std::uint64_t>(allocated)) + " is allocated by poolkit, and " +
+                   format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(reserved - allocated, 0))) +
+                   " is reserved by poolkit but unallocated. " + error;
+        TORCH_CHECK_WITH(OutOfMemoryError, false, message);
     }
 
     std::mutex observers_mutex_;
