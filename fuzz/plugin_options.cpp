@@ -1,5 +1,5 @@
-// Fuzzes the plugin's option parser and the pools it configures (plugins/poolkit_plugin.cpp, over
-// simulated memory). The first byte chooses the kind (its low bit: caching or expandable) and
+// Fuzzes the options parsed from text (interop/option_text.hpp, through the plugin's set_option)
+// and the pools they configure (plugins/poolkit_plugin.cpp, over simulated memory). The first byte chooses the kind (its low bit: caching or expandable) and
 // whether the pool's texts are checked (its next bit); the text up to the first NUL is lines
 // "name=value" set through set_option() (apply() says how a byte can stand for a name); the
 // rest, up to max_steps steps of three bytes, are allocations, frees (some on the other stream,
@@ -31,16 +31,15 @@ namespace {
 constexpr std::size_t max_steps = 64;
 constexpr std::size_t check_figures_every = 32;
 
-// The names of the options of `kind`, in the order of options().
+// The names of the options of `kind`, in the order of text_options() (interop/option_text.hpp).
+template <class Options>
+std::vector<std::string_view> names_of() {
+    std::vector<std::string_view> names;
+    for (const auto& o : poolkit::text_options<Options>()) names.emplace_back(o.name);
+    return names;
+}
 const std::vector<std::string_view>& option_names(allocator_kind kind) {
-    static const auto names_of = [](allocator_kind k) {
-        std::vector<std::string_view> names;
-        for (const option& o : options()) {
-            if (o.kind == k) names.emplace_back(o.name);
-        }
-        return names;
-    };
-    static const std::vector<std::string_view> caching = names_of(allocator_kind::caching), expandable = names_of(allocator_kind::expandable);
+    static const std::vector<std::string_view> caching = names_of<caching_options>(), expandable = names_of<expandable_options>();
     return kind == allocator_kind::caching ? caching : expandable;
 }
 

@@ -14,6 +14,7 @@
 #include <poolkit/adaptor/limiting.hpp>
 #include <poolkit/adaptor/recording.hpp>
 #include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/interop/option_text.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 #include <poolkit/observe/mapped_walk.hpp>
 #include <poolkit/observe/memory_summary.hpp>
@@ -35,7 +36,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -162,119 +162,16 @@ struct settings {
     expandable_options expandable;
 };
 
-template <class Number>
-Number parse_number(std::string_view name, std::string_view text) {
-    Number value{};
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    bool negative = false;
-    if constexpr (std::is_signed_v<Number> || std::is_floating_point_v<Number>) negative = value < Number{};
-    if (error != std::errc{} || end != text.data() + text.size() || negative) {
-        throw std::invalid_argument("poolkit: option " + std::string(name) + "=" + std::string(text) + " is not a number of at least 0");
-    }
-    return value;
-}
-
-bool parse_flag(std::string_view name, std::string_view text) {
-    if (text == "1" || text == "true" || text == "True") return true;
-    if (text == "0" || text == "false" || text == "False") return false;
-    throw std::invalid_argument("poolkit: option " + std::string(name) + "=" + std::string(text) + " is not true or false");
-}
-
-struct option {
-    const char* name;
-    allocator_kind kind;
-    std::function<void(settings&, std::string_view name, std::string_view value)> set;
-};
-
-template <class Options>
-Options& options_of(settings& s) {
-    if constexpr (std::is_same_v<Options, caching_options>) {
-        return s.caching;
-    } else {
-        return s.expandable;
-    }
-}
-
-template <class Options, class Number>
-option number_option(const char* name, Number Options::*field) {
-    constexpr auto kind = std::is_same_v<Options, caching_options> ? allocator_kind::caching : allocator_kind::expandable;
-    return {name, kind, [field](settings& s, std::string_view n, std::string_view v) { options_of<Options>(s).*field = parse_number<Number>(n, v); }};
-}
-
-// The options of caching_options and expandable_options (poolkit/strategy/*.hpp say what each
-// does), by their C++ names. large_chunk is the caching pool's growth step; 0 grows large chunks
-// as needed in 2 MiB steps (PyTorch's rule).
-const std::vector<option>& options() {
-    using enum allocator_kind;
-    static const std::vector<option> all = {
-        number_option("rounding", &caching_options::rounding),
-        number_option("power2_divisions", &caching_options::power2_divisions),
-        number_option("small_size", &caching_options::small_size),
-        number_option("small_chunk", &caching_options::small_chunk),
-        {"large_chunk", caching,
-         [](settings& s, std::string_view n, std::string_view v) {
-             const auto bytes = parse_number<std::size_t>(n, v);
-             s.caching.large_growth = bytes == 0 ? growth_policy::as_needed(std::size_t{2} << 20) : growth_policy::fixed_step(bytes);
-         }},
-        number_option("max_split_size", &caching_options::max_split_size),
-        {"release_before_growth", caching,
-         [](settings& s, std::string_view n, std::string_view v) { s.caching.release_before_growth = parse_flag(n, v); }},
-        number_option("span_bytes", &expandable_options::span_bytes),
-        number_option("small_size", &expandable_options::small_size),
-        number_option("small_span_bytes", &expandable_options::small_span_bytes),
-        number_option("rounding", &expandable_options::rounding),
-        number_option("cache_fraction", &expandable_options::cache_fraction),
-        number_option("peak_slack", &expandable_options::peak_slack),
-        number_option("max_peak_slack", &expandable_options::max_peak_slack),
-        number_option("allocations_per_remap", &expandable_options::allocations_per_remap),
-        number_option("mapping_bytes", &expandable_options::mapping_bytes),
-        number_option("max_cached_bytes", &expandable_options::max_cached_bytes),
-        number_option("candidates", &expandable_options::candidates),
-    };
-    return all;
-}
-
-// The rules of expandable_options, checked before a pool is made over virtual memory of
-// `granularity`: those expandable's constructor applies (a rounding that is a power of two no
-// larger than a granule, a mapping_bytes of 0 or a power of two, span sizes whose rounding to
-// granules cannot overflow) and those it leaves to chance (slacks and fractions that are NaN,
-// infinite or negative). Address-space sizes are at most 2^48 bytes (256 TiB): no device's
-// address space holds more. Throws std::invalid_argument naming the option and its rule.
-// strategy/expandable.hpp has no validation function of its own yet; this one belongs there.
-// Checks the options of `kind` as its pool will when it is made (caching_options::validate(), or
-// the rules above); throws std::invalid_argument naming the rule.
-void validate(const settings& s, allocator_kind kind) {
-    if (kind == allocator_kind::caching) {
-        s.caching.validate();
-    } else {
-        s.expandable.validate(backend::granularity);
-    }
-}
-
-// Sets option `name` of `kind` in `s`, then checks the kind's options as a whole, so that a value
-// its pool would refuse is refused now, against the options set before it. Throws
-// std::invalid_argument for a name the kind does not have, a value that is not one, or one its
-// rules refuse; `s` is then left part-changed (registry::set() works on a copy).
+// Sets option `name` of `kind` in `s` (interop/option_text.hpp: by the options' C++ names), checked
+// against the options set before it as the kind's pool will check them, expandable's against the
+// smallest granule a device has. Throws std::invalid_argument for a name the kind does not have, a
+// value that is not one, or one its rules refuse; `s` is then unchanged.
 void set_option(settings& s, allocator_kind kind, std::string_view name, std::string_view value) {
-    std::string known;
-    for (const option& o : options()) {
-        if (o.kind != kind) continue;
-        if (o.name == name) {
-            o.set(s, name, value);
-            try {
-                validate(s, kind);
-            } catch (const std::invalid_argument& rule) {
-                std::string_view why = rule.what();
-                if (why.starts_with("poolkit: ")) why.remove_prefix(std::string_view("poolkit: ").size());
-                throw std::invalid_argument("poolkit: option " + std::string(name) + "=" + std::string(value) + " refused: " + std::string(why));
-            }
-            return;
-        }
-        known += known.empty() ? "" : ", ";
-        known += o.name;
+    if (kind == allocator_kind::caching) {
+        poolkit::set_option(s.caching, name, value);
+    } else {
+        poolkit::set_option(s.expandable, name, value, backend::granularity);
     }
-    throw std::invalid_argument("poolkit: the " + std::string(name_of(kind)) + " allocator has no option \"" + std::string(name) +
-                                "\" (it has " + known + ")");
 }
 
 // "0x" and the address in hexadecimal.
@@ -570,9 +467,7 @@ public:
         std::lock_guard lock(mutex_);
         if (any_pool()) throw std::logic_error("poolkit: options can only be set before the first pool is made");
         if (!kind_) kind_ = kind_from_environment();
-        settings next = settings_;
-        set_option(next, *kind_, name, value);
-        settings_ = next;
+        set_option(settings_, *kind_, name, value);
     }
 
     // The kind in use, or the one the first pool would have.

@@ -201,7 +201,7 @@ class CApi(unittest.TestCase):
         plugin = fresh_plugin()
         with self.assertRaisesRegex(poolkit.PoolkitError, r'no allocator named "buddy" \(expected caching or expandable\)'):
             plugin.configure("buddy", {})
-        with self.assertRaisesRegex(poolkit.PoolkitError, r'caching allocator has no option "cache_fraction" \(it has rounding, '):
+        with self.assertRaisesRegex(poolkit.PoolkitError, r'no option "cache_fraction" \(the options are rounding, '):
             plugin.configure("caching", {"cache_fraction": 0.1})
         with self.assertRaisesRegex(poolkit.PoolkitError, r"option power2_divisions=-4 is not a number of at least 0"):
             plugin.configure("caching", {"power2_divisions": -4})
