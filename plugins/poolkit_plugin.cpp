@@ -117,24 +117,8 @@ struct backend {
         return total_bytes;
     }
 
-    // Makes `device` current for the scope.
-    class device_scope {
-    public:
-        explicit device_scope(int device) {
-            cudaGetDevice(&previous_);
-            if (previous_ != device) cudaSetDevice(device);
-        }
-        ~device_scope() {
-            int now = -1;
-            cudaGetDevice(&now);
-            if (now != previous_) cudaSetDevice(previous_);
-        }
-        device_scope(const device_scope&) = delete;
-        device_scope& operator=(const device_scope&) = delete;
-
-    private:
-        int previous_ = 0;
-    };
+    // Makes `device` current for the scope (the library's, upstream/detail/cuda_runtime.hpp).
+    using device_scope = detail::device_scope;
 };
 #endif
 
