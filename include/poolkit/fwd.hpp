@@ -65,6 +65,7 @@ struct fixed_size_options;
 struct monotonic_options;
 struct caching_options;
 struct expandable_options;
+struct exact_cache_options;
 
 // Defaults live in each block's own header; these declarations name none.
 template <resource Upstream>
@@ -84,6 +85,8 @@ template <resource Primary, resource Secondary>
 class fallback;
 template <resource Upstream>
 class caching_pool;
+template <resource Upstream>
+class exact_cache;
 
 // adaptor
 struct no_options;
@@ -132,6 +135,8 @@ template <class T, stream_resource R>
     requires has_property<R, device_accessible>
 class thrust_allocator;
 class device_registry;
+template <class Options>
+struct text_option;
 #if POOLKIT_HAS_CUDA
 template <class R>
     requires detail::cuda_mr_resource_with<R>

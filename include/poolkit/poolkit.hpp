@@ -22,6 +22,7 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/resource_ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
+#include <poolkit/interop/option_text.hpp>
 #include <poolkit/interop/pmr_adaptor.hpp>
 #include <poolkit/interop/std_allocator.hpp>
 #include <poolkit/observe/fragmentation.hpp>
@@ -33,6 +34,7 @@
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
 #include <poolkit/strategy/caching_pool.hpp>
+#include <poolkit/strategy/exact_cache.hpp>
 #include <poolkit/strategy/fallback.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
 #include <poolkit/strategy/growth.hpp>

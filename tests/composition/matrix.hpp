@@ -1,9 +1,10 @@
 // The composition matrix: every adaptor over every strategy, every strategy over every adaptor
 // (the adaptor between the strategy and its upstream), and every adaptor-over-strategy stack as the
 // lane pool of a stream_ordered over simulated streams, each through the conformance suite. A
-// new strategy joins `strategies` below, a new adaptor gets a translation unit like the others
-// (matrix_<adaptor>.cpp). Stacks are built in place (core/in_place.hpp) and lanes through
-// lanes<> (adaptor/lanes.hpp), so no block writes anything for the matrix.
+// new strategy gets an alias below and joins POOLKIT_MATRIX_LANE_STRATEGIES (or
+// POOLKIT_MATRIX_STRATEGIES), a new adaptor an alias, POOLKIT_MATRIX_ADAPTORS and a translation
+// unit like the others (matrix_<adaptor>.cpp). Stacks are built in place (core/in_place.hpp) and
+// lanes through lanes<> (adaptor/lanes.hpp), so no block writes anything for the matrix.
 #pragma once
 
 #include "../support/conformance.hpp"
@@ -23,6 +24,7 @@
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
 #include <poolkit/strategy/caching_pool.hpp>
+#include <poolkit/strategy/exact_cache.hpp>
 #include <poolkit/strategy/fallback.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
 #include <poolkit/strategy/monotonic.hpp>
@@ -48,6 +50,7 @@ template <class U> using size_classes_large_best_fit_over = size_classes<U, best
 template <class U> using fixed_size_over = fixed_size<U>;
 template <class U> using monotonic_over = monotonic<U>;
 template <class U> using caching_pool_over = caching_pool<U>;
+template <class U> using exact_cache_over = exact_cache<U>;
 template <class U> using segregator_over = segregator<4096, size_classes<U>, best_fit<U>>;
 template <class U> using fallback_over = fallback<best_fit<U>, buddy<U>>;
 
@@ -152,35 +155,30 @@ struct adaptor_stack_lanes : host_touch {
 
 }  // namespace poolkit::test::matrix
 
-// The whole row of one adaptor: over each strategy, under each, and as lanes (every strategy that
-// can serve a lane; monotonic cannot: it never reuses a freed block).
-#define POOLKIT_MATRIX_ROW(Adaptor)                                                                                     \
-    TEST_CASE_TEMPLATE_INVOKE(                                                                                          \
-        conformance,                                                                                                    \
-        adaptor_over_strategy<Adaptor, best_fit_over>, adaptor_over_strategy<Adaptor, buddy_over>,                     \
-        adaptor_over_strategy<Adaptor, size_classes_over>, adaptor_over_strategy<Adaptor, size_classes_large_best_fit_over>, \
-        adaptor_over_strategy<Adaptor, fixed_size_over>, adaptor_over_strategy<Adaptor, monotonic_over>,               \
-        adaptor_over_strategy<Adaptor, caching_pool_over>, adaptor_over_strategy<Adaptor, segregator_over>,            \
-        adaptor_over_strategy<Adaptor, fallback_over>, strategy_over_adaptor<Adaptor, best_fit_over>,                  \
-        strategy_over_adaptor<Adaptor, buddy_over>, strategy_over_adaptor<Adaptor, size_classes_over>,                 \
-        strategy_over_adaptor<Adaptor, size_classes_large_best_fit_over>, strategy_over_adaptor<Adaptor, fixed_size_over>, \
-        strategy_over_adaptor<Adaptor, monotonic_over>, strategy_over_adaptor<Adaptor, caching_pool_over>,             \
-        strategy_over_adaptor<Adaptor, segregator_over>, strategy_over_adaptor<Adaptor, fallback_over>,                \
-        adaptor_stack_lanes<Adaptor, best_fit_over>, adaptor_stack_lanes<Adaptor, buddy_over>,                         \
-        adaptor_stack_lanes<Adaptor, size_classes_over>, adaptor_stack_lanes<Adaptor, size_classes_large_best_fit_over>, \
-        adaptor_stack_lanes<Adaptor, fixed_size_over>, adaptor_stack_lanes<Adaptor, caching_pool_over>,                \
-        adaptor_stack_lanes<Adaptor, segregator_over>, adaptor_stack_lanes<Adaptor, fallback_over>)
+// Each strategy and each adaptor is named once here. F(Adaptor, Strategy) for every strategy that
+// can serve a lane (monotonic cannot: it never reuses a freed block), and for every strategy.
+#define POOLKIT_MATRIX_LANE_STRATEGIES(F, Adaptor)                                                                      \
+    F(Adaptor, best_fit_over), F(Adaptor, buddy_over), F(Adaptor, size_classes_over),                                  \
+        F(Adaptor, size_classes_large_best_fit_over), F(Adaptor, fixed_size_over), F(Adaptor, caching_pool_over),     \
+        F(Adaptor, segregator_over), F(Adaptor, fallback_over), F(Adaptor, exact_cache_over)
+#define POOLKIT_MATRIX_STRATEGIES(F, Adaptor) POOLKIT_MATRIX_LANE_STRATEGIES(F, Adaptor), F(Adaptor, monotonic_over)
+// F(Adaptor, Strategy) for every adaptor.
+#define POOLKIT_MATRIX_ADAPTORS(F, Strategy)                                                                            \
+    F(statistics_of, Strategy), F(tracking_of, Strategy), F(logging_of, Strategy), F(recording_of, Strategy),          \
+        F(limiting_of, Strategy), F(retry_on_oom_of, Strategy), F(synchronized_of, Strategy)
+#define POOLKIT_MATRIX_OVER(Adaptor, Strategy) adaptor_over_strategy<Adaptor, Strategy>
+#define POOLKIT_MATRIX_UNDER(Adaptor, Strategy) strategy_over_adaptor<Adaptor, Strategy>
+#define POOLKIT_MATRIX_LANES(Adaptor, Strategy) adaptor_stack_lanes<Adaptor, Strategy>
 
-// The whole column of one strategy: under every adaptor, over every adaptor, and as lanes under
-// every adaptor (for a strategy that can serve a lane).
-#define POOLKIT_MATRIX_COLUMN(Strategy)                                                                                  \
-    TEST_CASE_TEMPLATE_INVOKE(                                                                                          \
-        conformance, adaptor_over_strategy<statistics_of, Strategy>, adaptor_over_strategy<tracking_of, Strategy>,       \
-        adaptor_over_strategy<logging_of, Strategy>, adaptor_over_strategy<limiting_of, Strategy>,                      \
-        adaptor_over_strategy<retry_on_oom_of, Strategy>, adaptor_over_strategy<synchronized_of, Strategy>,             \
-        strategy_over_adaptor<statistics_of, Strategy>, strategy_over_adaptor<tracking_of, Strategy>,                   \
-        strategy_over_adaptor<logging_of, Strategy>, strategy_over_adaptor<limiting_of, Strategy>,                      \
-        strategy_over_adaptor<retry_on_oom_of, Strategy>, strategy_over_adaptor<synchronized_of, Strategy>,             \
-        adaptor_stack_lanes<statistics_of, Strategy>, adaptor_stack_lanes<tracking_of, Strategy>,                       \
-        adaptor_stack_lanes<logging_of, Strategy>, adaptor_stack_lanes<limiting_of, Strategy>,                          \
-        adaptor_stack_lanes<retry_on_oom_of, Strategy>, adaptor_stack_lanes<synchronized_of, Strategy>)
+// The whole row of one adaptor: over each strategy, under each, and as lanes.
+#define POOLKIT_MATRIX_ROW(Adaptor)                                                                                     \
+    TEST_CASE_TEMPLATE_INVOKE(conformance, POOLKIT_MATRIX_STRATEGIES(POOLKIT_MATRIX_OVER, Adaptor),                     \
+                              POOLKIT_MATRIX_STRATEGIES(POOLKIT_MATRIX_UNDER, Adaptor),                                 \
+                              POOLKIT_MATRIX_LANE_STRATEGIES(POOLKIT_MATRIX_LANES, Adaptor))
+
+// The whole column of one strategy (one that can serve a lane): under every adaptor, over every
+// adaptor, and as lanes under every adaptor.
+#define POOLKIT_MATRIX_COLUMN(Strategy)                                                                                 \
+    TEST_CASE_TEMPLATE_INVOKE(conformance, POOLKIT_MATRIX_ADAPTORS(POOLKIT_MATRIX_OVER, Strategy),                      \
+                              POOLKIT_MATRIX_ADAPTORS(POOLKIT_MATRIX_UNDER, Strategy),                                  \
+                              POOLKIT_MATRIX_ADAPTORS(POOLKIT_MATRIX_LANES, Strategy))

@@ -5,6 +5,7 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
+#include <poolkit/strategy/exact_cache.hpp>
 #include <poolkit/strategy/expandable.hpp>
 #include <poolkit/strategy/fallback.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
@@ -91,6 +92,13 @@ struct monotonic_simulated_fixture : over_simulated<monotonic<ref<simulated_reso
     static constexpr const char* name = "monotonic<ref<simulated_resource>>";
 };
 
+struct exact_cache_fixture : over_instrumented<exact_cache<ref<instrumented<>>>> {
+    static constexpr const char* name = "exact_cache<ref<instrumented>>";
+};
+struct exact_cache_simulated_fixture : over_simulated<exact_cache<ref<simulated_resource>>> {
+    static constexpr const char* name = "exact_cache<ref<simulated_resource>>";
+};
+
 // Combinators: both parts draw on one instrumented upstream.
 struct segregator_fixture : host_touch {
     using pools = segregator<4096, size_classes<ref<instrumented<>>>, best_fit<ref<instrumented<>>>>;
@@ -141,4 +149,5 @@ struct expandable_fixture : no_touch {
 TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture, size_classes_fixture,
                           size_classes_simulated_fixture, fixed_size_fixture, fixed_size_simulated_fixture,
                           buddy_fixture, buddy_simulated_fixture, monotonic_fixture, monotonic_simulated_fixture,
-                          segregator_fixture, fallback_fixture, expandable_fixture);
+                          exact_cache_fixture, exact_cache_simulated_fixture, segregator_fixture, fallback_fixture,
+                          expandable_fixture);

@@ -11,8 +11,6 @@
 // warm, composition gives ns/op, as in bench/traces/README.md.
 #pragma once
 
-#include "blocks.hpp"
-
 #include <poolkit/adaptor/statistics.hpp>
 #include <poolkit/core/captures.hpp>
 #include <poolkit/core/ref.hpp>
@@ -20,6 +18,7 @@
 #include <poolkit/observe/trace.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
+#include <poolkit/strategy/exact_cache.hpp>
 #include <poolkit/strategy/segregator.hpp>
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/presets.hpp>
