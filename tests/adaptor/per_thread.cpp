@@ -146,7 +146,7 @@ TEST_CASE("per_thread: a cache past max_cached_bytes gives blocks back until it 
     CHECK(small.cached_bytes() == 3 * 768);
 }
 
-TEST_CASE("per_thread: blocks move between threads; a thread's exit gives its cache back; the figures stay exact") {
+TEST_CASE("per_thread: blocks move between threads, a thread's exit gives its cache back, the figures stay exact") {
     instrumented<> upstream;
     front pool{std::in_place, upstream_ref{upstream}};
     std::vector<void*> made;

@@ -39,7 +39,7 @@ TEST_CASE("caching_pool rounds like PyTorch's allocator") {
     CHECK_THROWS_AS(caching_pool<upstream>(upstream{memory}, {.power2_divisions = 3}), std::invalid_argument);
 }
 
-TEST_CASE("small requests share 2 MiB chunks; large ones get chunks as needed; oversize ones are never split") {
+TEST_CASE("small requests share 2 MiB chunks, large ones get chunks as needed, oversize ones are never split") {
     instrumented<> memory;
     caching_pool<upstream> pool{upstream{memory},
                                 {.large_growth = growth_policy::as_needed(2 * MiB),

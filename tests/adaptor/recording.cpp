@@ -54,7 +54,7 @@ std::vector<history_action> actions_of(const history& h) {
 
 }  // namespace
 
-TEST_CASE("history: nothing is recorded until start(); stop() drops everything") {
+TEST_CASE("history: nothing is recorded until start(), stop() drops everything") {
     history h;
     recording<new_delete_resource> users{new_delete_resource{}, h};
     void* before = users.allocate(64);
@@ -78,7 +78,7 @@ TEST_CASE("history: nothing is recorded until start(); stop() drops everything")
     CHECK(h.events().empty());
 }
 
-TEST_CASE("recording: an lvalue is referred to, an rvalue owned; without a history it records into default_history()") {
+TEST_CASE("recording: an lvalue is referred to, an rvalue owned, without a history it records into default_history()") {
     new_delete_resource upstream;
     recording referring{upstream};
     static_assert(std::is_same_v<decltype(referring), recording<ref<new_delete_resource>>>);

@@ -93,7 +93,7 @@ TEST_CASE("statistics: allocated bytes are the block sizes the resource below re
     CHECK(stats.figures().allocated_bytes.current == 0);
 }
 
-TEST_CASE("statistics: memory_stats() speaks PyTorch's keys; reserved comes from the statistics below") {
+TEST_CASE("statistics: memory_stats() speaks PyTorch's keys, reserved comes from the statistics below") {
     instrumented<> upstream;
     using counted = statistics<upstream_ref>;
     counted reserved{upstream};

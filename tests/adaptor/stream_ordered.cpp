@@ -126,7 +126,7 @@ TEST_CASE("a stream used alone frees straight into the pool and reuses the memor
     f.put(part, 40 * KiB, f.a);
 }
 
-TEST_CASE("with several streams a free goes to its stream's front; a request there of its exact size and alignment takes it at once") {
+TEST_CASE("with several streams a free goes to its stream's front, a request there of its exact size and alignment takes it at once") {
     fixture f;
     f.know(f.b);
     f.know(f.a);
@@ -210,7 +210,7 @@ TEST_CASE("a front covered while its stream's work is all done goes into the poo
     f.put(grown, 2 * MiB, f.b);
 }
 
-TEST_CASE("a stream found busy at a cover is asked again after 1, 3, 7 ... covers; its fronts wait behind events meanwhile") {
+TEST_CASE("a stream found busy at a cover is asked again after 1, 3, 7 ... covers, its fronts wait behind events meanwhile") {
     fixture f;
     f.know(f.b);
     f.know(f.a);
@@ -328,7 +328,7 @@ TEST_CASE("memory passed through from the upstream goes back there only after th
     f.put(f.get(4 * KiB, lone), 4 * KiB, lone);  // lone covers the pool, as asked
 }
 
-TEST_CASE("a lone stream covers the pool at its next call once a second stream comes; that stream waits on the cover once") {
+TEST_CASE("a lone stream covers the pool at its next call once a second stream comes, that stream waits on the cover once") {
     fixture f;
     void* block = f.get(512 * KiB, f.a);
     void* later = f.get(8 * KiB, f.a);
@@ -353,7 +353,7 @@ TEST_CASE("a lone stream covers the pool at its next call once a second stream c
     f.put(next, 2 * MiB, f.b);
 }
 
-TEST_CASE("past front_blocks blocks a front is covered by one event; its blocks reach the pool once that is done") {
+TEST_CASE("past front_blocks blocks a front is covered by one event, its blocks reach the pool once that is done") {
     fixture f;
     constexpr std::size_t count = ordered::front_blocks;
     f.know(f.b);
@@ -433,7 +433,7 @@ TEST_CASE("a large free covers its front at once: another stream takes it at its
     f.put(taken, ordered::min_large_free, f.b);
 }
 
-TEST_CASE("before growing, a miss puts waiting blocks into the pool behind their events; other streams wait on them too") {
+TEST_CASE("before growing, a miss puts waiting blocks into the pool behind their events, other streams wait on them too") {
     fixture f;
     void* block = f.get(768 * KiB, f.a);  // under a large free
     void* small = f.get(4 * KiB, f.a);
@@ -528,7 +528,7 @@ TEST_CASE("waiting blocks whose events are done reach the pool within poll_inter
     CHECK(f.memory.allocations() == grown);
 }
 
-TEST_CASE("a destroyed stream is never touched; its front serves others after settle_after misses, behind one wait for the device") {
+TEST_CASE("a destroyed stream is never touched, its front serves others after settle_after misses, behind one wait for the device") {
     fixture f;
     f.know(f.b);
     const stream_ref gone = f.events.make_stream();
@@ -800,7 +800,7 @@ struct aliased_events : completed_events {
 stream_ref handle(std::uintptr_t value) { return stream_ref{reinterpret_cast<stream_handle>(value)}; }
 }  // namespace
 
-TEST_CASE("with events that cost nothing a free serves any stream at its next call; two handles of one stream share a record") {
+TEST_CASE("with events that cost nothing a free serves any stream at its next call, two handles of one stream share a record") {
     instrumented<> memory;
     stream_ordered<upstream, lanes<best_fit>, aliased_events> pool{upstream{memory}, exact};
     void* other = pool.allocate_async(4 * KiB, 256, handle(3));

@@ -199,7 +199,7 @@ TEST_CASE("waiting_blocks::take orders the taker after the block's batch, and ta
     CHECK(waiting.consistent());
 }
 
-TEST_CASE("pool_tag: the home takes at once; another stream after the cover, by waiting or once it is done") {
+TEST_CASE("pool_tag: the home takes at once, another stream after the cover, by waiting or once it is done") {
     host_events events;
     const stream_ref home_stream = events.make_stream(), other_stream = events.make_stream();
     record home{{1, {}}}, other{{2, {}}};
@@ -288,7 +288,7 @@ TEST_CASE("pool_tag: blocks put in the pool behind events are ready for the stre
     CHECK(tag.clean());
 }
 
-TEST_CASE("fronts: a push opens a front; a cover moves it behind one event among the waiting blocks") {
+TEST_CASE("fronts: a push opens a front, a cover moves it behind one event among the waiting blocks") {
     host_events events;
     const stream_ref a = events.make_stream();
     waiting_blocks<host_events> waiting(events);

@@ -219,7 +219,7 @@ TEST_CASE("walk: size_classes shows its slabs block by block, and a walkable Lar
     plain.deallocate(big, 4000);
 }
 
-TEST_CASE("walk: fixed_size shows every block of every slab; what it passes on is not seen") {
+TEST_CASE("walk: fixed_size shows every block of every slab, what it passes on is not seen") {
     instrumented<> upstream;
     fixed_size<upstream_ref> pool{upstream, {.block_size = 256, .slab_size = 1024}};
     void* a = pool.allocate(256);

@@ -39,7 +39,7 @@ TEST_CASE("buddy: blocks are powers of two, at least the minimum, holding size a
     CHECK(pool.block_size(std::numeric_limits<std::size_t>::max()) == 0);
 }
 
-TEST_CASE("buddy: splitting hands out halves in address order; freeing merges them back") {
+TEST_CASE("buddy: splitting hands out halves in address order, freeing merges them back") {
     instrumented<> upstream;
     buddy<upstream_ref> pool{upstream, {.chunk_size = 64 * KiB, .minimum_block = 1 * KiB}};
     void* a = pool.allocate(1 * KiB);

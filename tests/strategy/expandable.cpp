@@ -483,7 +483,7 @@ TEST_CASE("stream_ordered keeps count of what expandable lanes map while frees u
     CHECK(memory.mapped_bytes() == 0);
 }
 
-TEST_CASE("streams of stream_ordered share one expandable pool; release unmaps all") {
+TEST_CASE("streams of stream_ordered share one expandable pool, release unmaps all") {
     checked_memory memory{memory_options()};
     host_events events;
     stream_ordered<ref<checked_memory>, lanes<expandable>, host_events> pool{ref<checked_memory>(memory), {.span_bytes = 256 * MiB}, events};

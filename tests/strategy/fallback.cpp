@@ -36,7 +36,7 @@ static_assert(has_owns<capped_then_open> && has_release<capped_then_open> && has
               has_check_invariants<capped_then_open>);
 static_assert(!has_release<fallback<best_fit<new_delete_resource>, new_delete_resource>>);
 
-TEST_CASE("fallback: Primary serves until it is exhausted, then Secondary; frees go home") {
+TEST_CASE("fallback: Primary serves until it is exhausted, then Secondary, frees go home") {
     instrumented<> primary_upstream, secondary_upstream;
     capped_then_open pool{best_fit<upstream_ref>{primary_upstream, {.initial_size = 64 * KiB, .maximum_size = 64 * KiB}},
                           best_fit<upstream_ref>{secondary_upstream, {.initial_size = 1 << 20}}};

@@ -28,7 +28,7 @@ static_assert(std::is_default_constructible_v<fixed_size<new_delete_resource>>);
 static_assert(resource_with<fixed_size<new_delete_resource>, host_accessible>);
 static_assert(has_owns<fixed_size<ref<simulated_resource>>>);
 
-TEST_CASE("fixed_size: blocks of one size from slabs; other requests go to the upstream") {
+TEST_CASE("fixed_size: blocks of one size from slabs, other requests go to the upstream") {
     instrumented<> upstream;
     fixed_size<upstream_ref> pool{upstream, {.block_size = 768, .slab_size = 768 * 10}};
     CHECK(pool.block_alignment() == 256);

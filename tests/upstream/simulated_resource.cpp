@@ -34,7 +34,7 @@ TEST_CASE("successive chunks are separated by a gap unless contiguous is asked f
     contiguous.check_invariants();
 }
 
-TEST_CASE("sizes round up to the granularity; capacity counts rounded live bytes") {
+TEST_CASE("sizes round up to the granularity, capacity counts rounded live bytes") {
     simulated_resource resource{{.capacity = 4 * MiB, .granularity = 4096}};
     void* small = resource.allocate(1);
     CHECK(resource.live_bytes() == 4096);
