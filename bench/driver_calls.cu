@@ -37,7 +37,8 @@ struct idle_streams {
     idle_streams() {
         for (cudaStream_t& s : streams) ok = ok && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
         for (cudaEvent_t& e : events) ok = ok && cudaEventCreateWithFlags(&e, cudaEventDisableTiming) == cudaSuccess;
-        ok = ok && cudaHostAlloc(reinterpret_cast<void**>(&slots), stream_count * sizeof(std::uint64_t), cudaHostAllocMapped) == cudaSuccess;
+        ok =
+            ok && cudaHostAlloc(reinterpret_cast<void**>(&slots), stream_count * sizeof(std::uint64_t), cudaHostAllocMapped) == cudaSuccess;
     }
     ~idle_streams() {
         cudaDeviceSynchronize();
@@ -98,31 +99,39 @@ void stream_query_idle(benchmark::State& state) {
 }
 void stream_write_value(benchmark::State& state) {
     static const auto write = entry<PFN_cuStreamWriteValue64_v11070>("cuStreamWriteValue64", 11070);
-    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        write(reinterpret_cast<CUstream>(s.stream(i)), s.slot(i), static_cast<cuuint64_t>(i), 0);
-    }, write != nullptr);
+    over_idle_streams(
+        state,
+        [](idle_streams& s, std::int64_t i) { write(reinterpret_cast<CUstream>(s.stream(i)), s.slot(i), static_cast<cuuint64_t>(i), 0); },
+        write != nullptr);
 }
 void stream_wait_value(benchmark::State& state) {
     static const auto wait = entry<PFN_cuStreamWaitValue64_v11070>("cuStreamWaitValue64", 11070);
-    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        wait(reinterpret_cast<CUstream>(s.stream(i + 1)), s.slot(i), 0, CU_STREAM_WAIT_VALUE_GEQ);
-    }, wait != nullptr);
+    over_idle_streams(
+        state,
+        [](idle_streams& s, std::int64_t i) { wait(reinterpret_cast<CUstream>(s.stream(i + 1)), s.slot(i), 0, CU_STREAM_WAIT_VALUE_GEQ); },
+        wait != nullptr);
 }
 void stream_identity(benchmark::State& state) {
     static const auto get_id = entry<PFN_cuStreamGetId_v12000>("cuStreamGetId", 12000);
-    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        unsigned long long id = 0;
-        get_id(reinterpret_cast<CUstream>(s.stream(i)), &id);
-        benchmark::DoNotOptimize(id);
-    }, get_id != nullptr);
+    over_idle_streams(
+        state,
+        [](idle_streams& s, std::int64_t i) {
+            unsigned long long id = 0;
+            get_id(reinterpret_cast<CUstream>(s.stream(i)), &id);
+            benchmark::DoNotOptimize(id);
+        },
+        get_id != nullptr);
 }
 void stream_is_capturing(benchmark::State& state) {
     static const auto is_capturing = entry<PFN_cuStreamIsCapturing_v10000>("cuStreamIsCapturing", 10000);
-    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        CUstreamCaptureStatus status{};
-        is_capturing(reinterpret_cast<CUstream>(s.stream(i)), &status);
-        benchmark::DoNotOptimize(status);
-    }, is_capturing != nullptr);
+    over_idle_streams(
+        state,
+        [](idle_streams& s, std::int64_t i) {
+            CUstreamCaptureStatus status{};
+            is_capturing(reinterpret_cast<CUstream>(s.stream(i)), &status);
+            benchmark::DoNotOptimize(status);
+        },
+        is_capturing != nullptr);
 }
 // cuda_events makes its queries and host waits with the thread's capture mode relaxed, by the
 // driver's exchange (below) rather than this one: two exchanges around each.
@@ -137,58 +146,74 @@ void capture_mode_exchange(benchmark::State& state) {
 // The same calls through the driver's entry points (cuda_events goes through the runtime).
 void driver_event_record(benchmark::State& state) {
     static const auto record = entry<PFN_cuEventRecord_v2000>("cuEventRecord", 2000);
-    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        record(reinterpret_cast<CUevent>(s.event(i)), reinterpret_cast<CUstream>(s.stream(i)));
-    }, record != nullptr);
+    over_idle_streams(
+        state,
+        [](idle_streams& s, std::int64_t i) { record(reinterpret_cast<CUevent>(s.event(i)), reinterpret_cast<CUstream>(s.stream(i))); },
+        record != nullptr);
 }
 void driver_event_query_done(benchmark::State& state) {
     static const auto query = entry<PFN_cuEventQuery_v2000>("cuEventQuery", 2000);
-    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        if (i < 1024) cudaEventRecord(s.event(i), s.stream(i));
-        benchmark::DoNotOptimize(query(reinterpret_cast<CUevent>(s.event(i))));
-    }, query != nullptr);
+    over_idle_streams(
+        state,
+        [](idle_streams& s, std::int64_t i) {
+            if (i < 1024) cudaEventRecord(s.event(i), s.stream(i));
+            benchmark::DoNotOptimize(query(reinterpret_cast<CUevent>(s.event(i))));
+        },
+        query != nullptr);
 }
 void driver_stream_query_idle(benchmark::State& state) {
     static const auto query = entry<PFN_cuStreamQuery_v2000>("cuStreamQuery", 2000);
-    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        benchmark::DoNotOptimize(query(reinterpret_cast<CUstream>(s.stream(i))));
-    }, query != nullptr);
+    over_idle_streams(
+        state, [](idle_streams& s, std::int64_t i) { benchmark::DoNotOptimize(query(reinterpret_cast<CUstream>(s.stream(i)))); },
+        query != nullptr);
 }
 const auto driver_exchange = entry<PFN_cuThreadExchangeStreamCaptureMode_v10010>("cuThreadExchangeStreamCaptureMode", 10010);
 void driver_capture_mode_exchange(benchmark::State& state) {
-    over_idle_streams(state, [](idle_streams&, std::int64_t) {
-        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        driver_exchange(&mode);
-        benchmark::DoNotOptimize(mode);
-    }, driver_exchange != nullptr);
+    over_idle_streams(
+        state,
+        [](idle_streams&, std::int64_t) {
+            CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+            driver_exchange(&mode);
+            benchmark::DoNotOptimize(mode);
+        },
+        driver_exchange != nullptr);
 }
 // What cuda_events::idle() makes: the query between two of the driver's exchanges.
 void stream_query_idle_relaxed(benchmark::State& state) {
-    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        driver_exchange(&mode);
-        benchmark::DoNotOptimize(cudaStreamQuery(s.stream(i)));
-        driver_exchange(&mode);
-    }, driver_exchange != nullptr);
+    over_idle_streams(
+        state,
+        [](idle_streams& s, std::int64_t i) {
+            CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+            driver_exchange(&mode);
+            benchmark::DoNotOptimize(cudaStreamQuery(s.stream(i)));
+            driver_exchange(&mode);
+        },
+        driver_exchange != nullptr);
 }
 // The same through the driver's query.
 void driver_stream_query_idle_relaxed(benchmark::State& state) {
     static const auto query = entry<PFN_cuStreamQuery_v2000>("cuStreamQuery", 2000);
-    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        driver_exchange(&mode);
-        benchmark::DoNotOptimize(query(reinterpret_cast<CUstream>(s.stream(i))));
-        driver_exchange(&mode);
-    }, driver_exchange != nullptr && query != nullptr);
+    over_idle_streams(
+        state,
+        [](idle_streams& s, std::int64_t i) {
+            CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+            driver_exchange(&mode);
+            benchmark::DoNotOptimize(query(reinterpret_cast<CUstream>(s.stream(i))));
+            driver_exchange(&mode);
+        },
+        driver_exchange != nullptr && query != nullptr);
 }
 void event_query_done_relaxed(benchmark::State& state) {
-    over_idle_streams(state, [](idle_streams& s, std::int64_t i) {
-        if (i < 1024) cudaEventRecord(s.event(i), s.stream(i));
-        CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
-        driver_exchange(&mode);
-        benchmark::DoNotOptimize(cudaEventQuery(s.event(i)));
-        driver_exchange(&mode);
-    }, driver_exchange != nullptr);
+    over_idle_streams(
+        state,
+        [](idle_streams& s, std::int64_t i) {
+            if (i < 1024) cudaEventRecord(s.event(i), s.stream(i));
+            CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+            driver_exchange(&mode);
+            benchmark::DoNotOptimize(cudaEventQuery(s.event(i)));
+            driver_exchange(&mode);
+        },
+        driver_exchange != nullptr);
 }
 
 }  // namespace

@@ -113,8 +113,8 @@ inline int run(int argc, char** argv) {
 
 }  // namespace poolkit_bench
 
-#define POOLKIT_BENCH_STREAMS(Resource, name)                                                                    \
-    BENCHMARK(poolkit_bench::streams<Resource>)->Name("streams/" name)->Apply(poolkit_bench::stream_counts);   \
+#define POOLKIT_BENCH_STREAMS(Resource, name)                                                                \
+    BENCHMARK(poolkit_bench::streams<Resource>)->Name("streams/" name)->Apply(poolkit_bench::stream_counts); \
     BENCHMARK(poolkit_bench::pipeline<Resource>)->Name("pipeline/" name)->Apply(poolkit_bench::stream_counts)
 
 POOLKIT_BENCH_STREAMS(poolkit::caching_device_allocator, "caching_device_allocator");

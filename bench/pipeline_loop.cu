@@ -33,8 +33,8 @@ void run(const char* tag, std::size_t count, bool pipeline, std::size_t steps) {
         const auto start = std::chrono::steady_clock::now();
         for (std::size_t i = 0; i < steps; ++i) step(warm + i);
         const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / steps;
-        std::printf("%s %-8s streams %-5zu %9.0f ns/pair  reserved %7zu MiB  pending %zu MiB\n", tag,
-                    pipeline ? "pipeline" : "pairs", count, ns, resource.reserved_bytes() >> 20, resource.pending_bytes() >> 20);
+        std::printf("%s %-8s streams %-5zu %9.0f ns/pair  reserved %7zu MiB  pending %zu MiB\n", tag, pipeline ? "pipeline" : "pairs",
+                    count, ns, resource.reserved_bytes() >> 20, resource.pending_bytes() >> 20);
         if (held != nullptr) resource.deallocate_async(held, held_size, 256, poolkit::stream_ref{streams.front()});
         cudaDeviceSynchronize();
     }

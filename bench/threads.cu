@@ -36,9 +36,8 @@ struct synchronized_caching_announced : poolkit::synchronized_caching_device_all
 };
 struct per_thread_caching_announced : poolkit::per_thread_caching_device_allocator {
     per_thread_caching_announced()
-        : poolkit::per_thread_caching_device_allocator(std::in_place,
-                                                       poolkit::per_thread_options{.captures = poolkit::capture_check::announced},
-                                                       poolkit::cuda_events{}) {
+        : poolkit::per_thread_caching_device_allocator(
+              std::in_place, poolkit::per_thread_options{.captures = poolkit::capture_check::announced}, poolkit::cuda_events{}) {
         upstream_resource().locked([](auto& pool) { pool.capture_checks(poolkit::capture_check::announced); });
     }
 };
@@ -114,8 +113,14 @@ BENCHMARK(pairs<poolkit::per_thread_caching_device_allocator>)->Name("pairs/per_
 BENCHMARK(pairs<synchronized_caching_announced>)->Name("pairs/synchronized_caching_announced")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<per_thread_caching_announced>)->Name("pairs/per_thread_caching_announced")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<poolkit::cuda_async_resource, true>)->Name("pairs_per_thread_stream/cudaMallocAsync")->ThreadRange(1, 16)->UseRealTime();
-BENCHMARK(pairs<poolkit::synchronized_caching_device_allocator, true>)->Name("pairs_per_thread_stream/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
-BENCHMARK(pairs<poolkit::per_thread_caching_device_allocator, true>)->Name("pairs_per_thread_stream/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(pairs<poolkit::synchronized_caching_device_allocator, true>)
+    ->Name("pairs_per_thread_stream/synchronized_caching")
+    ->ThreadRange(1, 16)
+    ->UseRealTime();
+BENCHMARK(pairs<poolkit::per_thread_caching_device_allocator, true>)
+    ->Name("pairs_per_thread_stream/per_thread_caching")
+    ->ThreadRange(1, 16)
+    ->UseRealTime();
 BENCHMARK(server<poolkit::cuda_async_resource>)->Name("server/cudaMallocAsync")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(server<poolkit::synchronized_caching_device_allocator>)->Name("server/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(server<poolkit::per_thread_caching_device_allocator>)->Name("server/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();

@@ -11,8 +11,8 @@
 
 int main() {
     using upstream = poolkit::statistics<poolkit::simulated_resource>;  // counts what the pool reserves
-    using pool = poolkit::best_fit<poolkit::ref<upstream>>;             // coalescing best fit
-    using observed = poolkit::statistics<poolkit::ref<pool>>;            // counts what users hold
+    using pool = poolkit::best_fit<poolkit::ref<upstream>>;  // coalescing best fit
+    using observed = poolkit::statistics<poolkit::ref<pool>>;  // counts what users hold
 
     upstream memory;
     pool blocks{poolkit::ref(memory), {.initial_size = std::size_t{64} << 20}};
@@ -24,8 +24,7 @@ int main() {
 
     std::fputs(poolkit::memory_summary(counted).c_str(), stdout);
     const auto stats = counted.memory_stats();
-    std::printf("allocated now %lld bytes, reserved %lld bytes\n",
-                static_cast<long long>(stats.at("allocated_bytes.all.current")),
+    std::printf("allocated now %lld bytes, reserved %lld bytes\n", static_cast<long long>(stats.at("allocated_bytes.all.current")),
                 static_cast<long long>(stats.at("reserved_bytes.all.current")));
     for (std::size_t i = 1; i < live.size(); i += 2) counted.deallocate(live[i], (i + 1) * 100'000);
     blocks.release();

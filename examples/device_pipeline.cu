@@ -32,7 +32,7 @@ int main() {
     double total = 0;
     for (int step = 0; step < 10; ++step) {
         const std::size_t count = std::size_t{1} << (16 + step % 4);  // shapes vary, as in real work
-        poolkit::device_uvector<float> input(count, stream, pool);      // uninitialized: no fill kernel
+        poolkit::device_uvector<float> input(count, stream, pool);  // uninitialized: no fill kernel
         poolkit::device_uvector<float> output(count, stream, pool);
         thrust::sequence(on_stream, input.begin(), input.end());
         thrust::transform(on_stream, input.begin(), input.end(), output.begin(), scale_and_shift{0.5f, 1.0f});

@@ -16,11 +16,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     {
         const std::size_t granularity = std::size_t{256} << (size % 3);
         poolkit::best_fit<poolkit::ref<poolkit::simulated_resource>> pool{
-            addresses, {.initial_size = std::size_t{64} << 10,
-                        .growth = size % 2 ? poolkit::growth_policy::geometric(2) : poolkit::growth_policy::as_needed(64 << 10),
-                        .maximum_size = std::size_t{128} << 20,
-                        .granularity = granularity,
-                        .minimum_split = granularity << (size % 4)}};
+            addresses,
+            {.initial_size = std::size_t{64} << 10,
+             .growth = size % 2 ? poolkit::growth_policy::geometric(2) : poolkit::growth_policy::as_needed(64 << 10),
+             .maximum_size = std::size_t{128} << 20,
+             .granularity = granularity,
+             .minimum_split = granularity << (size % 4)}};
         poolkit::fuzz::run(pool, data, size, 1024);
         if (pool.reserved_bytes() != 0) std::abort();
     }

@@ -15,11 +15,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     poolkit::simulated_resource addresses{{.capacity = std::size_t{256} << 20}};
     {
-        poolkit::buddy<poolkit::ref<poolkit::simulated_resource>> pool{
-            addresses, {.chunk_size = std::size_t{64} << (10 + size % 4),
-                        .minimum_block = std::size_t{256} << (size % 3),
-                        .chunk_alignment = std::size_t{4} << (10 + size % 5),
-                        .maximum_size = std::size_t{8} << 20}};
+        poolkit::buddy<poolkit::ref<poolkit::simulated_resource>> pool{addresses,
+                                                                       {.chunk_size = std::size_t{64} << (10 + size % 4),
+                                                                        .minimum_block = std::size_t{256} << (size % 3),
+                                                                        .chunk_alignment = std::size_t{4} << (10 + size % 5),
+                                                                        .maximum_size = std::size_t{8} << 20}};
         poolkit::fuzz::run(pool, data, size, 16, 16);  // its check and tables walk every minimum block: sizes up to 1 MiB
         if (pool.reserved_bytes() != 0) std::abort();
     }

@@ -40,8 +40,8 @@ inline constexpr std::size_t default_max_steps = 128;
 // Runs the steps encoded in `data`. Sizes are amount * scale + 1 when the operation byte is odd
 // in its second bit, else amount + 1, so both small and large blocks appear.
 template <class R>
-void run(R& resource, const std::uint8_t* data, std::size_t size, std::size_t scale,
-         std::size_t check_every = default_check_every, std::size_t max_steps = default_max_steps) {
+void run(R& resource, const std::uint8_t* data, std::size_t size, std::size_t scale, std::size_t check_every = default_check_every,
+         std::size_t max_steps = default_max_steps) {
     check_every = std::max<std::size_t>(check_every, 1);
     const std::size_t steps = std::min(size / 4, max_steps);
     const std::size_t phase = steps % check_every;

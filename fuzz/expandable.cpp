@@ -19,20 +19,21 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     constexpr std::size_t granule = std::size_t{64} << 10;
-    poolkit::simulated_vmm_resource memory{{.capacity = std::size_t{1} << 30, .granularity = granule,
-                                            .physical_limit = std::size_t{16} << 20}};
+    poolkit::simulated_vmm_resource memory{
+        {.capacity = std::size_t{1} << 30, .granularity = granule, .physical_limit = std::size_t{16} << 20}};
     {
         poolkit::expandable<poolkit::ref<poolkit::simulated_vmm_resource>> pool{
-            memory, {.span_bytes = std::size_t{8} << 20,
-                     .small_size = std::size_t{16} << 10,
-                     .small_span_bytes = std::size_t{1} << 20,
-                     .rounding = std::size_t{256} << (size % 3),
-                     .cache_fraction = (size % 4) * 0.05,
-                     .peak_slack = (size % 3) * 0.05,
-                     .max_peak_slack = (size % 7) * 0.05,  // below peak_slack at times: raised to it
-                     .allocations_per_remap = size % 50,   // 0 at times: treated as 1
-                     .mapping_bytes = size % 3 == 0 ? 0 : granule << (size % 4),
-                     .max_cached_bytes = size % 5 == 0 ? granule * 4 : ~std::size_t{0}}};
+            memory,
+            {.span_bytes = std::size_t{8} << 20,
+             .small_size = std::size_t{16} << 10,
+             .small_span_bytes = std::size_t{1} << 20,
+             .rounding = std::size_t{256} << (size % 3),
+             .cache_fraction = (size % 4) * 0.05,
+             .peak_slack = (size % 3) * 0.05,
+             .max_peak_slack = (size % 7) * 0.05,  // below peak_slack at times: raised to it
+             .allocations_per_remap = size % 50,  // 0 at times: treated as 1
+             .mapping_bytes = size % 3 == 0 ? 0 : granule << (size % 4),
+             .max_cached_bytes = size % 5 == 0 ? granule * 4 : ~std::size_t{0}}};
         poolkit::fuzz::run(pool, data, size, 128, poolkit::fuzz::default_check_every, 64);
         if (pool.live_bytes() != 0 || pool.reserved_bytes() != 0) std::abort();
     }

@@ -20,10 +20,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     poolkit::simulated_resource addresses{{.capacity = std::size_t{256} << 20}};
     {
         poolkit::fallback<poolkit::best_fit<upstream>, poolkit::buddy<upstream>> pools{
-            poolkit::best_fit<upstream>{addresses, {.initial_size = std::size_t{1} << 20,
-                                                    .maximum_size = std::size_t{1} << (18 + size % 4)}},
-            poolkit::buddy<upstream>{addresses, {.chunk_size = std::size_t{1} << 20,
-                                                 .maximum_size = std::size_t{8} << 20}}};
+            poolkit::best_fit<upstream>{addresses,
+                                        {.initial_size = std::size_t{1} << 20, .maximum_size = std::size_t{1} << (18 + size % 4)}},
+            poolkit::buddy<upstream>{addresses, {.chunk_size = std::size_t{1} << 20, .maximum_size = std::size_t{8} << 20}}};
         poolkit::fuzz::run(pools, data, size, 16, 16, 96);  // buddy walks every minimum block (check, tables): sizes up to 1 MiB
         if (pools.primary_resource().reserved_bytes() != 0 || pools.secondary_resource().reserved_bytes() != 0) std::abort();
     }

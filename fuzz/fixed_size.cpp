@@ -15,8 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     poolkit::simulated_resource addresses{{.capacity = std::size_t{256} << 20}};
     {
         poolkit::fixed_size<poolkit::ref<poolkit::simulated_resource>> pool{
-            addresses, {.block_size = std::size_t{64} << (size % 8), .slab_size = std::size_t{4} << 10,
-                        .maximum_size = std::size_t{8} << 20}};
+            addresses,
+            {.block_size = std::size_t{64} << (size % 8), .slab_size = std::size_t{4} << 10, .maximum_size = std::size_t{8} << 20}};
         poolkit::fuzz::run(pool, data, size, 8);
         if (pool.reserved_bytes() != 0) std::abort();
     }

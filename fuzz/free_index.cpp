@@ -37,7 +37,7 @@ enum class place { out, front, waiting, free_for_all };
 
 struct block_state {
     place where = place::free_for_all;
-    std::size_t stream = 0;                     // its front's stream, while in a front
+    std::size_t stream = 0;  // its front's stream, while in a front
     std::vector<host_events::event_type> after;  // its batch's events, while waiting
 };
 
@@ -77,68 +77,68 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::size_t i = data[step + 2] % blocks_count;
         block_state& b = blocks[i];
         switch (op) {
-        case 0:  // allocate block i on stream k, if free for all; work uses it there
-            if (b.where == place::free_for_all) {
-                b.where = place::out;
-                events.submit(streams[k]);
-            }
-            break;
-        case 1:  // free block i on stream k: into k's front (covered first when full)
-            if (b.where != place::out) break;
-            if (fronts[k].full()) cover(k);
-            require(fronts[k].push({pointer_of(i), size_of(i), 256}));
-            b.where = place::front;
-            b.stream = k;
-            break;
-        case 2: {  // stream k asks its front for block i's size
-            void* p = fronts[k].take(size_of(i), 256);
-            if (p == nullptr) break;
-            block_state& got = blocks[index_of(p)];
-            require(got.where == place::front && got.stream == k && size_of(index_of(p)) == size_of(i));
-            got.where = place::out;
-            break;
-        }
-        case 3:
-            cover(k);
-            break;
-        case 4: {  // a block used on every stream (record_use), freed: one event per stream
-            if (b.where != place::out) break;
-            std::vector<host_events::event_type> all;
-            for (stream_ref s : streams) all.push_back(events.record(s));
-            const free_block one{pointer_of(i), size_of(i), 256};
-            waiting.add(std::span(&one, 1), all);
-            b.where = place::waiting;
-            b.after = all;
-            break;
-        }
-        case 5:
-            waiting.drain(data[step + 2] % 4, freed);
-            break;
-        case 6: {  // stream k takes a waiting block of block i's size, waiting on its batch
-            std::vector<host_events::event_type> waited;
-            void* p = waiting.take(size_of(i), 256, [&](std::span<const host_events::event_type> batch) {
-                for (const auto& e : batch) {
-                    events.wait(streams[k], e);
-                    waited.push_back(e);
+            case 0:  // allocate block i on stream k, if free for all; work uses it there
+                if (b.where == place::free_for_all) {
+                    b.where = place::out;
+                    events.submit(streams[k]);
                 }
-            });
-            if (p == nullptr) break;
-            block_state& got = blocks[index_of(p)];
-            require(got.where == place::waiting && size_of(index_of(p)) == size_of(i));
-            require(waited.size() == got.after.size());
-            got.where = place::out;
-            got.after.clear();
-            break;
-        }
-        case 7:
-            events.complete(streams[k]);
-            break;
-        default:  // the host waits for the whole device: everything is free for all
-            events.complete_all();
-            waiting.give_all(freed);
-            for (std::size_t s = 0; s < streams_count; ++s) cover(s);
-            waiting.give_all(freed);
-            break;
+                break;
+            case 1:  // free block i on stream k: into k's front (covered first when full)
+                if (b.where != place::out) break;
+                if (fronts[k].full()) cover(k);
+                require(fronts[k].push({pointer_of(i), size_of(i), 256}));
+                b.where = place::front;
+                b.stream = k;
+                break;
+            case 2: {  // stream k asks its front for block i's size
+                void* p = fronts[k].take(size_of(i), 256);
+                if (p == nullptr) break;
+                block_state& got = blocks[index_of(p)];
+                require(got.where == place::front && got.stream == k && size_of(index_of(p)) == size_of(i));
+                got.where = place::out;
+                break;
+            }
+            case 3:
+                cover(k);
+                break;
+            case 4: {  // a block used on every stream (record_use), freed: one event per stream
+                if (b.where != place::out) break;
+                std::vector<host_events::event_type> all;
+                for (stream_ref s : streams) all.push_back(events.record(s));
+                const free_block one{pointer_of(i), size_of(i), 256};
+                waiting.add(std::span(&one, 1), all);
+                b.where = place::waiting;
+                b.after = all;
+                break;
+            }
+            case 5:
+                waiting.drain(data[step + 2] % 4, freed);
+                break;
+            case 6: {  // stream k takes a waiting block of block i's size, waiting on its batch
+                std::vector<host_events::event_type> waited;
+                void* p = waiting.take(size_of(i), 256, [&](std::span<const host_events::event_type> batch) {
+                    for (const auto& e : batch) {
+                        events.wait(streams[k], e);
+                        waited.push_back(e);
+                    }
+                });
+                if (p == nullptr) break;
+                block_state& got = blocks[index_of(p)];
+                require(got.where == place::waiting && size_of(index_of(p)) == size_of(i));
+                require(waited.size() == got.after.size());
+                got.where = place::out;
+                got.after.clear();
+                break;
+            }
+            case 7:
+                events.complete(streams[k]);
+                break;
+            default:  // the host waits for the whole device: everything is free for all
+                events.complete_all();
+                waiting.give_all(freed);
+                for (std::size_t s = 0; s < streams_count; ++s) cover(s);
+                waiting.give_all(freed);
+                break;
         }
         std::size_t in_fronts = 0, in_waiting = 0;
         for (const block_state& s : blocks) {

@@ -151,12 +151,15 @@ void run(const settings& s, const std::uint8_t* data, std::size_t size, bool che
             if (what == 6) {  // a bad free
                 switch (op >> 4 & 3) {
                     case 0:
-                        refused_free(*pool, last_freed != 0 && !live.contains(last_freed) ? last_freed : 0x1000 + amount, block.bytes, stream);
+                        refused_free(*pool, last_freed != 0 && !live.contains(last_freed) ? last_freed : 0x1000 + amount, block.bytes,
+                                     stream);
                         break;
                     case 1:
                         if (block.bytes > 1) refused_free(*pool, address + 1 + amount % (block.bytes - 1), block.bytes, stream);
                         break;
-                    default: refused_free(*pool, address, block.bytes + 1 + amount, stream); break;
+                    default:
+                        refused_free(*pool, address, block.bytes + 1 + amount, stream);
+                        break;
                 }
             } else {  // on its own stream or this one, after a use on the other or not
                 if (op & 32) pool->record_use(reinterpret_cast<void*>(address), streams[~op >> 3 & 1]);

@@ -17,11 +17,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     poolkit::simulated_resource addresses{{.capacity = std::size_t{256} << 20}};
     {
         poolkit::segregator<4096, poolkit::size_classes<upstream>, poolkit::best_fit<upstream>> pools{
-            poolkit::size_classes<upstream>{addresses, {.largest = 4096,  // the threshold: no larger request reaches it
-                                                        .slab_size = std::size_t{32} << 10,
-                                                        .maximum_size = std::size_t{32} << 20}},
-            poolkit::best_fit<upstream>{addresses, {.initial_size = std::size_t{256} << 10,
-                                                    .maximum_size = std::size_t{96} << 20}}};
+            poolkit::size_classes<upstream>{addresses,
+                                            {.largest = 4096,  // the threshold: no larger request reaches it
+                                             .slab_size = std::size_t{32} << 10,
+                                             .maximum_size = std::size_t{32} << 20}},
+            poolkit::best_fit<upstream>{addresses, {.initial_size = std::size_t{256} << 10, .maximum_size = std::size_t{96} << 20}}};
         poolkit::fuzz::run(pools, data, size, 128);
         if (pools.small_resource().reserved_bytes() != 0 || pools.large_resource().reserved_bytes() != 0) std::abort();
     }

@@ -74,8 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         vm.check_invariants();
     };
     const auto all = [&](std::size_t first, std::size_t count, state value) {
-        return std::all_of(model.begin() + static_cast<std::ptrdiff_t>(first),
-                           model.begin() + static_cast<std::ptrdiff_t>(first + count),
+        return std::all_of(model.begin() + static_cast<std::ptrdiff_t>(first), model.begin() + static_cast<std::ptrdiff_t>(first + count),
                            [value](state s) { return s == value; });
     };
 
@@ -91,80 +90,80 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::size_t count = 1 + data[i + 2] % 32;
         const std::uint8_t extra = data[i + 3];
         switch (op % 5) {
-        case 0: {  // map or map_whole, possibly out of range or over mapped granules
-            auto* at = vm.base() + first * granule;
-            const std::size_t bytes = count * granule;
-            const bool inside = first + count <= granules;
-            const bool free = inside && all(first, count, state::unmapped);
-            const bool as_one = extra % 2 == 1;
-            try {
-                if (as_one) {
-                    vm.map_whole(at, bytes);
-                } else {
-                    vm.map(at, bytes);
+            case 0: {  // map or map_whole, possibly out of range or over mapped granules
+                auto* at = vm.base() + first * granule;
+                const std::size_t bytes = count * granule;
+                const bool inside = first + count <= granules;
+                const bool free = inside && all(first, count, state::unmapped);
+                const bool as_one = extra % 2 == 1;
+                try {
+                    if (as_one) {
+                        vm.map_whole(at, bytes);
+                    } else {
+                        vm.map(at, bytes);
+                    }
+                    require(free && mapped() + bytes <= vm.physical_limit());
+                    set(first, count, state::mapped);
+                    if (as_one && count > 1) {
+                        ++wholes;
+                        std::fill(whole.begin() + static_cast<std::ptrdiff_t>(first),
+                                  whole.begin() + static_cast<std::ptrdiff_t>(first + count), wholes);
+                    }
+                    ++maps;
+                } catch (const std::invalid_argument&) {
+                    require(!free);
+                } catch (const poolkit::out_of_memory& error) {
+                    require(free && mapped() + bytes > vm.physical_limit());
+                    require(error.figures().requested_bytes == bytes && error.figures().reserved_bytes == mapped());
+                    out_of_memory_now = true;
+                    must_check = must_check || !out_of_memory_before;
                 }
-                require(free && mapped() + bytes <= vm.physical_limit());
-                set(first, count, state::mapped);
-                if (as_one && count > 1) {
-                    ++wholes;
-                    std::fill(whole.begin() + static_cast<std::ptrdiff_t>(first),
-                              whole.begin() + static_cast<std::ptrdiff_t>(first + count), wholes);
-                }
-                ++maps;
-            } catch (const std::invalid_argument&) {
-                require(!free);
-            } catch (const poolkit::out_of_memory& error) {
-                require(free && mapped() + bytes > vm.physical_limit());
-                require(error.figures().requested_bytes == bytes && error.figures().reserved_bytes == mapped());
-                out_of_memory_now = true;
-                must_check = must_check || !out_of_memory_before;
-            }
-            break;
-        }
-        case 1:  // map with a misaligned address or size: always rejected
-            try {
-                vm.map(vm.base() + first * granule + (extra % 2 ? 4096 : 0), count * granule + (extra % 2 ? 0 : 512));
-                std::abort();
-            } catch (const std::invalid_argument&) {
-            }
-            break;
-        case 2:  // unmap where allowed
-            if (first + count <= granules && all(first, count, state::mapped) && cuts_none(first, count)) {
-                vm.unmap(vm.base() + first * granule, count * granule);
-                set(first, count, state::unmapped);
-                std::fill(whole.begin() + static_cast<std::ptrdiff_t>(first),
-                          whole.begin() + static_cast<std::ptrdiff_t>(first + count), 0);
-                ++unmaps;
-            }
-            break;
-        case 3: {  // allocate
-            const std::size_t bytes = 1 + (std::size_t{extra} << 10) * (1 + data[i + 2] % 8);
-            const std::size_t alignment = std::size_t{1} << (data[i + 1] % 21);
-            void* pointer = vm.try_allocate(bytes, alignment);
-            if (pointer == nullptr) {
-                out_of_memory_now = true;
-                must_check = must_check || !out_of_memory_before;
                 break;
             }
-            const auto address = reinterpret_cast<std::uintptr_t>(pointer);
-            require(address % alignment == 0 && (address - base) % granule == 0);
-            const std::size_t start = (address - base) / granule;
-            const std::size_t span = (bytes + granule - 1) / granule;
-            require(start + span <= granules && all(start, span, state::unmapped));
-            set(start, span, state::block);
-            blocks.emplace(address, live_block{bytes, alignment});
-            ++maps;
-            break;
-        }
-        default: {  // deallocate
-            if (blocks.empty()) break;
-            auto victim = blocks.begin();
-            std::advance(victim, static_cast<std::ptrdiff_t>(first % blocks.size()));
-            vm.deallocate(reinterpret_cast<void*>(victim->first), victim->second.bytes, victim->second.alignment);
-            set((victim->first - base) / granule, (victim->second.bytes + granule - 1) / granule, state::unmapped);
-            blocks.erase(victim);
-            ++unmaps;
-        }
+            case 1:  // map with a misaligned address or size: always rejected
+                try {
+                    vm.map(vm.base() + first * granule + (extra % 2 ? 4096 : 0), count * granule + (extra % 2 ? 0 : 512));
+                    std::abort();
+                } catch (const std::invalid_argument&) {
+                }
+                break;
+            case 2:  // unmap where allowed
+                if (first + count <= granules && all(first, count, state::mapped) && cuts_none(first, count)) {
+                    vm.unmap(vm.base() + first * granule, count * granule);
+                    set(first, count, state::unmapped);
+                    std::fill(whole.begin() + static_cast<std::ptrdiff_t>(first),
+                              whole.begin() + static_cast<std::ptrdiff_t>(first + count), 0);
+                    ++unmaps;
+                }
+                break;
+            case 3: {  // allocate
+                const std::size_t bytes = 1 + (std::size_t{extra} << 10) * (1 + data[i + 2] % 8);
+                const std::size_t alignment = std::size_t{1} << (data[i + 1] % 21);
+                void* pointer = vm.try_allocate(bytes, alignment);
+                if (pointer == nullptr) {
+                    out_of_memory_now = true;
+                    must_check = must_check || !out_of_memory_before;
+                    break;
+                }
+                const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+                require(address % alignment == 0 && (address - base) % granule == 0);
+                const std::size_t start = (address - base) / granule;
+                const std::size_t span = (bytes + granule - 1) / granule;
+                require(start + span <= granules && all(start, span, state::unmapped));
+                set(start, span, state::block);
+                blocks.emplace(address, live_block{bytes, alignment});
+                ++maps;
+                break;
+            }
+            default: {  // deallocate
+                if (blocks.empty()) break;
+                auto victim = blocks.begin();
+                std::advance(victim, static_cast<std::ptrdiff_t>(first % blocks.size()));
+                vm.deallocate(reinterpret_cast<void*>(victim->first), victim->second.bytes, victim->second.alignment);
+                set((victim->first - base) / granule, (victim->second.bytes + granule - 1) / granule, state::unmapped);
+                blocks.erase(victim);
+                ++unmaps;
+            }
         }
         peak = std::max(peak, mapped());
         require(vm.mapped_bytes() == mapped() && vm.peak_mapped_bytes() == peak);

@@ -18,9 +18,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     poolkit::simulated_resource addresses{{.capacity = std::size_t{32} << 20}};
     {
         poolkit::size_classes<poolkit::ref<poolkit::simulated_resource>> pool{
-            addresses, {.classes_per_doubling = 1 + size % 4,
-                        .slab_size = std::size_t{16} << (10 + size % 5),
-                        .maximum_size = std::size_t{8} << 20}};
+            addresses,
+            {.classes_per_doubling = 1 + size % 4, .slab_size = std::size_t{16} << (10 + size % 5), .maximum_size = std::size_t{8} << 20}};
         poolkit::fuzz::run(pool, data, size, 64, poolkit::fuzz::default_check_every, 96);
         if (pool.reserved_bytes() != 0) std::abort();
     }

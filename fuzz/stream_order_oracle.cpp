@@ -72,27 +72,40 @@ void over(const Options& options, input& choices, std::size_t streams) {
     if (memory.live_bytes() != 0 || !memory.errors().empty()) std::abort();
 }
 
-template <class U> using best_fit_lane = poolkit::best_fit<U>;
-template <class U> using buddy_lane = poolkit::buddy<U>;
-template <class U> using caching_lane = poolkit::caching_pool<U>;
-template <class U> using size_classes_lane = poolkit::size_classes<U>;
-template <class U> using fixed_size_lane = poolkit::fixed_size<U>;
+template <class U>
+using best_fit_lane = poolkit::best_fit<U>;
+template <class U>
+using buddy_lane = poolkit::buddy<U>;
+template <class U>
+using caching_lane = poolkit::caching_pool<U>;
+template <class U>
+using size_classes_lane = poolkit::size_classes<U>;
+template <class U>
+using fixed_size_lane = poolkit::fixed_size<U>;
 
 template <class Memory>
 void strategies(unsigned which, input& choices, std::size_t streams) {
     switch (which % 5) {
         case 0:
-            over<Memory, best_fit_lane>(poolkit::best_fit_options{.initial_size = 256 * KiB, .growth = poolkit::growth_policy::as_needed(256 * KiB)},
-                                        choices, streams);
+            over<Memory, best_fit_lane>(
+                poolkit::best_fit_options{.initial_size = 256 * KiB, .growth = poolkit::growth_policy::as_needed(256 * KiB)}, choices,
+                streams);
             break;
         case 1:
-            over<Memory, caching_lane>(poolkit::caching_options{.small_size = 64 * KiB, .small_chunk = 256 * KiB,
-                                                                .large_growth = poolkit::growth_policy::fixed_step(1 * MiB)},
-                                       choices, streams);
+            over<Memory, caching_lane>(
+                poolkit::caching_options{
+                    .small_size = 64 * KiB, .small_chunk = 256 * KiB, .large_growth = poolkit::growth_policy::fixed_step(1 * MiB)},
+                choices, streams);
             break;
-        case 2: over<Memory, buddy_lane>(poolkit::buddy_options{.chunk_size = 1 * MiB}, choices, streams); break;
-        case 3: over<Memory, size_classes_lane>(poolkit::size_classes_options{.largest = 64 * KiB, .slab_size = 256 * KiB}, choices, streams); break;
-        default: over<Memory, fixed_size_lane>(poolkit::fixed_size_options{.block_size = 16 * KiB, .slab_size = 64 * KiB}, choices, streams); break;
+        case 2:
+            over<Memory, buddy_lane>(poolkit::buddy_options{.chunk_size = 1 * MiB}, choices, streams);
+            break;
+        case 3:
+            over<Memory, size_classes_lane>(poolkit::size_classes_options{.largest = 64 * KiB, .slab_size = 256 * KiB}, choices, streams);
+            break;
+        default:
+            over<Memory, fixed_size_lane>(poolkit::fixed_size_options{.block_size = 16 * KiB, .slab_size = 64 * KiB}, choices, streams);
+            break;
     }
 }
 
@@ -104,15 +117,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const unsigned which = data[0];
     const std::size_t streams = 2 + data[1] % 40;
     switch (which / 5 % 3) {
-        case 0: strategies<poolkit::simulated_resource>(which, choices, streams); break;
-        case 1: strategies<poolkit::new_delete_resource>(which, choices, streams); break;
+        case 0:
+            strategies<poolkit::simulated_resource>(which, choices, streams);
+            break;
+        case 1:
+            strategies<poolkit::new_delete_resource>(which, choices, streams);
+            break;
         default: {
             poolkit::simulated_vmm_resource memory{{.capacity = 256 * MiB, .granularity = 64 * KiB, .physical_limit = 4 * MiB}};
             poolkit::host_events events;
             using shared = poolkit::ref<poolkit::simulated_vmm_resource>;
             const poolkit::expandable_options options{.span_bytes = 8 * MiB, .small_size = 64 * KiB, .max_cached_bytes = 2 * MiB};
             {
-                poolkit::stream_ordered<shared, poolkit::lanes<poolkit::expandable>, poolkit::host_events> pool{shared{memory}, options, events};
+                poolkit::stream_ordered<shared, poolkit::lanes<poolkit::expandable>, poolkit::host_events> pool{shared{memory}, options,
+                                                                                                                events};
                 run(pool, events, choices, streams);
             }
             if (memory.mapped_bytes() != 0) std::abort();

@@ -189,8 +189,9 @@ public:
         const auto found = blocks_.find(reinterpret_cast<std::uintptr_t>(pointer));
         if (found == blocks_.end()) throw std::invalid_argument(not_live("free", pointer));
         if (found->second != bytes) {
-            throw std::invalid_argument("poolkit: free of " + address_text(pointer) + " with " + std::to_string(bytes) + " bytes on device " +
-                                        std::to_string(device_) + ": the block was allocated with " + std::to_string(found->second));
+            throw std::invalid_argument("poolkit: free of " + address_text(pointer) + " with " + std::to_string(bytes) +
+                                        " bytes on device " + std::to_string(device_) + ": the block was allocated with " +
+                                        std::to_string(found->second));
         }
         blocks_.erase(found);
     }
@@ -301,7 +302,9 @@ struct expandable_parts {
     std::size_t device_limit;  // the virtual memory's physical limit as made
 
     explicit expandable_parts(const settings& s)
-        : vm(backend::virtual_memory_options()), users(std::in_place, recording_memory(vm, events), s.expandable), device_limit(vm.physical_limit()) {
+        : vm(backend::virtual_memory_options()),
+          users(std::in_place, recording_memory(vm, events), s.expandable),
+          device_limit(vm.physical_limit()) {
         users.count_in_units_of(pytorch_block_unit);
     }
 
@@ -421,7 +424,8 @@ public:
             } else {
                 slot = std::make_unique<device_pool_of<expandable_parts>>(settings_, device);
             }
-            if (limits_[static_cast<std::size_t>(device)] != device_pool::no_limit) slot->set_limit(limits_[static_cast<std::size_t>(device)]);
+            if (limits_[static_cast<std::size_t>(device)] != device_pool::no_limit)
+                slot->set_limit(limits_[static_cast<std::size_t>(device)]);
             if (history_entries_ != 0) slot->record_history(history_entries_, history_labels_);
         }
         return slot.get();
@@ -483,16 +487,15 @@ public:
         std::lock_guard lock(mutex_);
         poolkit_history_callbacks& kept = callbacks_.emplace_back(labels);
         history_entries_ = max_entries;
-        history_labels_ = history_context{
-            [](void* user, history_action action) noexcept -> std::uint64_t {
-                const auto& c = *static_cast<const poolkit_history_callbacks*>(user);
-                return c.label != nullptr ? c.label(c.user, static_cast<int>(action)) : 0;
-            },
-            [](void* user, std::uint64_t label) noexcept {
-                const auto& c = *static_cast<const poolkit_history_callbacks*>(user);
-                if (c.release != nullptr) c.release(c.user, label);
-            },
-            &kept};
+        history_labels_ = history_context{[](void* user, history_action action) noexcept -> std::uint64_t {
+                                              const auto& c = *static_cast<const poolkit_history_callbacks*>(user);
+                                              return c.label != nullptr ? c.label(c.user, static_cast<int>(action)) : 0;
+                                          },
+                                          [](void* user, std::uint64_t label) noexcept {
+                                              const auto& c = *static_cast<const poolkit_history_callbacks*>(user);
+                                              if (c.release != nullptr) c.release(c.user, label);
+                                          },
+                                          &kept};
         for (auto& pool : pools_) {
             if (pool) pool->record_history(max_entries, history_labels_);
         }
@@ -567,8 +570,8 @@ device_pool& pool_for_block(int device, const char* call, const void* pointer) {
     check_device(device);
     device_pool* pool = registry::instance().made_pool(device);
     if (pool == nullptr) {
-        throw std::invalid_argument("poolkit: " + std::string(call) + " of " + address_text(pointer) + " on device " + std::to_string(device) +
-                                    ": not a live block (nothing was allocated there)");
+        throw std::invalid_argument("poolkit: " + std::string(call) + " of " + address_text(pointer) + " on device " +
+                                    std::to_string(device) + ": not a live block (nothing was allocated there)");
     }
     return *pool;
 }
@@ -621,8 +624,8 @@ void poolkit_free(void* pointer, ssize_t size, int device, poolkit_stream stream
     guarded(0, [&] {
         if (pointer == nullptr) return 0;  // what an allocation of 0 bytes gave
         if (size <= 0) {
-            throw std::invalid_argument("poolkit: free of " + address_text(pointer) + " with " + std::to_string(size) + " bytes on device " +
-                                        std::to_string(device) + ": a block has at least 1");
+            throw std::invalid_argument("poolkit: free of " + address_text(pointer) + " with " + std::to_string(size) +
+                                        " bytes on device " + std::to_string(device) + ": a block has at least 1");
         }
         device_pool& pool = pool_for_block(device, "free", pointer);
         backend::device_scope scope(device);
@@ -692,7 +695,8 @@ long poolkit_memory_stats_json(int device, char* buffer, size_t capacity) POOLKI
 }
 
 long poolkit_memory_summary(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT {
-    return device_text(device, buffer, capacity, [](const device_pool* pool) { return pool ? pool->summary() : memory_summary(stats_map{}); });
+    return device_text(device, buffer, capacity,
+                       [](const device_pool* pool) { return pool ? pool->summary() : memory_summary(stats_map{}); });
 }
 
 long poolkit_snapshot_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT {

@@ -96,6 +96,5 @@ struct any_stream_resource_fixture : no_touch {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(conformance, new_delete_fixture, simulated_fixture, simulated_vmm_fixture,
-                          instrumented_fixture, ref_fixture, resource_ref_fixture, any_resource_fixture,
-                          stream_resource_ref_fixture, any_stream_resource_fixture);
+TEST_CASE_TEMPLATE_INVOKE(conformance, new_delete_fixture, simulated_fixture, simulated_vmm_fixture, instrumented_fixture, ref_fixture,
+                          resource_ref_fixture, any_resource_fixture, stream_resource_ref_fixture, any_stream_resource_fixture);

@@ -25,7 +25,9 @@ public:
     void* allocate_async(std::size_t bytes, std::size_t, poolkit::stream_ref stream) {
         return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream.get());
     }
-    void deallocate_async(void* pointer, std::size_t, std::size_t, poolkit::stream_ref) { c10::cuda::CUDACachingAllocator::raw_delete(pointer); }
+    void deallocate_async(void* pointer, std::size_t, std::size_t, poolkit::stream_ref) {
+        c10::cuda::CUDACachingAllocator::raw_delete(pointer);
+    }
     [[nodiscard]] std::size_t reserved_bytes() const {
         const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
         return static_cast<std::size_t>(stats.reserved_bytes[0].current);  // [0]: all pools (StatType::AGGREGATE)

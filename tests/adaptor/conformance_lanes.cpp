@@ -55,7 +55,7 @@ struct expandable_lanes_fixture : test::no_touch {
     static constexpr bool stateless = false;
     simulated_vmm_resource memory_{{.capacity = std::size_t{16} << 30, .physical_limit = std::size_t{128} << 20}};
     stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events> resource_{ref<simulated_vmm_resource>(memory_),
-                                                                                   {.span_bytes = std::size_t{256} << 20}};
+                                                                                          {.span_bytes = std::size_t{256} << 20}};
     instrumented<>* upstream() { return nullptr; }
     auto& resource() { return resource_; }
     void exhaust_setup() {}  // the physical limit: 128 MiB

@@ -84,6 +84,5 @@ struct limiting_simulated_fixture : over_simulated {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(conformance, statistics_fixture, statistics_simulated_fixture, tracking_fixture,
-                          tracking_simulated_fixture, logging_fixture, logging_simulated_fixture, limiting_fixture,
-                          limiting_simulated_fixture);
+TEST_CASE_TEMPLATE_INVOKE(conformance, statistics_fixture, statistics_simulated_fixture, tracking_fixture, tracking_simulated_fixture,
+                          logging_fixture, logging_simulated_fixture, limiting_fixture, limiting_simulated_fixture);

@@ -84,13 +84,15 @@ struct retry_fixture : host_touch {
 
 // Small caches, so that the suite's traffic overflows them and gives blocks back.
 struct per_thread_fixture : host_touch {
-    static constexpr const char* name = "per_thread<synchronized<stream_ordered<ref<instrumented>, lanes<best_fit>, host_events>>, host_events>";
+    static constexpr const char* name =
+        "per_thread<synchronized<stream_ordered<ref<instrumented>, lanes<best_fit>, host_events>>, host_events>";
     static constexpr bool stateless = false;
     using shared = synchronized<stream_ordered<upstream_ref, lanes<best_fit>, host_events>>;
     instrumented<> upstream_;
     host_events events_;
-    per_thread<shared, host_events> resource_{std::in_place, {.max_cached_bytes = 256 << 10, .max_blocks_per_class = 4}, events_,
-                                             upstream_ref{upstream_}, best_fit_options{}, events_};
+    per_thread<shared, host_events> resource_{
+        std::in_place, {.max_cached_bytes = 256 << 10, .max_blocks_per_class = 4}, events_, upstream_ref{upstream_}, best_fit_options{},
+        events_};
     instrumented<>* upstream() { return &upstream_; }
     auto& resource() { return resource_; }
     void exhaust_setup() { upstream_.limit(std::size_t{8} << 20); }

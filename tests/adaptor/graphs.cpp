@@ -146,7 +146,6 @@ std::unique_ptr<Pool> make_checked(fixture& f) {
     }
 }
 
-
 template <class Pool>
 void release_graph_pool(Pool& pool, std::uint64_t id) {
     pool.release_graph_pool(id);
@@ -158,8 +157,8 @@ void release_graph_pool(synchronized<Pool>& pool, std::uint64_t id) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a capture is served from a graph pool with no forbidden call, in every capture mode", Pool, checked_pool, checked_caching,
-                   checked_expandable) {
+TEST_CASE_TEMPLATE("a capture is served from a graph pool with no forbidden call, in every capture mode", Pool, checked_pool,
+                   checked_caching, checked_expandable) {
     fixture f;
     const auto made = make_checked<Pool>(f);
     Pool& pool = *made;
@@ -401,8 +400,8 @@ void eager_beside_capture(fixture& f, Pool& pool) {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture the pool serves breaks nothing", Pool, checked_pool, checked_caching,
-                   checked_expandable) {
+TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture the pool serves breaks nothing", Pool, checked_pool,
+                   checked_caching, checked_expandable) {
     fixture f;
     eager_beside_capture(f, *make_checked<Pool>(f));
 }
@@ -410,8 +409,8 @@ TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture th
 // PyTorch's pattern: a capture's first calls free blocks made before it on other streams
 // (zero_grad), before the pool has seen the capture. Those eager frees, small and large, their
 // streams idle or busy, and eager requests the pool can serve, make no call the capture forbids.
-TEST_CASE_TEMPLATE("eager calls at a global-mode capture's start, before the pool saw it, break nothing", Pool, checked_pool, checked_caching,
-                   checked_expandable) {
+TEST_CASE_TEMPLATE("eager calls at a global-mode capture's start, before the pool saw it, break nothing", Pool, checked_pool,
+                   checked_caching, checked_expandable) {
     fixture f;
     const auto made = make_checked<Pool>(f);
     Pool& pool = *made;
@@ -495,8 +494,8 @@ TEST_CASE("a block recorded as used by a capturing stream stays the graph's when
 
 TEST_CASE("per_thread: a capturing stream bypasses the thread caches, and graph blocks never enter them") {
     fixture f;
-    per_thread<synchronized<checked_caching>, host_events> pool{std::in_place, per_thread_options{}, f.events, ref(f.upstream),
-                                                               caching_options{}, f.events};
+    per_thread<synchronized<checked_caching>, host_events> pool{std::in_place,   per_thread_options{}, f.events,
+                                                                ref(f.upstream), caching_options{},    f.events};
     // Warm caches: small blocks freed on the eager stream and on the stream about to capture.
     for (stream_ref s : {f.eager, f.capturing}) {
         void* p = pool.allocate_async(4 * KiB, 256, s);
@@ -546,8 +545,8 @@ TEST_CASE("per_thread: a capturing stream bypasses the thread caches, and graph 
 
 TEST_CASE("per_thread: while a capture may run, sets of streams that may be gone are set aside, not given back after a device wait") {
     fixture f;
-    per_thread<synchronized<checked_caching>, host_events> pool{std::in_place, per_thread_options{.streams_per_thread = 2}, f.events,
-                                                               ref(f.upstream), caching_options{}, f.events};
+    per_thread<synchronized<checked_caching>, host_events> pool{
+        std::in_place, per_thread_options{.streams_per_thread = 2}, f.events, ref(f.upstream), caching_options{}, f.events};
     const stream_ref others[] = {f.events.make_stream(), f.events.make_stream(), f.events.make_stream()};
     const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
     void* graph_block = pool.allocate_async(4 * KiB, 256, f.capturing);  // the upstream now knows of the capture
@@ -602,16 +601,17 @@ TEST_CASE("capture checks: every call, only while a capture is announced, never"
         CHECK(f.events.capture_errors() == 1);
     }
     SUBCASE("per_thread, never: even an announced capture breaks") {
-        per_thread<synchronized<checked_caching>, host_events> pool{std::in_place, per_thread_options{.captures = capture_check::never}, f.events,
-                                                                   ref(f.upstream), caching_options{}, f.events};
+        per_thread<synchronized<checked_caching>, host_events> pool{
+            std::in_place, per_thread_options{.captures = capture_check::never}, f.events, ref(f.upstream), caching_options{}, f.events};
         const announced_capture announce;
         f.events.begin_capture(f.capturing, capture_mode::relaxed);
         CHECK_THROWS_AS(static_cast<void>(pool.allocate_async(4 * KiB, 256, f.capturing)), capture_error);
         CHECK_FALSE(f.events.end_capture(f.capturing).valid);
     }
     SUBCASE("per_thread, announced: an announced capture goes to the graph pool") {
-        per_thread<synchronized<checked_caching>, host_events> pool{std::in_place, per_thread_options{.captures = capture_check::announced},
-                                                                   f.events, ref(f.upstream), caching_options{}, f.events};
+        per_thread<synchronized<checked_caching>, host_events> pool{
+            std::in_place, per_thread_options{.captures = capture_check::announced}, f.events, ref(f.upstream), caching_options{},
+            f.events};
         const announced_capture announce;
         f.events.begin_capture(f.capturing, capture_mode::global);
         void* p = pool.allocate_async(4 * KiB, 256, f.capturing);

@@ -70,8 +70,8 @@ TEST_CASE("logging: a logged random workload replays to the same figures") {
         for (int step = 0; step < 3000; ++step) {
             if (live.empty() || random() % 100 < 55) {
                 const std::size_t bytes = 1 + random() % (random() % 10 == 0 ? (4 << 20) : 20000);
-                live.emplace_back(step % 3 == 0 ? logger.allocate_async(bytes, default_alignment, other_stream)
-                                                : logger.allocate(bytes), bytes);
+                live.emplace_back(step % 3 == 0 ? logger.allocate_async(bytes, default_alignment, other_stream) : logger.allocate(bytes),
+                                  bytes);
             } else {
                 const std::size_t index = random() % live.size();
                 logger.deallocate(live[index].first, live[index].second);

@@ -313,7 +313,7 @@ TEST_CASE("per_thread: exhaustion gives the caches back and tries once more, the
         }(),
         out_of_memory);
     CHECK(pool.cached_bytes() == 0);  // given back before the request failed
-    CHECK(more.size() >= 2);          // and the 4 MiB it held served larger blocks
+    CHECK(more.size() >= 2);  // and the 4 MiB it held served larger blocks
     for (void* block : more) pool.deallocate(block, 1 << 20);
     pool.release();
     pool.upstream_resource().release();
@@ -334,7 +334,7 @@ TEST_CASE("per_thread: a thread_local object destroyed after its thread's caches
     CHECK(pool.thread_caches() == 0);
     CHECK(pool.cached_bytes() == 0);
     CHECK(pool.live_bytes() == 0);  // the frees after the exit were counted
-    CHECK(pool.misses() == 6);      // the allocation after the exit took its block from the shared pool
+    CHECK(pool.misses() == 6);  // the allocation after the exit took its block from the shared pool
     CHECK(upstream.errors().empty());
     pool.upstream_resource().release();
     CHECK(upstream.live_bytes() == 0);

@@ -30,10 +30,10 @@ TEST_CASE("caching_pool rounds like PyTorch's allocator") {
     CHECK_FALSE(plain.round(std::numeric_limits<std::size_t>::max()).has_value());
 
     caching_pool<upstream> divided{upstream{memory}, {.power2_divisions = 4}};
-    CHECK(divided.round(1100) == 1536);          // at most 4 x 512: plain rounding
-    CHECK(divided.round(3000) == 3072);          // 2048 + quarter steps of 512
-    CHECK(divided.round(4096) == 4096);          // powers of two stay
-    CHECK(divided.round(5 * MiB) == 5 * MiB);    // 4 MiB + 1 MiB steps
+    CHECK(divided.round(1100) == 1536);  // at most 4 x 512: plain rounding
+    CHECK(divided.round(3000) == 3072);  // 2048 + quarter steps of 512
+    CHECK(divided.round(4096) == 4096);  // powers of two stay
+    CHECK(divided.round(5 * MiB) == 5 * MiB);  // 4 MiB + 1 MiB steps
     CHECK(divided.round(5 * MiB + 1) == 6 * MiB);
     CHECK(divided.round(300) == 512);
     CHECK_THROWS_AS(caching_pool<upstream>(upstream{memory}, {.power2_divisions = 3}), std::invalid_argument);
@@ -41,10 +41,8 @@ TEST_CASE("caching_pool rounds like PyTorch's allocator") {
 
 TEST_CASE("small requests share 2 MiB chunks, large ones get chunks as needed, oversize ones are never split") {
     instrumented<> memory;
-    caching_pool<upstream> pool{upstream{memory},
-                                {.large_growth = growth_policy::as_needed(2 * MiB),
-                                 .max_split_size = 64 * MiB,
-                                 .release_before_growth = false}};
+    caching_pool<upstream> pool{
+        upstream{memory}, {.large_growth = growth_policy::as_needed(2 * MiB), .max_split_size = 64 * MiB, .release_before_growth = false}};
     std::vector<void*> small;
     for (int i = 0; i < 8; ++i) small.push_back(pool.allocate(100 * KiB));
     CHECK(memory.allocations() == 1);
@@ -92,8 +90,7 @@ TEST_CASE("release_before_growth returns wholly free large chunks before taking 
     pool.deallocate(fits, 1 * MiB + 512);
     pool.deallocate(larger, 20 * MiB);
 
-    caching_pool<upstream> keeping{upstream{memory}, {.large_growth = growth_policy::fixed_step(16 * MiB),
-                                                      .release_before_growth = false}};
+    caching_pool<upstream> keeping{upstream{memory}, {.large_growth = growth_policy::fixed_step(16 * MiB), .release_before_growth = false}};
     void* a = keeping.allocate(10 * MiB);
     keeping.deallocate(a, 10 * MiB);
     void* b = keeping.allocate(20 * MiB);
@@ -130,26 +127,38 @@ TEST_CASE("retry_on_oom calls back and retries a bounded number of times") {
     memory.limit(4 * MiB);
     void* hog = memory.allocate(3 * MiB);
     int calls = 0;
-    retry_on_oom<upstream> retrying{upstream{memory}, {.callback = [&](const oom_event& event) {
-        ++calls;
-        CHECK(event.bytes == 2 * MiB);
-        if (event.attempt == 2) {
-            memory.deallocate(hog, 3 * MiB);  // the second call frees something
-            hog = nullptr;
-            return true;
-        }
-        return true;
-    }, .max_retries = 3}};
+    retry_on_oom<upstream> retrying{upstream{memory},
+                                    {.callback =
+                                         [&](const oom_event& event) {
+                                             ++calls;
+                                             CHECK(event.bytes == 2 * MiB);
+                                             if (event.attempt == 2) {
+                                                 memory.deallocate(hog, 3 * MiB);  // the second call frees something
+                                                 hog = nullptr;
+                                                 return true;
+                                             }
+                                             return true;
+                                         },
+                                     .max_retries = 3}};
     void* block = retrying.allocate(2 * MiB);
     CHECK(calls == 2);
     CHECK(retrying.retries() == 2);
     retrying.deallocate(block, 2 * MiB);
 
-    retry_on_oom<upstream> giving_up{upstream{memory}, {.callback = [&](const oom_event&) { ++calls; return false; }}};
+    retry_on_oom<upstream> giving_up{upstream{memory}, {.callback = [&](const oom_event&) {
+                                         ++calls;
+                                         return false;
+                                     }}};
     CHECK_THROWS_AS(static_cast<void>(giving_up.allocate(8 * MiB)), out_of_memory);
     CHECK(calls == 3);
     CHECK(giving_up.retries() == 0);
-    retry_on_oom<upstream> bounded{upstream{memory}, {.callback = [&](const oom_event&) { ++calls; return true; }, .max_retries = 2}};
+    retry_on_oom<upstream> bounded{upstream{memory},
+                                   {.callback =
+                                        [&](const oom_event&) {
+                                            ++calls;
+                                            return true;
+                                        },
+                                    .max_retries = 2}};
     CHECK_THROWS_AS(static_cast<void>(bounded.allocate(8 * MiB)), out_of_memory);
     CHECK(calls == 5);
 }

@@ -108,8 +108,8 @@ TEST_CASE("history: the ring keeps the newest max_entries events and releases ea
     CHECK(h.dropped() == 11);
     CHECK(h.max_entries() == 4);
     using enum history_action;
-    CHECK(labels.asked == std::vector{alloc, free_requested, alloc, free_requested, alloc, free_requested, alloc, free_requested, alloc,
-                                      free_requested});
+    CHECK(labels.asked ==
+          std::vector{alloc, free_requested, alloc, free_requested, alloc, free_requested, alloc, free_requested, alloc, free_requested});
     // The newest four: ..., free_completed, alloc (9), free_requested (10), free_completed.
     CHECK(actions_of(h) == std::vector{free_completed, alloc, free_requested, free_completed});
     CHECK(h.events()[1].label == 9);

@@ -74,14 +74,22 @@ void run_strategy(const Options& options) {
     CHECK(exhausted > 0);  // the lanes really ran out
 }
 
-template <class U> using best_fit_lane = best_fit<U>;
-template <class U> using buddy_lane = buddy<U>;
-template <class U> using caching_lane = caching_pool<U>;
-template <class U> using size_classes_lane = size_classes<U>;  // large requests straight to the upstream
-template <class U> using size_classes_best_fit_lane = size_classes<U, best_fit<U>>;
-template <class U> using fixed_size_lane = fixed_size<U>;
-template <class U> using segregator_lane = segregator<16 * KiB, size_classes<U>, best_fit<U>>;
-template <class U> using fallback_lane = fallback<best_fit<U>, buddy<U>>;
+template <class U>
+using best_fit_lane = best_fit<U>;
+template <class U>
+using buddy_lane = buddy<U>;
+template <class U>
+using caching_lane = caching_pool<U>;
+template <class U>
+using size_classes_lane = size_classes<U>;  // large requests straight to the upstream
+template <class U>
+using size_classes_best_fit_lane = size_classes<U, best_fit<U>>;
+template <class U>
+using fixed_size_lane = fixed_size<U>;
+template <class U>
+using segregator_lane = segregator<16 * KiB, size_classes<U>, best_fit<U>>;
+template <class U>
+using fallback_lane = fallback<best_fit<U>, buddy<U>>;
 
 // A lane policy of its own: a combinator whose parts take options of their own.
 template <template <class> class Combined, template <class> class First, template <class> class Second, class FirstOptions,
@@ -110,12 +118,11 @@ const best_fit_options small_chunks{.initial_size = 256 * KiB, .growth = growth_
 TEST_CASE("stream-order oracle at exhaustion: best_fit lanes") { run_strategy<lanes<best_fit_lane>>(small_chunks); }
 
 TEST_CASE("stream-order oracle at exhaustion: caching_pool lanes") {
-    run_strategy<lanes<caching_lane>>(caching_options{.small_size = 64 * KiB, .small_chunk = 256 * KiB, .large_growth = growth_policy::fixed_step(1 * MiB)});
+    run_strategy<lanes<caching_lane>>(
+        caching_options{.small_size = 64 * KiB, .small_chunk = 256 * KiB, .large_growth = growth_policy::fixed_step(1 * MiB)});
 }
 
-TEST_CASE("stream-order oracle at exhaustion: buddy lanes") {
-    run_strategy<lanes<buddy_lane>>(buddy_options{.chunk_size = 1 * MiB});
-}
+TEST_CASE("stream-order oracle at exhaustion: buddy lanes") { run_strategy<lanes<buddy_lane>>(buddy_options{.chunk_size = 1 * MiB}); }
 
 TEST_CASE("stream-order oracle at exhaustion: size_classes lanes") {
     run_strategy<lanes<size_classes_lane>>(size_classes_options{.largest = 64 * KiB, .slab_size = 256 * KiB});
@@ -145,11 +152,10 @@ TEST_CASE("stream-order oracle at exhaustion: expandable lanes over simulated vi
         simulated_vmm_resource memory{{.capacity = 1024 * MiB, .granularity = 64 * KiB, .physical_limit = 4 * MiB}};
         host_events events;
         using shared = ref<simulated_vmm_resource>;
-        const expandable_options options{.span_bytes = 8 * MiB, .small_size = 64 * KiB, .rounding = 512,
-                                         .max_cached_bytes = 2 * MiB};
+        const expandable_options options{.span_bytes = 8 * MiB, .small_size = 64 * KiB, .rounding = 512, .max_cached_bytes = 2 * MiB};
         stream_ordered<shared, lanes<expandable>, host_events> pool{shared{memory}, options, events};
-        const test::oracle_report report =
-            test::stream_order_oracle(pool, events, {.seed = seed, .streams = seed == 1 ? std::size_t{6} : std::size_t{41}, .largest = 1 * MiB});
+        const test::oracle_report report = test::stream_order_oracle(
+            pool, events, {.seed = seed, .streams = seed == 1 ? std::size_t{6} : std::size_t{41}, .largest = 1 * MiB});
         MESSAGE(report.describe());
         CHECK(report.violations == 0);
         CHECK(report.checked > 10);
@@ -192,8 +198,7 @@ void lane_gives_back_a_chunk(const Options& options) {
 }
 
 TEST_CASE("a best_fit pool that cannot grow gives a chunk back only after its home stream's work") {
-    lane_gives_back_a_chunk<best_fit>(
-        best_fit_options{.initial_size = 0, .growth = growth_policy::as_needed(4 * KiB), .granularity = 256});
+    lane_gives_back_a_chunk<best_fit>(best_fit_options{.initial_size = 0, .growth = growth_policy::as_needed(4 * KiB), .granularity = 256});
 }
 
 TEST_CASE("a caching_pool pool releasing before growth gives a chunk back only after its home stream's work") {
@@ -211,7 +216,7 @@ TEST_CASE("a block passed through to the upstream before a second stream arrived
     stream_ordered<shared, lanes<fixed_size>, host_events> pool{shared{memory}, fixed_size_options{.block_size = 16 * KiB}, events};
     void* large = pool.allocate_async(1 * MiB, 256, a);  // past the block size: straight to the upstream
     void* used = pool.allocate_async(1 * MiB, 256, a);
-    void* small = pool.allocate_async(100, 256, b);      // a second lane: tracking starts
+    void* small = pool.allocate_async(100, 256, b);  // a second lane: tracking starts
     pool.record_use(used, b);
     pool.deallocate_async(large, 1 * MiB, 256, a);
     pool.deallocate_async(used, 1 * MiB, 256, a);

@@ -41,7 +41,9 @@ public:
         ++*recorded_;
         return watched([&] { return host_events::record(stream); });
     }
-    void wait(stream_ref waiter, const event_type& event) { watched([&] { host_events::wait(waiter, event); }); }
+    void wait(stream_ref waiter, const event_type& event) {
+        watched([&] { host_events::wait(waiter, event); });
+    }
     [[nodiscard]] bool idle(stream_ref stream) {
         ++*asked_idle_;
         return watched([&] { return host_events::idle(stream); });
@@ -101,8 +103,8 @@ struct fixture {
 static_assert(stream_resource<ordered>);
 static_assert(!has_property<ordered, host_accessible> || has_property<instrumented<>, host_accessible>);
 // Over a real strategy, what the header checks over its archetype pool.
-static_assert(stream_resource_with<stream_ordered<detail::resource_archetype<host_accessible>, lanes<best_fit>, completed_events>,
-                                   host_accessible>);
+static_assert(
+    stream_resource_with<stream_ordered<detail::resource_archetype<host_accessible>, lanes<best_fit>, completed_events>, host_accessible>);
 static_assert(has_release<stream_ordered<detail::resource_archetype<>, lanes<best_fit>, completed_events>> &&
               has_check_invariants<stream_ordered<detail::resource_archetype<>, lanes<best_fit>, completed_events>> &&
               has_owns<stream_ordered<detail::resource_archetype<>, lanes<best_fit>, completed_events>> &&
@@ -173,7 +175,7 @@ TEST_CASE("another stream takes a freed block only after the freeing stream's ne
     f.put(other, 8 * KiB, f.a);  // a's next call: one event covers its front
     CHECK(f.pool.waiting_blocks() == 1);
     CHECK(f.pool.front_blocks_held() == 1);  // `other`, freed after the cover
-    void* taken = f.get(512 * KiB, f.b);       // a waiting block of its size: b waits on the GPU
+    void* taken = f.get(512 * KiB, f.b);  // a waiting block of its size: b waits on the GPU
     CHECK(taken == block);
     CHECK(f.memory.allocations() == grown_before + 1);
     REQUIRE(f.events.waits().size() == 1);
@@ -256,7 +258,7 @@ TEST_CASE("with internal_dependencies(false) a miss grows rather than wait on an
     f.events.submit(f.a);
     f.put(block, 512 * KiB, f.a);
     void* grown = f.get(512 * KiB, f.b);  // asks a
-    f.put(other, 8 * KiB, f.a);         // covered
+    f.put(other, 8 * KiB, f.a);  // covered
     REQUIRE(f.pool.waiting_blocks() == 1);
     void* again = f.get(512 * KiB, f.b);
     CHECK(again != block);
@@ -322,8 +324,8 @@ TEST_CASE("memory passed through from the upstream goes back there only after th
     const auto work = f.events.submit(f.b);  // work on b uses it
     const std::size_t live = f.memory.live_bytes();
     f.put(passed, 512 * KiB, f.b);
-    CHECK(f.memory.live_bytes() < live);        // back upstream at once...
-    CHECK(f.events.completed(f.b) >= work);     // ...after the host waited for b's work
+    CHECK(f.memory.live_bytes() < live);  // back upstream at once...
+    CHECK(f.events.completed(f.b) >= work);  // ...after the host waited for b's work
     CHECK(f.pool.pending_bytes() == 0);
     f.put(f.get(4 * KiB, lone), 4 * KiB, lone);  // lone covers the pool, as asked
 }
@@ -335,7 +337,7 @@ TEST_CASE("a lone stream covers the pool at its next call once a second stream c
     void* lent = f.get(4 * KiB, f.a);
     const auto work_on_a = f.events.submit(f.a);
     f.put(block, 512 * KiB, f.a);  // alone: into the pool
-    f.put(lent, 4 * KiB, f.b);   // b comes, through a free on its front
+    f.put(lent, 4 * KiB, f.b);  // b comes, through a free on its front
     CHECK(f.pool.streams() == 2);
     f.put(later, 8 * KiB, f.a);  // a's next call records the cover
     void* taken = f.get(512 * KiB, f.b);
@@ -441,7 +443,7 @@ TEST_CASE("before growing, a miss puts waiting blocks into the pool behind their
     f.events.submit(f.a);  // work on a uses `block`
     f.put(block, 768 * KiB, f.a);
     void* grown = f.get(512 * KiB, f.b);  // a's front is open: b asks for it and grows
-    f.put(small, 4 * KiB, f.a);           // a covers its front at this call, as asked
+    f.put(small, 4 * KiB, f.a);  // a covers its front at this call, as asked
     REQUIRE(f.pool.waiting_blocks() == 1);
     const std::size_t waits = f.events.wait_count();
     void* part = f.get(512 * KiB, f.b);  // no block of that size: the waiting one goes into the pool, b waits on it
@@ -486,7 +488,7 @@ TEST_CASE("a front older than front_age calls is covered at its stream's next ca
     void* block = f.get(512 * KiB, f.a);
     f.events.submit(f.a);
     f.put(block, 512 * KiB, f.a);  // a's front opens
-    const auto cycle = [&] {     // two calls on b that hit its front: no miss asks a
+    const auto cycle = [&] {  // two calls on b that hit its front: no miss asks a
         f.put(mine, 4 * KiB, f.b);
         mine = f.get(4 * KiB, f.b);
     };
@@ -598,7 +600,8 @@ TEST_CASE("record_use delays reuse until the other stream's work is done, or the
         CHECK(taken == block);
         // a waits on b's event (and may on its own, done already: a wait costs what a query would).
         const auto& waits = f.events.waits();
-        CHECK(std::any_of(waits.begin(), waits.end(), [&](const auto& w) { return w.waiter == f.a && w.event.stream == f.events.identity(f.b); }));
+        CHECK(std::any_of(waits.begin(), waits.end(),
+                          [&](const auto& w) { return w.waiter == f.a && w.event.stream == f.events.identity(f.b); }));
         CHECK(std::all_of(waits.begin(), waits.end(), [&](const auto& w) { return w.waiter == f.a; }));
         f.events.submit(f.a);
         f.events.complete(f.a);

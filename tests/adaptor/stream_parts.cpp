@@ -64,7 +64,7 @@ TEST_CASE("stream_table finds each stream's record by identity and thread, and e
     std::unordered_map<std::uint64_t, record*> made;
     for (std::uint64_t id = 1; id <= 300; ++id) made[id] = &table.add(std::make_unique<record>(stream_key{id, {}}));
     record& per_thread = table.add(std::make_unique<record>(stream_key{7, other}));  // same identity, another thread
-    record& zero = table.add(std::make_unique<record>(stream_key{0, {}}));           // not in the flat map
+    record& zero = table.add(std::make_unique<record>(stream_key{0, {}}));  // not in the flat map
     CHECK(table.size() == 302);
     CHECK(table.consistent());
     for (const auto& [id, r] : made) CHECK(table.find({id, {}}) == r);
@@ -91,7 +91,7 @@ TEST_CASE("front_cache hands back exactly the size and alignment asked, newest f
     CHECK(front.bytes() == 1280);
     CHECK(front.take(256, 256) == at(0x3000));  // the newest of that size
     CHECK(front.take(256, 256) == at(0x1000));
-    CHECK(front.take(256, 256) == nullptr);     // the one left of that size has another alignment
+    CHECK(front.take(256, 256) == nullptr);  // the one left of that size has another alignment
     CHECK(front.take(300, 256) == nullptr);
     CHECK(front.take(256, 4096) == at(0x4000));
     CHECK(front.consistent());
@@ -194,7 +194,9 @@ TEST_CASE("waiting_blocks::take orders the taker after the block's batch, and ta
     });
     CHECK(taken == at(0x2000));
     CHECK(events.wait_count() == waits + 1);
-    CHECK(waiting.take(256, 256, [&](auto batch) { for (const auto& e : batch) events.wait(taker, e); }) == at(0x1000));
+    CHECK(waiting.take(256, 256, [&](auto batch) {
+        for (const auto& e : batch) events.wait(taker, e);
+    }) == at(0x1000));
     CHECK(waiting.empty());  // the spent batch is gone and its event recycled
     CHECK(waiting.consistent());
 }
@@ -319,7 +321,8 @@ TEST_CASE("fronts: a push opens a front, a cover moves it behind one event among
     CHECK(given == std::vector<void*>{at(0x1000)});
 }
 
-TEST_CASE("fronts: a front is crowded when full, by a large free, past the byte budget, or among too many open fronts of streams that call") {
+TEST_CASE(
+    "fronts: a front is crowded when full, by a large free, past the byte budget, or among too many open fronts of streams that call") {
     host_events events;
     waiting_blocks<host_events> waiting(events);
     fronts<host_events, front_record> all(events, waiting);
@@ -425,11 +428,13 @@ TEST_CASE("walk_pending shows the owner's pending blocks as pending_free with th
     for (std::uintptr_t address : {0x1000, 0x2000, 0x3000, 0x4000}) pool.blocks.push_back({address, 4096, 100, address != 0x4000});
     const std::vector<pending_block> pending{{0x2000, 7}, {0x3000, 0}, {0x4000, 9}};  // 0x4000 is free already
     std::vector<std::pair<chunk_view, block_view>> seen;
-    walk_pending(pool, pending, [&](const chunk_view& c, const block_view& b) { seen.emplace_back(c, b); }, [](const chunk_view& c) {
-        chunk_view dressed = c;
-        dressed.pool = 5;
-        return dressed;
-    });
+    walk_pending(
+        pool, pending, [&](const chunk_view& c, const block_view& b) { seen.emplace_back(c, b); },
+        [](const chunk_view& c) {
+            chunk_view dressed = c;
+            dressed.pool = 5;
+            return dressed;
+        });
     REQUIRE(seen.size() == 4);
     CHECK((seen[0].second.live && !seen[0].second.pending_free));
     CHECK((!seen[1].second.live && seen[1].second.pending_free && seen[1].second.stream == 7));
@@ -478,24 +483,30 @@ TEST_CASE("capture_door asks about captures as told, and runs eager calls captur
     const auto give_back = [&](const free_block& block) { given_back.push_back(block); };
     CHECK(door.graphs() == nullptr);
     CHECK_FALSE(door.running());
-    CHECK_THROWS_AS(door.eager(nullptr, [&] { events.unsafe_call("cudaMalloc"); }, into_pool, give_back), capture_error);
+    CHECK_THROWS_AS(door.eager(
+                        nullptr, [&] { events.unsafe_call("cudaMalloc"); }, into_pool, give_back),
+                    capture_error);
     fake_graphs& graphs = door.graphs([] { return std::make_unique<fake_graphs>(); });
     CHECK(door.running());
     graphs.gone = true;
     graphs.gone_blocks.push_back({at(0x5000), 256, 256});
     const stream_key key{2, {}};
-    const bool safe = door.eager(&key, [&] {
-        door.hold({at(0x6000), 4096, 256});  // what the pool's gate does meanwhile
-        events.unsafe_call("cudaMalloc");     // relaxed: growth is allowed
-        CHECK(events.idle(b));
-        return door.safe();
-    }, into_pool, give_back);
+    const bool safe = door.eager(
+        &key,
+        [&] {
+            door.hold({at(0x6000), 4096, 256});  // what the pool's gate does meanwhile
+            events.unsafe_call("cudaMalloc");  // relaxed: growth is allowed
+            CHECK(events.idle(b));
+            return door.safe();
+        },
+        into_pool, give_back);
     CHECK(safe);
     CHECK_FALSE(door.safe());
-    CHECK(pooled.size() == 1);       // the gone graph's block, released first
-    CHECK(given_back.empty());       // held while the capture may run
+    CHECK(pooled.size() == 1);  // the gone graph's block, released first
+    CHECK(given_back.empty());  // held while the capture may run
     graphs.running_now = false;
-    CHECK_FALSE(door.eager(&key, [&] { return door.safe(); }, into_pool, give_back));
+    CHECK_FALSE(door.eager(
+        &key, [&] { return door.safe(); }, into_pool, give_back));
     REQUIRE(given_back.size() == 1);  // the first call that found none running gave it back
     CHECK(given_back[0].pointer == at(0x6000));
     CHECK(door.take_held().empty());

@@ -8,8 +8,10 @@
 #include "../../examples/extending/size_cache.hpp"
 
 namespace poolkit::test::matrix {
-template <class U> using call_counter_of = example::call_counter<U>;
-template <class U> using size_cache_over = example::size_cache<U>;
+template <class U>
+using call_counter_of = example::call_counter<U>;
+template <class U>
+using size_cache_over = example::size_cache<U>;
 }  // namespace poolkit::test::matrix
 
 namespace {

@@ -43,26 +43,43 @@ namespace poolkit::test::matrix {
 using base = ref<instrumented<>>;
 
 // The strategies, each a template over its upstream.
-template <class U> using best_fit_over = best_fit<U>;
-template <class U> using buddy_over = buddy<U>;
-template <class U> using size_classes_over = size_classes<U>;
-template <class U> using size_classes_large_best_fit_over = size_classes<U, best_fit<U>>;
-template <class U> using fixed_size_over = fixed_size<U>;
-template <class U> using monotonic_over = monotonic<U>;
-template <class U> using caching_pool_over = caching_pool<U>;
-template <class U> using exact_cache_over = exact_cache<U>;
-template <class U> using segregator_over = segregator<4096, size_classes<U>, best_fit<U>>;
-template <class U> using fallback_over = fallback<best_fit<U>, buddy<U>>;
+template <class U>
+using best_fit_over = best_fit<U>;
+template <class U>
+using buddy_over = buddy<U>;
+template <class U>
+using size_classes_over = size_classes<U>;
+template <class U>
+using size_classes_large_best_fit_over = size_classes<U, best_fit<U>>;
+template <class U>
+using fixed_size_over = fixed_size<U>;
+template <class U>
+using monotonic_over = monotonic<U>;
+template <class U>
+using caching_pool_over = caching_pool<U>;
+template <class U>
+using exact_cache_over = exact_cache<U>;
+template <class U>
+using segregator_over = segregator<4096, size_classes<U>, best_fit<U>>;
+template <class U>
+using fallback_over = fallback<best_fit<U>, buddy<U>>;
 
 // The adaptors, each a template over its upstream. Named here, not in each row's file: a template
 // argument from an anonymous namespace would give every row's fixtures the same symbols.
-template <class U> using statistics_of = statistics<U>;
-template <class U> using tracking_of = tracking<U>;
-template <class U> using logging_of = logging<U>;
-template <class U> using recording_of = recording<U>;
-template <class U> using limiting_of = limiting<U>;
-template <class U> using retry_on_oom_of = retry_on_oom<U>;
-template <class U> using synchronized_of = synchronized<U>;
+template <class U>
+using statistics_of = statistics<U>;
+template <class U>
+using tracking_of = tracking<U>;
+template <class U>
+using logging_of = logging<U>;
+template <class U>
+using recording_of = recording<U>;
+template <class U>
+using limiting_of = limiting<U>;
+template <class U>
+using retry_on_oom_of = retry_on_oom<U>;
+template <class U>
+using synchronized_of = synchronized<U>;
 
 // While it lives, std::clog writes nowhere: loggers built in place (as lanes build them) write there.
 class quiet_clog {
@@ -157,28 +174,28 @@ struct adaptor_stack_lanes : host_touch {
 
 // Each strategy and each adaptor is named once here. F(Adaptor, Strategy) for every strategy that
 // can serve a lane (monotonic cannot: it never reuses a freed block), and for every strategy.
-#define POOLKIT_MATRIX_LANE_STRATEGIES(F, Adaptor)                                                                      \
-    F(Adaptor, best_fit_over), F(Adaptor, buddy_over), F(Adaptor, size_classes_over),                                  \
-        F(Adaptor, size_classes_large_best_fit_over), F(Adaptor, fixed_size_over), F(Adaptor, caching_pool_over),     \
-        F(Adaptor, segregator_over), F(Adaptor, fallback_over), F(Adaptor, exact_cache_over)
+#define POOLKIT_MATRIX_LANE_STRATEGIES(F, Adaptor)                                                                                  \
+    F(Adaptor, best_fit_over), F(Adaptor, buddy_over), F(Adaptor, size_classes_over), F(Adaptor, size_classes_large_best_fit_over), \
+        F(Adaptor, fixed_size_over), F(Adaptor, caching_pool_over), F(Adaptor, segregator_over), F(Adaptor, fallback_over),         \
+        F(Adaptor, exact_cache_over)
 #define POOLKIT_MATRIX_STRATEGIES(F, Adaptor) POOLKIT_MATRIX_LANE_STRATEGIES(F, Adaptor), F(Adaptor, monotonic_over)
 // F(Adaptor, Strategy) for every adaptor.
-#define POOLKIT_MATRIX_ADAPTORS(F, Strategy)                                                                            \
-    F(statistics_of, Strategy), F(tracking_of, Strategy), F(logging_of, Strategy), F(recording_of, Strategy),          \
-        F(limiting_of, Strategy), F(retry_on_oom_of, Strategy), F(synchronized_of, Strategy)
+#define POOLKIT_MATRIX_ADAPTORS(F, Strategy)                                                                                            \
+    F(statistics_of, Strategy), F(tracking_of, Strategy), F(logging_of, Strategy), F(recording_of, Strategy), F(limiting_of, Strategy), \
+        F(retry_on_oom_of, Strategy), F(synchronized_of, Strategy)
 #define POOLKIT_MATRIX_OVER(Adaptor, Strategy) adaptor_over_strategy<Adaptor, Strategy>
 #define POOLKIT_MATRIX_UNDER(Adaptor, Strategy) strategy_over_adaptor<Adaptor, Strategy>
 #define POOLKIT_MATRIX_LANES(Adaptor, Strategy) adaptor_stack_lanes<Adaptor, Strategy>
 
 // The whole row of one adaptor: over each strategy, under each, and as lanes.
-#define POOLKIT_MATRIX_ROW(Adaptor)                                                                                     \
-    TEST_CASE_TEMPLATE_INVOKE(conformance, POOLKIT_MATRIX_STRATEGIES(POOLKIT_MATRIX_OVER, Adaptor),                     \
-                              POOLKIT_MATRIX_STRATEGIES(POOLKIT_MATRIX_UNDER, Adaptor),                                 \
+#define POOLKIT_MATRIX_ROW(Adaptor)                                                                 \
+    TEST_CASE_TEMPLATE_INVOKE(conformance, POOLKIT_MATRIX_STRATEGIES(POOLKIT_MATRIX_OVER, Adaptor), \
+                              POOLKIT_MATRIX_STRATEGIES(POOLKIT_MATRIX_UNDER, Adaptor),             \
                               POOLKIT_MATRIX_LANE_STRATEGIES(POOLKIT_MATRIX_LANES, Adaptor))
 
 // The whole column of one strategy (one that can serve a lane): under every adaptor, over every
 // adaptor, and as lanes under every adaptor.
-#define POOLKIT_MATRIX_COLUMN(Strategy)                                                                                 \
-    TEST_CASE_TEMPLATE_INVOKE(conformance, POOLKIT_MATRIX_ADAPTORS(POOLKIT_MATRIX_OVER, Strategy),                      \
-                              POOLKIT_MATRIX_ADAPTORS(POOLKIT_MATRIX_UNDER, Strategy),                                  \
+#define POOLKIT_MATRIX_COLUMN(Strategy)                                                            \
+    TEST_CASE_TEMPLATE_INVOKE(conformance, POOLKIT_MATRIX_ADAPTORS(POOLKIT_MATRIX_OVER, Strategy), \
+                              POOLKIT_MATRIX_ADAPTORS(POOLKIT_MATRIX_UNDER, Strategy),             \
                               POOLKIT_MATRIX_ADAPTORS(POOLKIT_MATRIX_LANES, Strategy))

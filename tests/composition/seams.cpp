@@ -50,12 +50,16 @@ static_assert(has_try_allocate_cached<ref<best_fit<base>>> && walkable<ref<best_
 static_assert(has_try_allocate<retry_on_oom<best_fit<base>>> && has_try_allocate_cached<retry_on_oom<best_fit<base>>>);
 static_assert(has_record_use<statistics<stream_ordered<base, lanes<best_fit>, host_events>>>);
 static_assert(has_record_use<tracking<synchronized<stream_ordered<base, lanes<best_fit>, host_events>>>>);
-static_assert(requires(const statistics<best_fit<base>>& s) { s.reserved_bytes(); s.live_bytes(); });
+static_assert(requires(const statistics<best_fit<base>>& s) {
+    s.reserved_bytes();
+    s.live_bytes();
+});
 // ... and only where the upstream has it.
 static_assert(!has_try_allocate_cached<statistics<instrumented<>>> && !walkable<statistics<instrumented<>>>);
 
 // Lane pools of any stack.
-static_assert(pool_lanes<lanes<test::counted_best_fit, best_fit_options>, base> && pool_lanes<lanes<test::small_classes_large_best_fit>, base>);
+static_assert(pool_lanes<lanes<test::counted_best_fit, best_fit_options>, base> &&
+              pool_lanes<lanes<test::small_classes_large_best_fit>, base>);
 static_assert(pool_lanes<lanes<test::locked_tracked_best_fit>, base>);
 static_assert(!pool_lanes<lanes<instrumented>, base>);  // no try_allocate_cached: it cannot be the shared pool
 static_assert(std::same_as<stream_ordered<base, lanes<test::counted_best_fit, best_fit_options>, host_events>::pool_type,

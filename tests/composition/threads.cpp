@@ -100,10 +100,9 @@ struct handed {
 }  // namespace
 
 TEST_CASE_TEMPLATE("sixteen threads through a thread-safe composition keep every byte, and the upstream gets every block back", F,
-                   synchronized_best_fit, synchronized_caching_pool, synchronized_size_classes, synchronized_buddy,
-                   synchronized_fixed_size, statistics_over_synchronized, limiting_over_synchronized,
-                   tracking_over_synchronized, retry_over_synchronized, logging_over_synchronized,
-                   synchronized_stream_ordered, per_thread_over_synchronized) {
+                   synchronized_best_fit, synchronized_caching_pool, synchronized_size_classes, synchronized_buddy, synchronized_fixed_size,
+                   statistics_over_synchronized, limiting_over_synchronized, tracking_over_synchronized, retry_over_synchronized,
+                   logging_over_synchronized, synchronized_stream_ordered, per_thread_over_synchronized) {
     INFO("composition: ", F::name);
     F fixture;
     auto& pool = fixture.pool;

@@ -56,22 +56,21 @@ concept poolkit_stream_calls_resolve = poolkit_calls_resolve<R> && requires(R& r
     r.deallocate_async(nullptr, 0, 256, default_stream);
 };
 
-static_assert(poolkit_calls_resolve<host> && poolkit_calls_resolve<host_pool> &&
-              poolkit_calls_resolve<statistics<host_pool>> && poolkit_calls_resolve<ref<host_pool>> &&
-              poolkit_calls_resolve<resource_ref<host_accessible>> && poolkit_calls_resolve<any_resource<host_accessible>>);
+static_assert(poolkit_calls_resolve<host> && poolkit_calls_resolve<host_pool> && poolkit_calls_resolve<statistics<host_pool>> &&
+              poolkit_calls_resolve<ref<host_pool>> && poolkit_calls_resolve<resource_ref<host_accessible>> &&
+              poolkit_calls_resolve<any_resource<host_accessible>>);
 static_assert(poolkit_stream_calls_resolve<simulated_resource> && poolkit_stream_calls_resolve<host_lanes> &&
               poolkit_stream_calls_resolve<synchronized<host_lanes>> &&
-              poolkit_stream_calls_resolve<stream_resource_ref<host_accessible>> &&
-              poolkit_stream_calls_resolve<any_stream_resource<>>);
+              poolkit_stream_calls_resolve<stream_resource_ref<host_accessible>> && poolkit_stream_calls_resolve<any_stream_resource<>>);
 
 }  // namespace
 
 #if POOLKIT_HAS_CUDA
 
-using test::cuda_mr_resource_with;
-using test::cuda_mr_stream_resource_with;
 using cuda::mr::device_accessible;
 using cuda::mr::host_accessible;
+using test::cuda_mr_resource_with;
+using test::cuda_mr_stream_resource_with;
 
 // Resources are CCCL resources with their properties; stream resources CCCL stream resources.
 static_assert(cuda_mr_resource_with<host, host_accessible> && !cuda_mr_stream_resource_with<host>);

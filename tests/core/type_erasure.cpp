@@ -24,9 +24,7 @@ struct counted {
     counted(const counted& other) : id(other.id) { ++live; }
     ~counted() { --live; }
     void* allocate(std::size_t bytes, std::size_t alignment) { return new_delete_resource{}.allocate(bytes, alignment); }
-    void deallocate(void* p, std::size_t bytes, std::size_t alignment) noexcept {
-        new_delete_resource{}.deallocate(p, bytes, alignment);
-    }
+    void deallocate(void* p, std::size_t bytes, std::size_t alignment) noexcept { new_delete_resource{}.deallocate(p, bytes, alignment); }
     friend bool operator==(const counted& a, const counted& b) { return a.id == b.id; }
     friend void get_property(const counted&, host_accessible) noexcept {}
 };

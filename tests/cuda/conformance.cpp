@@ -55,5 +55,5 @@ struct vmm_fixture : device_touch {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(conformance, device_fixture, pinned_fixture, managed_fixture, async_fixture,
-                          async_default_pool_fixture, vmm_fixture);
+TEST_CASE_TEMPLATE_INVOKE(conformance, device_fixture, pinned_fixture, managed_fixture, async_fixture, async_default_pool_fixture,
+                          vmm_fixture);

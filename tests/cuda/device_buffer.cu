@@ -30,8 +30,7 @@ using counted_pool = statistics<caching_device_allocator>;
 
 std::vector<std::uint32_t> to_host(const device_uvector<std::uint32_t>& v, stream_ref stream) {
     std::vector<std::uint32_t> host(v.size());
-    REQUIRE(cudaMemcpyAsync(host.data(), v.data(), v.size() * sizeof(std::uint32_t), cudaMemcpyDefault, stream.get()) ==
-            cudaSuccess);
+    REQUIRE(cudaMemcpyAsync(host.data(), v.data(), v.size() * sizeof(std::uint32_t), cudaMemcpyDefault, stream.get()) == cudaSuccess);
     REQUIRE(cudaStreamSynchronize(stream.get()) == cudaSuccess);
     return host;
 }

@@ -134,8 +134,7 @@ TEST_CASE("expandable preset: sixty-four streams share one pool in the default r
     REQUIRE(cudaGetLastError() == cudaSuccess);
     CHECK(bad.read() == 0);
     CHECK(pool.streams() == stream_count);
-    MESSAGE("reserved " << (pool.upstream_resource().capacity() >> 30) << " GiB of address space for " << stream_count
-                        << " streams");
+    MESSAGE("reserved " << (pool.upstream_resource().capacity() >> 30) << " GiB of address space for " << stream_count << " streams");
     pool.release();
 }
 

@@ -123,8 +123,8 @@ TEST_CASE_TEMPLATE("a preset under stream capture, in every mode: graph memory n
         const std::vector<span> graph_memory{span_of(a, small * 4), span_of(b, large * 4)};
 
         std::mt19937_64 random(11);
-        const int overlapping = launch_beside_eager(pool, {exec}, capturing.handle, eager, graph_memory,
-                                                    [&](int) { return (1 + random() % 8) * (small / 4); });
+        const int overlapping =
+            launch_beside_eager(pool, {exec}, capturing.handle, eager, graph_memory, [&](int) { return (1 + random() % 8) * (small / 4); });
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
         CHECK(overlapping == 0);
         CHECK(bad.read() == 0);
@@ -206,8 +206,8 @@ TEST_CASE("two graphs share one pool: launched in turn between eager work, each 
     CHECK(graph_pools(pool) == 1);  // one pool: the second graph grew it or reused the first's block
     std::mt19937_64 random(5);
     // In turn, in capture order, as graphs that share a pool must run.
-    const int overlapping = launch_beside_eager(pool, execs, capturing.handle, eager, graph_memory,
-                                                [&](int) { return (1 + random() % 4) * (count / 4); });
+    const int overlapping =
+        launch_beside_eager(pool, execs, capturing.handle, eager, graph_memory, [&](int) { return (1 + random() % 4) * (count / 4); });
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     CHECK(overlapping == 0);
     CHECK(bad.read() == 0);
@@ -350,9 +350,11 @@ TEST_CASE("Thrust and CUB in a captured region take their temporaries from the c
     REQUIRE(cudaMemcpyAsync(k, thrust::raw_pointer_cast(source.data()), n * 4, cudaMemcpyDeviceToDevice, capturing.handle) == cudaSuccess);
     thrust::sort(thrust_policy_nosync(pool, capturing), keys.begin(), keys.end());
     std::size_t temporary = 0;
-    REQUIRE(cub::DeviceReduce::Sum(nullptr, temporary, k, thrust::raw_pointer_cast(sum.data()), static_cast<int>(n), capturing.handle) == cudaSuccess);
+    REQUIRE(cub::DeviceReduce::Sum(nullptr, temporary, k, thrust::raw_pointer_cast(sum.data()), static_cast<int>(n), capturing.handle) ==
+            cudaSuccess);
     void* scratch = pool.allocate_async(temporary, 256, capturing);
-    REQUIRE(cub::DeviceReduce::Sum(scratch, temporary, k, thrust::raw_pointer_cast(sum.data()), static_cast<int>(n), capturing.handle) == cudaSuccess);
+    REQUIRE(cub::DeviceReduce::Sum(scratch, temporary, k, thrust::raw_pointer_cast(sum.data()), static_cast<int>(n), capturing.handle) ==
+            cudaSuccess);
     pool.deallocate_async(scratch, temporary, 256, capturing);
     cudaGraph_t graph{};
     const cudaGraphExec_t exec = end_and_instantiate(capturing.handle, graph);

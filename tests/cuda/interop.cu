@@ -34,9 +34,7 @@ struct counting : forward_properties<counting<Upstream>, Upstream> {
     void* allocate(std::size_t n, std::size_t a) { return note(n), upstream->allocate(n, a); }
     void deallocate(void* p, std::size_t n, std::size_t a) noexcept { upstream->deallocate(p, n, a); }
     void* allocate_async(std::size_t n, std::size_t a, stream_ref s) { return note(n), upstream->allocate_async(n, a, s); }
-    void deallocate_async(void* p, std::size_t n, std::size_t a, stream_ref s) noexcept {
-        upstream->deallocate_async(p, n, a, s);
-    }
+    void deallocate_async(void* p, std::size_t n, std::size_t a, stream_ref s) noexcept { upstream->deallocate_async(p, n, a, s); }
     void note(std::size_t n) {
         ++calls;
         largest = std::max(largest, n);

@@ -37,8 +37,8 @@ public:
         REQUIRE(fcntl(sockets[0], F_SETFD, FD_CLOEXEC) == 0);
         socket_ = sockets[0];
         const std::string socket = std::to_string(sockets[1]), on = std::to_string(device), size = std::to_string(bytes);
-        char* arguments[] = {const_cast<char*>(POOLKIT_IPC_EXPORTER), const_cast<char*>(kind), const_cast<char*>(socket.c_str()),
-                             const_cast<char*>(on.c_str()), const_cast<char*>(size.c_str()), nullptr};
+        char* arguments[] = {const_cast<char*>(POOLKIT_IPC_EXPORTER), const_cast<char*>(kind),         const_cast<char*>(socket.c_str()),
+                             const_cast<char*>(on.c_str()),           const_cast<char*>(size.c_str()), nullptr};
         REQUIRE(posix_spawn(&child_, POOLKIT_IPC_EXPORTER, nullptr, nullptr, arguments, environ) == 0);
         close(sockets[1]);
     }

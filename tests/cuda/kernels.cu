@@ -14,8 +14,7 @@ __global__ void write_pattern(std::uint32_t* data, std::size_t count, std::uint3
     }
 }
 
-__global__ void count_mismatches(const std::uint32_t* data, std::size_t count, std::uint32_t seed,
-                                 unsigned long long* mismatches) {
+__global__ void count_mismatches(const std::uint32_t* data, std::size_t count, std::uint32_t seed, unsigned long long* mismatches) {
     for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
         if (data[i] != (seed ^ static_cast<std::uint32_t>(i * 2654435761u))) atomicAdd(mismatches, 1ull);
     }

@@ -27,8 +27,10 @@ using namespace poolkit;
 constexpr std::size_t KiB = 1024;
 constexpr std::size_t MiB = 1024 * KiB;
 
-template <class U> using best_fit_lane = best_fit<U>;
-template <class U> using caching_lane = caching_pool<U>;
+template <class U>
+using best_fit_lane = best_fit<U>;
+template <class U>
+using caching_lane = caching_pool<U>;
 
 template <class Upstream, template <class> class Strategy, class Options>
 void oracle_over(const char* upstream_name, const Options& options) {
@@ -38,7 +40,8 @@ void oracle_over(const char* upstream_name, const Options& options) {
     using shared = ref<test::instrumented<Upstream>>;
     {
         stream_ordered<shared, lanes<Strategy, Options>, host_events> pool{shared{memory}, options, events};
-        const test::oracle_report report = test::stream_order_oracle(pool, events, {.seed = 5, .streams = 41, .steps = 3000, .largest = 1 * MiB});
+        const test::oracle_report report =
+            test::stream_order_oracle(pool, events, {.seed = 5, .streams = 41, .steps = 3000, .largest = 1 * MiB});
         const std::string seen = std::string(upstream_name) + ": " + report.describe();
         MESSAGE(seen);
         CHECK(report.violations == 0);
@@ -53,8 +56,8 @@ void oracle_over(const char* upstream_name, const Options& options) {
 template <class Upstream>
 void oracle_over_lanes(const char* name) {
     oracle_over<Upstream, best_fit_lane>(name, best_fit_options{.initial_size = 256 * KiB, .growth = growth_policy::as_needed(256 * KiB)});
-    oracle_over<Upstream, caching_lane>(name, caching_options{.small_size = 64 * KiB, .small_chunk = 256 * KiB,
-                                                        .large_growth = growth_policy::fixed_step(1 * MiB)});
+    oracle_over<Upstream, caching_lane>(
+        name, caching_options{.small_size = 64 * KiB, .small_chunk = 256 * KiB, .large_growth = growth_policy::fixed_step(1 * MiB)});
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ int ping_pong(Pool& pool, cudaStream_t a, cudaStream_t b, counter& bad, int roun
         slow_fill<<<grid, block, 0, a>>>(first, count, value, slow);
         count_other<<<grid, block, 0, a>>>(first, count, value, 0, bad.device);
         pool.deallocate_async(first, bytes, 256, stream_ref{a});
-        reused += take_on_b(value + 1) == first;                 // asks a's lane for an event
+        reused += take_on_b(value + 1) == first;  // asks a's lane for an event
         pool.deallocate_async(scratch, 256, 256, stream_ref{a});  // a's next call records it
         reused += take_on_b(value + 2) == first;
     }

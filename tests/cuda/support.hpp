@@ -11,9 +11,7 @@ namespace poolkit::test {
 
 struct device_touch {
     static constexpr bool touchable = true;
-    static void fill(void* pointer, std::size_t bytes, unsigned char value) {
-        REQUIRE(cudaMemset(pointer, value, bytes) == cudaSuccess);
-    }
+    static void fill(void* pointer, std::size_t bytes, unsigned char value) { REQUIRE(cudaMemset(pointer, value, bytes) == cudaSuccess); }
     static bool holds(const void* pointer, std::size_t bytes, unsigned char value) {
         std::vector<unsigned char> copy(bytes);
         REQUIRE(cudaMemcpy(copy.data(), pointer, bytes, cudaMemcpyDefault) == cudaSuccess);

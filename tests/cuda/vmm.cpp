@@ -34,9 +34,7 @@ std::size_t device_total_bytes() {
 }
 
 // Whether every byte of [pointer, pointer + bytes) on the device holds `value`.
-bool device_holds(const void* pointer, std::size_t bytes, unsigned char value) {
-    return test::device_touch::holds(pointer, bytes, value);
-}
+bool device_holds(const void* pointer, std::size_t bytes, unsigned char value) { return test::device_touch::holds(pointer, bytes, value); }
 
 }  // namespace
 

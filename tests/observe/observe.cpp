@@ -98,7 +98,8 @@ TEST_CASE("memory_summary: a table of current, peak, total allocated and freed")
     CHECK(memory_summary(over_double).find("Free blocks: 3") != std::string::npos);
     delete &over_double.upstream_resource().get();
     const std::map<std::string, std::int64_t> partial{{"reserved_bytes.all.current", 2 << 20}, {"reserved_bytes.all.peak", 4 << 20}};
-    CHECK(memory_summary(partial).find("| Reserved memory   | 2.00 MiB    | 4.00 MiB    | -           | -           |") != std::string::npos);
+    CHECK(memory_summary(partial).find("| Reserved memory   | 2.00 MiB    | 4.00 MiB    | -           | -           |") !=
+          std::string::npos);
     CHECK(detail::human_bytes(512) == "512 B");
     CHECK(detail::human_bytes(std::int64_t{5} << 30) == "5.00 GiB");
 }

@@ -69,10 +69,8 @@ TEST_CASE("trace: malformed input names the file and line") {
     CHECK(error_of("Action,Pointer,Size,Size\n").find("t.csv:1: column Size appears twice") == 0);
     CHECK(error_of(header + ok + "0,00:00:00.000002,allocate,0x2,256\n") == "t.csv:3: expected 6 columns, found 5");
     CHECK(error_of(header + ok + "0,00:00:00.000002,allocate,0x2,256,0,7\n") == "t.csv:3: expected 6 columns, found 7");
-    CHECK(error_of(header + "0,00:00:00.000001,alloc,0x1,256,0\n") ==
-          "t.csv:2: unknown action 'alloc' (expected allocate or free)");
-    CHECK(error_of(header + "0,00:00:00.000001,allocate,0xZZ,256,0\n") ==
-          "t.csv:2: bad pointer '0xZZ' (expected hex such as 0x7f00)");
+    CHECK(error_of(header + "0,00:00:00.000001,alloc,0x1,256,0\n") == "t.csv:2: unknown action 'alloc' (expected allocate or free)");
+    CHECK(error_of(header + "0,00:00:00.000001,allocate,0xZZ,256,0\n") == "t.csv:2: bad pointer '0xZZ' (expected hex such as 0x7f00)");
     CHECK(error_of(header + "0,00:00:00.000001,allocate,0x1,12a,0\n") == "t.csv:2: bad size '12a' (expected decimal bytes)");
     CHECK(error_of(header + "0,00:00:00.000001,allocate,0x1,-5,0\n") == "t.csv:2: bad size '-5' (expected decimal bytes)");
     CHECK(error_of(header + "0,00:00:00.000001,allocate,0x1,99999999999999999999999,0\n").find("t.csv:2: bad size") == 0);
@@ -190,8 +188,7 @@ TEST_CASE("trace: numbers past 64 bits are errors on their line") {
           "t.csv:2: bad pointer '0x10000000000000000' (does not fit in 64 bits)");
     CHECK(error_of(header + "0,0,allocate,0x1,18446744073709551616,0\n") ==
           "t.csv:2: bad size '18446744073709551616' (does not fit in 64 bits)");
-    CHECK(error_of(header + "0,0,allocate,0x1,72057594037927937,0\n") ==
-          "t.csv:2: bad size '72057594037927937' (more than 2^56 bytes)");
+    CHECK(error_of(header + "0,0,allocate,0x1,72057594037927937,0\n") == "t.csv:2: bad size '72057594037927937' (more than 2^56 bytes)");
     CHECK(error_of(header + "18446744073709551616,0,allocate,0x1,256,0\n") ==
           "t.csv:2: bad thread '18446744073709551616' (does not fit in 64 bits)");
     CHECK(error_of(header + "0,0,allocate,0x1,256,0x10000000000000000\n") ==

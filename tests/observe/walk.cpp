@@ -106,7 +106,7 @@ TEST_CASE("walk: best_fit shows its blocks with the bytes asked for") {
     best_fit<upstream_ref> pool{upstream, {.initial_size = 1 * MiB}};
     void* a = pool.allocate(1000);  // 1024
     void* b = pool.allocate(3000);  // 3072
-    void* c = pool.allocate(500);   // 512
+    void* c = pool.allocate(500);  // 512
     pool.deallocate(b, 3000);
     const auto visits = walk(pool);
     REQUIRE(visits.size() == 4);
@@ -130,11 +130,15 @@ TEST_CASE("walk: best_fit shows its blocks with the bytes asked for") {
     CHECK(f.largest_free_block == 1 * MiB - 4608);
 
     const std::string a_at = std::to_string(address(a));
-    CHECK(snapshot(pool).find("{\"segments\": [{\"address\": " + a_at + ", \"total_size\": 1048576, \"allocated_size\": 1536, "
+    CHECK(snapshot(pool).find("{\"segments\": [{\"address\": " + a_at +
+                              ", \"total_size\": 1048576, \"allocated_size\": 1536, "
                               "\"active_size\": 1536, \"requested_size\": 1500, \"stream\": 0, \"segment_type\": \"large\", "
-                              "\"blocks\": [{\"address\": " + a_at + ", \"size\": 1024, \"requested_size\": 1000, "
+                              "\"blocks\": [{\"address\": " +
+                              a_at +
+                              ", \"size\": 1024, \"requested_size\": 1000, "
                               "\"state\": \"active_allocated\", \"stream\": 0}, {\"address\": " +
-                              std::to_string(address(a) + 1024) + ", \"size\": 3072, \"requested_size\": 0, "
+                              std::to_string(address(a) + 1024) +
+                              ", \"size\": 3072, \"requested_size\": 0, "
                               "\"state\": \"inactive\", \"stream\": 0}, ") == 0);
     pool.deallocate(a, 1000);
     pool.deallocate(c, 500);
@@ -186,9 +190,9 @@ TEST_CASE("walk: size_classes shows its slabs block by block, and a walkable Lar
     options.slab_size = 4 * KiB;
     using large_pool = best_fit<upstream_ref>;
     size_classes<upstream_ref, large_pool> pool{upstream, large_pool{upstream, {.initial_size = 64 * KiB}}, options};
-    void* x = pool.allocate(200);   // 256-class slab, block 0
+    void* x = pool.allocate(200);  // 256-class slab, block 0
     void* y = pool.allocate(1000);  // 1024-class slab, block 0
-    void* z = pool.allocate(100);   // 256-class slab, block 1
+    void* z = pool.allocate(100);  // 256-class slab, block 1
     void* w = pool.allocate(5000);  // Large
     pool.deallocate(x, 200);
     const auto visits = walk(pool);
@@ -277,9 +281,9 @@ TEST_CASE("walk: caching_pool shows its small, large and oversize pools in addre
     caching_options options;
     options.max_split_size = 8 * MiB;
     caching_pool<ref<simulated_resource>> pool{addresses, options};
-    void* small = pool.allocate(1000);          // small pool: 2 MiB chunk, 1024-byte block
-    void* large = pool.allocate(3 * MiB + 1);   // large pool: 256 MiB chunk
-    void* oversize = pool.allocate(10 * MiB);   // oversize pool: a chunk of its own
+    void* small = pool.allocate(1000);  // small pool: 2 MiB chunk, 1024-byte block
+    void* large = pool.allocate(3 * MiB + 1);  // large pool: 256 MiB chunk
+    void* oversize = pool.allocate(10 * MiB);  // oversize pool: a chunk of its own
     void* large2 = pool.allocate(2 * MiB);
     pool.deallocate(large2, 2 * MiB);
     const auto visits = walk(pool);
@@ -366,7 +370,7 @@ TEST_CASE("walk: segregator and fallback walk both parts, chunks in address orde
     fallback<best_fit<upstream_ref>, monotonic<upstream_ref>> either{
         best_fit<upstream_ref>{upstream, {.initial_size = 4 * KiB, .maximum_size = 4 * KiB}},
         monotonic<upstream_ref>{upstream, {.initial_size = 16 * KiB}}};
-    void* first = either.allocate(3000);   // Primary
+    void* first = either.allocate(3000);  // Primary
     void* second = either.allocate(3000);  // Primary is full: Secondary
     visits = walk(either);
     CHECK(visits.size() == 2 + 2);
@@ -393,8 +397,8 @@ TEST_CASE("walk: memory_summary adds the fragmentation line for a strategy under
 
 TEST_CASE("walk: mapped_walk cuts expandable's spans to their mapped granules") {
     constexpr std::size_t granule = 2 * MiB;
-    simulated_vmm_resource memory(simulated_vmm_options{.capacity = std::size_t{16} << 30, .granularity = granule,
-                                                        .physical_limit = std::size_t{4} << 30});
+    simulated_vmm_resource memory(
+        simulated_vmm_options{.capacity = std::size_t{16} << 30, .granularity = granule, .physical_limit = std::size_t{4} << 30});
     expandable<ref<simulated_vmm_resource>> pool(ref<simulated_vmm_resource>(memory), expandable_options{.cache_fraction = 0});
     void* a = pool.allocate(3 * MiB);
     void* b = pool.allocate(10 * MiB + 512);

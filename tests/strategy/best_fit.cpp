@@ -39,7 +39,7 @@ TEST_CASE("best_fit: one chunk serves many blocks, placed by best fit, split and
     best_fit<upstream_ref> pool{upstream, {.initial_size = 1 * MiB}};
     void* a = pool.allocate(1000);  // 1024 after rounding
     void* b = pool.allocate(3000);  // 3072
-    void* c = pool.allocate(500);   // 512
+    void* c = pool.allocate(500);  // 512
     CHECK(upstream.allocations() == 1);
     CHECK(address(b) == address(a) + 1024);
     CHECK(address(c) == address(b) + 3072);
@@ -78,8 +78,7 @@ TEST_CASE("best_fit: ties between equal free blocks go to the lower address") {
 
 TEST_CASE("best_fit: a remainder below minimum_split stays with the block") {
     instrumented<> upstream;
-    best_fit<upstream_ref> pool{upstream, {.initial_size = 8 * KiB, .growth = growth_policy::as_needed(4 * KiB),
-                                           .minimum_split = 2 * KiB}};
+    best_fit<upstream_ref> pool{upstream, {.initial_size = 8 * KiB, .growth = growth_policy::as_needed(4 * KiB), .minimum_split = 2 * KiB}};
     void* a = pool.allocate(4 * KiB);
     void* b = pool.allocate(3 * KiB);  // 1 KiB would be left: below minimum_split, not split off
     CHECK(pool.live_bytes() == 8 * KiB);
@@ -122,7 +121,7 @@ TEST_CASE("best_fit: growth policies size the chunks") {
         best_fit<upstream_ref> pool{upstream, {.initial_size = 1 * MiB, .growth = growth_policy::geometric(2)}};
         std::vector<void*> blocks;
         for (int i = 0; i < 7; ++i) blocks.push_back(pool.allocate(512 * KiB));
-        CHECK(pool.chunks() == 3);                  // 1 + 1 + 2 MiB
+        CHECK(pool.chunks() == 3);  // 1 + 1 + 2 MiB
         CHECK(pool.reserved_bytes() == 4 * MiB);
         for (void* block : blocks) pool.deallocate(block, 512 * KiB);
     }
@@ -251,8 +250,8 @@ TEST_CASE("best_fit: randomized sequences keep every invariant and return all up
         CAPTURE(seed);
         instrumented<> upstream;
         {
-            best_fit<upstream_ref> pool{upstream, {.initial_size = 256 * KiB, .growth = growth_policy::geometric(2),
-                                                   .minimum_split = seed % 2 ? 256 : 4 * KiB}};
+            best_fit<upstream_ref> pool{
+                upstream, {.initial_size = 256 * KiB, .growth = growth_policy::geometric(2), .minimum_split = seed % 2 ? 256 : 4 * KiB}};
             test::run_shuffled(pool, {.seed = seed, .steps = 2500, .touch = true});
             CHECK(pool.live_bytes() == 0);
             pool.release();
@@ -266,10 +265,8 @@ TEST_CASE("best_fit: randomized sequences keep every invariant and return all up
 
 TEST_CASE("best_fit: randomized sequences over simulated address space, with large sizes and alignments") {
     simulated_resource addresses{{.capacity = std::size_t{64} << 30}};
-    best_fit<ref<simulated_resource>> pool{addresses, {.initial_size = 8 * MiB,
-                                                       .growth = growth_policy::as_needed(2 * MiB)}};
-    test::run_shuffled(pool, {.seed = 7, .steps = 3000, .small_bytes = 64 * KiB, .large_bytes = 64 * MiB,
-                              .largest_alignment_log2 = 20});
+    best_fit<ref<simulated_resource>> pool{addresses, {.initial_size = 8 * MiB, .growth = growth_policy::as_needed(2 * MiB)}};
+    test::run_shuffled(pool, {.seed = 7, .steps = 3000, .small_bytes = 64 * KiB, .large_bytes = 64 * MiB, .largest_alignment_log2 = 20});
     pool.release();
     CHECK(addresses.live_bytes() == 0);
 }

@@ -159,10 +159,8 @@ TEST_CASE("buddy: randomized sequences keep every invariant and return all upstr
 
 TEST_CASE("buddy: randomized sequences over simulated address space, with large alignments") {
     simulated_resource addresses{{.capacity = std::size_t{64} << 30}};
-    buddy<ref<simulated_resource>> pool{addresses, {.chunk_size = 4 * MiB, .minimum_block = 4 * KiB,
-                                                    .chunk_alignment = 16 * KiB}};
-    test::run_shuffled(pool, {.seed = 5, .steps = 3000, .small_bytes = 64 * KiB, .large_bytes = 4 * MiB,
-                              .largest_alignment_log2 = 20});
+    buddy<ref<simulated_resource>> pool{addresses, {.chunk_size = 4 * MiB, .minimum_block = 4 * KiB, .chunk_alignment = 16 * KiB}};
+    test::run_shuffled(pool, {.seed = 5, .steps = 3000, .small_bytes = 64 * KiB, .large_bytes = 4 * MiB, .largest_alignment_log2 = 20});
     pool.release();
     CHECK(addresses.live_bytes() == 0);
 }

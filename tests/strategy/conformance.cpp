@@ -59,7 +59,6 @@ struct best_fit_simulated_fixture : over_simulated<best_fit<ref<simulated_resour
     static constexpr const char* name = "best_fit<ref<simulated_resource>>";
 };
 
-
 struct size_classes_fixture : over_instrumented<size_classes<ref<instrumented<>>>> {
     static constexpr const char* name = "size_classes<ref<instrumented>>";
 };
@@ -118,9 +117,9 @@ struct fallback_fixture : host_touch {
     static constexpr const char* name = "fallback<best_fit capped at 256 KiB, best_fit>";
     static constexpr bool stateless = false;
     instrumented<> upstream_;
-    pools resource_{best_fit<ref<instrumented<>>>{upstream_, {.initial_size = std::size_t{256} << 10,
-                                                              .maximum_size = std::size_t{256} << 10}},
-                    best_fit<ref<instrumented<>>>{upstream_}};
+    pools resource_{
+        best_fit<ref<instrumented<>>>{upstream_, {.initial_size = std::size_t{256} << 10, .maximum_size = std::size_t{256} << 10}},
+        best_fit<ref<instrumented<>>>{upstream_}};
     instrumented<>* upstream() { return &upstream_; }
     pools& resource() { return resource_; }
     void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }
@@ -131,8 +130,8 @@ struct fallback_fixture : host_touch {
 struct expandable_fixture : no_touch {
     static constexpr const char* name = "expandable<ref<simulated_vmm_resource>>";
     static constexpr bool stateless = false;
-    simulated_vmm_resource memory_{{.capacity = std::size_t{16} << 30, .granularity = std::size_t{64} << 10,
-                                    .physical_limit = std::size_t{128} << 20}};
+    simulated_vmm_resource memory_{
+        {.capacity = std::size_t{16} << 30, .granularity = std::size_t{64} << 10, .physical_limit = std::size_t{128} << 20}};
     expandable<ref<simulated_vmm_resource>> resource_{memory_, {.span_bytes = std::size_t{64} << 20}};
     instrumented<>* upstream() { return nullptr; }
     auto& resource() { return resource_; }
@@ -146,8 +145,7 @@ struct expandable_fixture : no_touch {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture, size_classes_fixture,
-                          size_classes_simulated_fixture, fixed_size_fixture, fixed_size_simulated_fixture,
-                          buddy_fixture, buddy_simulated_fixture, monotonic_fixture, monotonic_simulated_fixture,
-                          exact_cache_fixture, exact_cache_simulated_fixture, segregator_fixture, fallback_fixture,
-                          expandable_fixture);
+TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture, size_classes_fixture, size_classes_simulated_fixture,
+                          fixed_size_fixture, fixed_size_simulated_fixture, buddy_fixture, buddy_simulated_fixture, monotonic_fixture,
+                          monotonic_simulated_fixture, exact_cache_fixture, exact_cache_simulated_fixture, segregator_fixture,
+                          fallback_fixture, expandable_fixture);

@@ -58,9 +58,8 @@ public:
         const auto* first = static_cast<std::byte*>(at);
         bool undone = true;  // every granule of it mapped since begin()
         for (const std::byte* g = first; g < first + bytes && undone; g += granularity()) {
-            undone = std::any_of(fresh_.begin(), fresh_.end(), [&](const auto& range) {
-                return g >= range.first && g < range.first + range.second;
-            });
+            undone = std::any_of(fresh_.begin(), fresh_.end(),
+                                 [&](const auto& range) { return g >= range.first && g < range.first + range.second; });
         }
         const bool waited = synchronized_ || (work_done && work_done());
         if (!waited && !undone) ++unsynchronized_unmaps;
@@ -250,8 +249,8 @@ TEST_CASE("where following live memory remaps often, a max_peak_slack lets the s
     checked_memory adaptive_memory{memory_options()};
     pool_type adaptive{adaptive_memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .max_peak_slack = 0.2}};
     const std::size_t adaptive_remaps = remapped_in_rounds(adaptive, adaptive_memory, true);
-    MESSAGE("granules unmapped for new mappings in the last 60 rounds: " << follow_remaps << " following live memory, "
-            << adaptive_remaps << " with the slack risen to " << adaptive.peak_slack());
+    MESSAGE("granules unmapped for new mappings in the last 60 rounds: " << follow_remaps << " following live memory, " << adaptive_remaps
+                                                                         << " with the slack risen to " << adaptive.peak_slack());
     CHECK(follow_remaps > 20);
     CHECK(adaptive_remaps * 2 < follow_remaps);
     CHECK(adaptive.peak_slack() > 0);
@@ -261,7 +260,8 @@ TEST_CASE("where following live memory remaps often, a max_peak_slack lets the s
                          << " MiB following live memory, " << adaptive.peak_reserved_bytes() / MiB << " MiB with the slack");
     CHECK(adaptive.peak_live_bytes() == follow.peak_live_bytes());
     CHECK(static_cast<double>(adaptive.peak_reserved_bytes()) <=
-          static_cast<double>(follow.peak_reserved_bytes()) + static_cast<double>(adaptive.peak_live_bytes()) * adaptive.peak_slack() + granule);
+          static_cast<double>(follow.peak_reserved_bytes()) + static_cast<double>(adaptive.peak_live_bytes()) * adaptive.peak_slack() +
+              granule);
 }
 
 TEST_CASE("a workload that repeats its shapes stops remapping and never raises the slack") {
@@ -436,7 +436,8 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
             // When this allocation mapped granules, mapped memory is within the policy's bound or
             // all of it is pinned by live blocks (then there was no cache left to unmap).
             if (pool.map_calls() != maps_before) {
-                const double bound = std::max(peak_before * (1 + pool.peak_slack()), static_cast<double>(pool.live_bytes()) * (1 + fraction));
+                const double bound =
+                    std::max(peak_before * (1 + pool.peak_slack()), static_cast<double>(pool.live_bytes()) * (1 + fraction));
                 const double pinned = static_cast<double>(pool.reserved_bytes() - pool.cached_bytes());
                 if (static_cast<double>(pool.reserved_bytes()) > std::max(bound, pinned) + granule) ++mapped_over_bound;
             }
@@ -466,16 +467,15 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
 TEST_CASE("stream_ordered keeps count of what expandable lanes map while frees unmap") {
     checked_memory memory{memory_options()};
     host_events events;
-    stream_ordered<ref<checked_memory>, lanes<expandable>, host_events> pool{ref<checked_memory>(memory),
-                                                                        {.span_bytes = 256 * MiB, .cache_fraction = 0, .max_cached_bytes = 4 * MiB},
-                                                                        events};
+    stream_ordered<ref<checked_memory>, lanes<expandable>, host_events> pool{
+        ref<checked_memory>(memory), {.span_bytes = 256 * MiB, .cache_fraction = 0, .max_cached_bytes = 4 * MiB}, events};
     const stream_ref a = events.make_stream();
     std::vector<void*> blocks;
     for (int i = 0; i < 8; ++i) blocks.push_back(pool.allocate_async(8 * MiB, 256, a));
     const std::size_t mapped = pool.reserved_bytes();
     for (void* block : blocks) pool.deallocate_async(block, 8 * MiB, 256, a);
     CHECK(pool.reserved_bytes() < mapped);  // the frees unmapped past the cache bound
-    pool.check_invariants();                // and stream_ordered's count followed them
+    pool.check_invariants();  // and stream_ordered's count followed them
     void* again = pool.allocate_async(8 * MiB, 256, a);
     pool.check_invariants();
     pool.deallocate_async(again, 8 * MiB, 256, a);
@@ -486,14 +486,15 @@ TEST_CASE("stream_ordered keeps count of what expandable lanes map while frees u
 TEST_CASE("streams of stream_ordered share one expandable pool, release unmaps all") {
     checked_memory memory{memory_options()};
     host_events events;
-    stream_ordered<ref<checked_memory>, lanes<expandable>, host_events> pool{ref<checked_memory>(memory), {.span_bytes = 256 * MiB}, events};
+    stream_ordered<ref<checked_memory>, lanes<expandable>, host_events> pool{
+        ref<checked_memory>(memory), {.span_bytes = 256 * MiB}, events};
     const stream_ref a = events.make_stream(), b = events.make_stream();
     memory.work_done = [&] { return events.completed(a) == events.issued(a) && events.completed(b) == events.issued(b); };
     void* on_a = pool.allocate_async(10 * MiB, 256, a);
     void* on_b = pool.allocate_async(10 * MiB, 256, b);
     CHECK(pool.streams() == 2);
-    events.submit(a);                                  // work on `a` uses on_a
-    pool.deallocate_async(on_a, 10 * MiB, 256, a);     // past the fronts' byte budget: covered at once
+    events.submit(a);  // work on `a` uses on_a
+    pool.deallocate_async(on_a, 10 * MiB, 256, a);  // past the fronts' byte budget: covered at once
     CHECK(pool.waiting_blocks() == 1);
     void* taken = pool.allocate_async(10 * MiB, 256, b);  // a's block, with b waiting on a's event
     CHECK(taken == on_a);
@@ -529,6 +530,6 @@ TEST_CASE("expandable_options::validate refuses what the pool cannot use, naming
     // The constructor applies the same rules: inf no longer maps gigabytes for a little live memory.
     simulated_vmm_resource memory{{.capacity = 64 * MiB, .granularity = granule}};
     CHECK_THROWS_AS(expandable<ref<simulated_vmm_resource>>(ref<simulated_vmm_resource>{memory},
-                                                             expandable_options{.cache_fraction = std::numeric_limits<double>::infinity()}),
+                                                            expandable_options{.cache_fraction = std::numeric_limits<double>::infinity()}),
                     std::invalid_argument);
 }

@@ -122,8 +122,9 @@ TEST_CASE("fixed_size: bad deallocations are caught by assertions") {
             pool.deallocate(other, 1000);
         });
         CHECK(outcome.aborted());
-        CHECK(outcome.said("fixed_size: deallocate of a block passed on to the upstream that it did not hand out, or "
-                           "one freed twice"));
+        CHECK(
+            outcome.said("fixed_size: deallocate of a block passed on to the upstream that it did not hand out, or "
+                         "one freed twice"));
     }
     SUBCASE("a foreign pointer freed with a size the upstream would serve") {
         const auto outcome = test::run_in_child([] {
@@ -141,8 +142,9 @@ TEST_CASE("fixed_size: bad deallocations are caught by assertions") {
             pool.deallocate(pointer, 2000);
         });
         CHECK(outcome.aborted());
-        CHECK(outcome.said("fixed_size: deallocate of a block passed on to the upstream with a size other than the one "
-                           "allocated"));
+        CHECK(
+            outcome.said("fixed_size: deallocate of a block passed on to the upstream with a size other than the one "
+                         "allocated"));
     }
 }
 
@@ -211,7 +213,7 @@ TEST_CASE("fixed_size::try_allocate_cached serves only from free blocks of its s
     void* a = pool.allocate(100);
     void* b = pool.try_allocate_cached(200);
     CHECK(b == static_cast<char*>(a) + 256);
-    CHECK(pool.try_allocate_cached(200) == nullptr);   // the slab is full
+    CHECK(pool.try_allocate_cached(200) == nullptr);  // the slab is full
     CHECK(pool.try_allocate_cached(1000) == nullptr);  // not a block request: never passed on
     CHECK(pool.try_allocate_cached(0) == nullptr);
     CHECK(pool.try_allocate_cached(16, 3) == nullptr);

@@ -208,7 +208,7 @@ TEST_CASE("monotonic: without assertions a bad free never lets a chunk hand out 
     void* first = arena.allocate(100);
     void* live = arena.allocate(100);
     arena.deallocate(first, 100);
-    arena.deallocate(first, 100);                          // freed twice: ignored
+    arena.deallocate(first, 100);  // freed twice: ignored
     arena.deallocate(static_cast<char*>(live) + 16, 50);  // inside a block: ignored
     int outside = 0;
     arena.deallocate(&outside, sizeof outside);  // outside every chunk: ignored

@@ -49,7 +49,7 @@ TEST_CASE("size_classes: the default classes are four per doubling from 256 B to
     CHECK(pool.block_size(5000, 4096) == 8192);
     CHECK(pool.block_size(1 * MiB) == 1 * MiB);
     CHECK(pool.block_size(1 * MiB + 1) == 0);  // to the large resource
-    CHECK(pool.block_size(100, 8192) == 0);    // more alignment than a slab is asked for
+    CHECK(pool.block_size(100, 8192) == 0);  // more alignment than a slab is asked for
     for (std::size_t bytes = 1; bytes <= 1 * MiB; bytes += 37) {
         const std::size_t block = pool.block_size(bytes, 1);
         const auto smallest = std::lower_bound(sizes.begin(), sizes.end(), bytes);
@@ -60,8 +60,8 @@ TEST_CASE("size_classes: the default classes are four per doubling from 256 B to
 TEST_CASE("size_classes: explicit sizes, and options that make no sense") {
     size_classes<new_delete_resource> pool{{}, {.sizes = {100, 1000, 4000}}};
     CHECK(pool.block_size(50, 4) == 100);
-    CHECK(pool.block_size(50, 8) == 1000);   // 100 is only 4-aligned
-    CHECK(pool.block_size(50, 64) == 0);     // no class is 64-aligned
+    CHECK(pool.block_size(50, 8) == 1000);  // 100 is only 4-aligned
+    CHECK(pool.block_size(50, 64) == 0);  // no class is 64-aligned
     CHECK(pool.block_size(4001) == 0);
     void* pointer = pool.allocate(50, 4);
     pool.deallocate(pointer, 50, 4);

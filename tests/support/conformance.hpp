@@ -68,8 +68,8 @@ inline bool overlap(const allocation& a, const allocation& b) {
 // std::bad_alloc is counted as refused. At the end every block is freed; invariants are checked
 // every 16 steps and then. Returns the requests refused.
 template <class R, class Before, class After>
-std::size_t random_traffic_refused(R& r, std::uint64_t seed, int steps, unsigned allocate_percent, std::size_t large,
-                                   Before before, After after) {
+std::size_t random_traffic_refused(R& r, std::uint64_t seed, int steps, unsigned allocate_percent, std::size_t large, Before before,
+                                   After after) {
     std::mt19937_64 random(seed);
     std::vector<allocation> live;
     std::size_t refused = 0;
@@ -130,8 +130,8 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
     }
 
     SUBCASE("an alignment that is not a power of two throws std::invalid_argument") {
-        for (std::size_t alignment : {std::size_t{0}, std::size_t{3}, std::size_t{24}, std::size_t{257},
-                                      std::size_t{4097}, std::numeric_limits<std::size_t>::max()}) {
+        for (std::size_t alignment : {std::size_t{0}, std::size_t{3}, std::size_t{24}, std::size_t{257}, std::size_t{4097},
+                                      std::numeric_limits<std::size_t>::max()}) {
             CAPTURE(alignment);
             CHECK_THROWS_AS(static_cast<void>(r.allocate(64, alignment)), std::invalid_argument);
         }
@@ -139,8 +139,8 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
 
     SUBCASE("every power-of-two alignment up to 4 KiB is honoured") {
         for (std::size_t alignment = 1; alignment <= 4096; alignment *= 2) {
-            for (std::size_t bytes : {std::size_t{1}, std::size_t{7}, std::size_t{256}, std::size_t{1000},
-                                      std::size_t{4096}, std::size_t{65539}}) {
+            for (std::size_t bytes :
+                 {std::size_t{1}, std::size_t{7}, std::size_t{256}, std::size_t{1000}, std::size_t{4096}, std::size_t{65539}}) {
                 CAPTURE(alignment);
                 CAPTURE(bytes);
                 void* pointer = r.allocate(bytes, alignment);
@@ -233,7 +233,8 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
             std::size_t refused = 0;
             for (std::size_t every : {2, 3, 7}) {
                 upstream->fail_every(every);
-                refused += random_traffic_refused(r, 11 + every, 600, 55, 2 << 20, [](auto&) {}, [] {});
+                refused += random_traffic_refused(
+                    r, 11 + every, 600, 55, 2 << 20, [](auto&) {}, [] {});
                 upstream->fail_every(0);
                 void* after = r.allocate(4096, default_alignment);  // the resource still works
                 CHECK(after != nullptr);

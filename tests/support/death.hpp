@@ -13,7 +13,7 @@
 namespace poolkit::test {
 
 struct child_outcome {
-    int signal = 0;      // the signal that ended the child, or 0
+    int signal = 0;  // the signal that ended the child, or 0
     int exit_code = -1;  // its exit code when it exited, or -1
     std::string error_output;
 

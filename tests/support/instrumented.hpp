@@ -35,8 +35,7 @@ public:
         std::lock_guard lock(mutex_);
         const bool injected = fail_every_ != 0 && ++calls_ % fail_every_ == 0;
         if (injected) ++injected_;
-        if ((failures_armed_ && allocations_left_ == 0) || injected || live_bytes_ > limit_ ||
-            bytes > limit_ - live_bytes_) {
+        if ((failures_armed_ && allocations_left_ == 0) || injected || live_bytes_ > limit_ || bytes > limit_ - live_bytes_) {
             memory_figures figures = memory_figures::request(bytes, alignment);
             figures.live_bytes = live_bytes_;
             figures.limit_bytes = limit_;
@@ -63,8 +62,7 @@ public:
             return;
         }
         if (found->second.bytes != bytes) {
-            report("deallocate with " + std::to_string(bytes) + " bytes, allocated with " +
-                   std::to_string(found->second.bytes));
+            report("deallocate with " + std::to_string(bytes) + " bytes, allocated with " + std::to_string(found->second.bytes));
         }
         if (found->second.alignment != alignment) {
             report("deallocate with alignment " + std::to_string(alignment) + ", allocated with " +
@@ -93,20 +91,41 @@ public:
         calls_ = 0;
     }
     // Allocation calls made to throw by fail_every.
-    [[nodiscard]] std::size_t injected_failures() const { std::lock_guard lock(mutex_); return injected_; }
+    [[nodiscard]] std::size_t injected_failures() const {
+        std::lock_guard lock(mutex_);
+        return injected_;
+    }
     // Allocations that would take live bytes past `bytes` throw out_of_memory.
     void limit(std::size_t bytes) {
         std::lock_guard lock(mutex_);
         limit_ = bytes;
     }
 
-    [[nodiscard]] std::size_t live_blocks() const { std::lock_guard lock(mutex_); return live_.size(); }
-    [[nodiscard]] std::size_t live_bytes() const { std::lock_guard lock(mutex_); return live_bytes_; }
-    [[nodiscard]] std::size_t peak_bytes() const { std::lock_guard lock(mutex_); return peak_bytes_; }
-    [[nodiscard]] std::size_t allocations() const { std::lock_guard lock(mutex_); return allocations_; }
-    [[nodiscard]] std::size_t deallocations() const { std::lock_guard lock(mutex_); return deallocations_; }
+    [[nodiscard]] std::size_t live_blocks() const {
+        std::lock_guard lock(mutex_);
+        return live_.size();
+    }
+    [[nodiscard]] std::size_t live_bytes() const {
+        std::lock_guard lock(mutex_);
+        return live_bytes_;
+    }
+    [[nodiscard]] std::size_t peak_bytes() const {
+        std::lock_guard lock(mutex_);
+        return peak_bytes_;
+    }
+    [[nodiscard]] std::size_t allocations() const {
+        std::lock_guard lock(mutex_);
+        return allocations_;
+    }
+    [[nodiscard]] std::size_t deallocations() const {
+        std::lock_guard lock(mutex_);
+        return deallocations_;
+    }
     // Every misuse seen so far, in order.
-    [[nodiscard]] std::vector<std::string> errors() const { std::lock_guard lock(mutex_); return errors_; }
+    [[nodiscard]] std::vector<std::string> errors() const {
+        std::lock_guard lock(mutex_);
+        return errors_;
+    }
 
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
 

@@ -25,11 +25,11 @@ namespace poolkit::test {
 struct sequence_plan {
     std::uint64_t seed = 1;
     int steps = 3000;
-    int allocate_percent = 60;         // of the steps while something is live
-    std::size_t small_bytes = 4096;    // most sizes are uniform in [1, small_bytes]
+    int allocate_percent = 60;  // of the steps while something is live
+    std::size_t small_bytes = 4096;  // most sizes are uniform in [1, small_bytes]
     std::size_t large_bytes = 300000;  // one in eight is uniform in [1, large_bytes]
-    int largest_alignment_log2 = 12;   // alignments 1, 2, 4 ... 2^this
-    bool touch = false;                // write a pattern into each block and check it on free
+    int largest_alignment_log2 = 12;  // alignments 1, 2, 4 ... 2^this
+    bool touch = false;  // write a pattern into each block and check it on free
 };
 
 namespace detail {

@@ -31,24 +31,24 @@ namespace poolkit::test {
 
 struct oracle_options {
     std::uint64_t seed = 1;
-    std::size_t streams = 4;       // the most streams alive at once
+    std::size_t streams = 4;  // the most streams alive at once
     std::size_t steps = 6000;
     std::size_t largest = std::size_t{1} << 20;  // requests are mostly small, now and then up to this
     std::size_t check_every = 97;  // check_invariants() after this many steps, and at the end
 };
 
 struct oracle_report {
-    std::size_t checked = 0;     // earlier uses checked against a new owner
+    std::size_t checked = 0;  // earlier uses checked against a new owner
     std::size_t violations = 0;  // earlier uses not complete when the block was handed out again
-    std::size_t overlaps = 0;    // live blocks sharing a byte
-    std::size_t exhausted = 0;   // allocations that threw out_of_memory
+    std::size_t overlaps = 0;  // live blocks sharing a byte
+    std::size_t exhausted = 0;  // allocations that threw out_of_memory
     std::size_t streams_made = 0;
     std::string first_violation;
 
     [[nodiscard]] std::string describe() const {
         std::ostringstream out;
-        out << "oracle: " << checked << " earlier uses checked, " << violations << " violations, " << overlaps << " overlaps, "
-            << exhausted << " allocations out of memory, " << streams_made << " streams";
+        out << "oracle: " << checked << " earlier uses checked, " << violations << " violations, " << overlaps << " overlaps, " << exhausted
+            << " allocations out of memory, " << streams_made << " streams";
         if (!first_violation.empty()) out << "; first: " << first_violation;
         return out.str();
     }
@@ -156,8 +156,8 @@ oracle_report stream_order_oracle(Pool& pool, host_events& events, const oracle_
             // its work still pending. A new stream may take its place, or two.
             std::vector<live_block> mine;
             std::erase_if(live, [&](live_block& block) {
-                const bool used = std::any_of(block.history.uses.begin(), block.history.uses.end(),
-                                              [&](const use& u) { return u.stream == s; });
+                const bool used =
+                    std::any_of(block.history.uses.begin(), block.history.uses.end(), [&](const use& u) { return u.stream == s; });
                 if (used) mine.push_back(std::move(block));
                 return used;
             });

@@ -48,7 +48,7 @@ TEST_CASE("simulated_vmm_resource: the reservation, its granularity and its defa
     CHECK_FALSE(defaults.is_mapped(defaults.base()));
 
     simulated_vmm_resource rounded{{.capacity = 5 * MiB, .granularity = granule, .physical_limit = 3 * MiB}};
-    CHECK(rounded.capacity() == 6 * MiB);        // up to whole granules
+    CHECK(rounded.capacity() == 6 * MiB);  // up to whole granules
     CHECK(rounded.physical_limit() == 2 * MiB);  // down to whole granules
 
     CHECK_THROWS_AS(simulated_vmm_resource({.capacity = MiB, .granularity = 3 * MiB}), std::invalid_argument);
@@ -60,14 +60,14 @@ TEST_CASE("simulated_vmm_resource: a run mapped whole unmaps whole, alone or wit
     simulated_vmm_resource vm{{.capacity = 64 * MiB}};
     std::byte* run = vm.base() + 2 * granule;
     vm.map_whole(run, 3 * granule);
-    vm.map(run + 3 * granule, 2 * granule);      // two allocations of a granule each
+    vm.map(run + 3 * granule, 2 * granule);  // two allocations of a granule each
     vm.map_whole(run + 5 * granule, 2 * granule);
     CHECK(vm.map_calls() == 3);
     CHECK(vm.mapped_bytes() == 7 * granule);
     vm.check_invariants();
 
     vm.unmap(run + 3 * granule, granule);  // a granule mapped alone still unmaps alone
-    vm.unmap(run, 3 * granule);            // a whole mapping, exactly
+    vm.unmap(run, 3 * granule);  // a whole mapping, exactly
     vm.unmap(run + 4 * granule, 3 * granule);  // a granule and the whole mapping beside it, in one call
     CHECK(vm.unmap_calls() == 3);
     CHECK(vm.mapped_bytes() == 0);
@@ -103,7 +103,7 @@ TEST_CASE("simulated_vmm_resource: one map call per run, and any granule of a ru
     vm.check_invariants();
 
     vm.map(run + granule, granule);  // filling the gap joins the runs again
-    vm.unmap(run, 3 * granule);      // one call may unmap granules that several map calls mapped
+    vm.unmap(run, 3 * granule);  // one call may unmap granules that several map calls mapped
     CHECK(vm.map_calls() == 2);
     CHECK(vm.unmap_calls() == 2);
     CHECK(vm.mapped_bytes() == 0);
@@ -159,10 +159,10 @@ TEST_CASE("simulated_vmm_resource: the physical limit can be lowered below what 
     vm.map(vm.base(), 4 * granule);
     vm.set_physical_limit(3 * granule + 1);  // down to whole granules, below what is mapped
     CHECK(vm.physical_limit() == 3 * granule);
-    vm.check_invariants();                   // mapped past the limit only by what was mapped before
+    vm.check_invariants();  // mapped past the limit only by what was mapped before
     CHECK_THROWS_AS(vm.map(vm.base() + 8 * granule, granule), out_of_memory);
     CHECK(vm.try_allocate(1) == nullptr);
-    vm.unmap(vm.base(), 2 * granule);        // now 2 of 3 granules: one more fits
+    vm.unmap(vm.base(), 2 * granule);  // now 2 of 3 granules: one more fits
     vm.map(vm.base() + 8 * granule, granule);
     CHECK_THROWS_AS(vm.map(vm.base() + 9 * granule, granule), out_of_memory);
     vm.check_invariants();
@@ -198,19 +198,13 @@ TEST_CASE("simulated_vmm_resource: allocate throws out_of_memory when no hole of
 TEST_CASE("simulated_vmm_resource: map and unmap reject ranges they may not touch") {
     simulated_vmm_resource vm{{.capacity = 16 * MiB}};
     std::byte* base = vm.base();
-    CHECK(invalid_argument_from([&] { vm.map(base + 4096, granule); }).find("multiples of the granularity") !=
-          std::string::npos);
-    CHECK(invalid_argument_from([&] { vm.map(base, granule + 1); }).find("multiples of the granularity") !=
-          std::string::npos);
-    CHECK(invalid_argument_from([&] { vm.map(base - granule, granule); }).find("not inside the reservation") !=
-          std::string::npos);
-    CHECK(invalid_argument_from([&] { vm.map(base + 7 * granule, 2 * granule); }).find("not inside") !=
-          std::string::npos);
-    CHECK(invalid_argument_from([&] { vm.map(base + granule, ~std::size_t{0} - granule + 1); }).find("not inside") !=
-          std::string::npos);
+    CHECK(invalid_argument_from([&] { vm.map(base + 4096, granule); }).find("multiples of the granularity") != std::string::npos);
+    CHECK(invalid_argument_from([&] { vm.map(base, granule + 1); }).find("multiples of the granularity") != std::string::npos);
+    CHECK(invalid_argument_from([&] { vm.map(base - granule, granule); }).find("not inside the reservation") != std::string::npos);
+    CHECK(invalid_argument_from([&] { vm.map(base + 7 * granule, 2 * granule); }).find("not inside") != std::string::npos);
+    CHECK(invalid_argument_from([&] { vm.map(base + granule, ~std::size_t{0} - granule + 1); }).find("not inside") != std::string::npos);
     vm.map(base + 2 * granule, granule);
-    CHECK(invalid_argument_from([&] { vm.map(base + granule, 2 * granule); }).find("already mapped") !=
-          std::string::npos);
+    CHECK(invalid_argument_from([&] { vm.map(base + granule, 2 * granule); }).find("already mapped") != std::string::npos);
     CHECK(vm.map_calls() == 1);
     CHECK(vm.mapped_bytes() == granule);
     vm.check_invariants();
@@ -319,53 +313,53 @@ TEST_CASE("simulated_vmm_resource: random map, unmap, allocate and deallocate ag
         const std::size_t first = random() % granules;
         const std::size_t length = 1 + random() % std::min<std::size_t>(8, granules - first);
         std::byte* at = vm.base() + first * small;
-        const bool all_unmapped = std::all_of(model.begin() + first, model.begin() + first + length,
-                                              [](state s) { return s == state::unmapped; });
-        const bool all_mapped = std::all_of(model.begin() + first, model.begin() + first + length,
-                                            [](state s) { return s == state::mapped; });
+        const bool all_unmapped =
+            std::all_of(model.begin() + first, model.begin() + first + length, [](state s) { return s == state::unmapped; });
+        const bool all_mapped =
+            std::all_of(model.begin() + first, model.begin() + first + length, [](state s) { return s == state::mapped; });
         switch (random() % 4) {
-        case 0:  // map: succeeds exactly when the run is free and fits under the limit
-            if (!all_unmapped) {
-                CHECK_THROWS_AS(vm.map(at, length * small), std::invalid_argument);
-            } else if (mapped() + length * small > vm.physical_limit()) {
-                CHECK_THROWS_AS(vm.map(at, length * small), out_of_memory);
-            } else {
-                vm.map(at, length * small);
-                std::fill(model.begin() + first, model.begin() + first + length, state::mapped);
+            case 0:  // map: succeeds exactly when the run is free and fits under the limit
+                if (!all_unmapped) {
+                    CHECK_THROWS_AS(vm.map(at, length * small), std::invalid_argument);
+                } else if (mapped() + length * small > vm.physical_limit()) {
+                    CHECK_THROWS_AS(vm.map(at, length * small), out_of_memory);
+                } else {
+                    vm.map(at, length * small);
+                    std::fill(model.begin() + first, model.begin() + first + length, state::mapped);
+                    ++maps;
+                }
+                break;
+            case 1:  // unmap, only where it is allowed
+                if (all_mapped) {
+                    vm.unmap(at, length * small);
+                    std::fill(model.begin() + first, model.begin() + first + length, state::unmapped);
+                    ++unmaps;
+                }
+                break;
+            case 2: {  // allocate
+                const std::size_t bytes = 1 + random() % (4 * small);
+                const std::size_t alignment = std::size_t{1} << (random() % 19);
+                void* pointer = vm.try_allocate(bytes, alignment);
+                if (pointer == nullptr) break;
+                REQUIRE(is_aligned(pointer, alignment));
+                const std::size_t start = (address(pointer) - address(vm.base())) / small;
+                const std::size_t span = (bytes + small - 1) / small;
+                for (std::size_t g = start; g < start + span; ++g) REQUIRE(model[g] == state::unmapped);
+                std::fill(model.begin() + start, model.begin() + start + span, state::block);
+                blocks.push_back({pointer, bytes, alignment});
                 ++maps;
+                break;
             }
-            break;
-        case 1:  // unmap, only where it is allowed
-            if (all_mapped) {
-                vm.unmap(at, length * small);
-                std::fill(model.begin() + first, model.begin() + first + length, state::unmapped);
+            default:  // deallocate
+                if (blocks.empty()) break;
+                const std::size_t index = random() % blocks.size();
+                const live_block block = blocks[index];
+                vm.deallocate(block.pointer, block.bytes, block.alignment);
+                const std::size_t start = (address(block.pointer) - address(vm.base())) / small;
+                std::fill(model.begin() + start, model.begin() + start + (block.bytes + small - 1) / small, state::unmapped);
+                blocks[index] = blocks.back();
+                blocks.pop_back();
                 ++unmaps;
-            }
-            break;
-        case 2: {  // allocate
-            const std::size_t bytes = 1 + random() % (4 * small);
-            const std::size_t alignment = std::size_t{1} << (random() % 19);
-            void* pointer = vm.try_allocate(bytes, alignment);
-            if (pointer == nullptr) break;
-            REQUIRE(is_aligned(pointer, alignment));
-            const std::size_t start = (address(pointer) - address(vm.base())) / small;
-            const std::size_t span = (bytes + small - 1) / small;
-            for (std::size_t g = start; g < start + span; ++g) REQUIRE(model[g] == state::unmapped);
-            std::fill(model.begin() + start, model.begin() + start + span, state::block);
-            blocks.push_back({pointer, bytes, alignment});
-            ++maps;
-            break;
-        }
-        default:  // deallocate
-            if (blocks.empty()) break;
-            const std::size_t index = random() % blocks.size();
-            const live_block block = blocks[index];
-            vm.deallocate(block.pointer, block.bytes, block.alignment);
-            const std::size_t start = (address(block.pointer) - address(vm.base())) / small;
-            std::fill(model.begin() + start, model.begin() + start + (block.bytes + small - 1) / small, state::unmapped);
-            blocks[index] = blocks.back();
-            blocks.pop_back();
-            ++unmaps;
         }
         peak = std::max(peak, mapped());
         REQUIRE(vm.mapped_bytes() == mapped());

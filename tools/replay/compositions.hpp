@@ -27,7 +27,6 @@
 #include <poolkit/upstream/simulated_resource.hpp>
 #include <poolkit/upstream/simulated_vmm_resource.hpp>
 
-
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -47,11 +46,11 @@ struct sample {
 };
 
 struct run_settings {
-    std::span<const stream_ref> streams;                        // one per trace stream
+    std::span<const stream_ref> streams;  // one per trace stream
     std::function<void(std::size_t done, std::size_t total)> progress;  // may be empty
-    std::function<void(const trace_event&)> after_event;        // may be empty; after every event of both passes
-    std::size_t samples = 0;                                     // how many samples to take (for --svg)
-    capture_check captures = capture_check::every_call;          // for compositions that check (CUDA graphs)
+    std::function<void(const trace_event&)> after_event;  // may be empty; after every event of both passes
+    std::size_t samples = 0;  // how many samples to take (for --svg)
+    capture_check captures = capture_check::every_call;  // for compositions that check (CUDA graphs)
 };
 
 struct run_figures {
@@ -139,18 +138,20 @@ inline constexpr std::size_t MiB = std::size_t{1} << 20;
 template <class Events, class MakeMemory>
 std::vector<composition> expandable_compositions(MakeMemory make_memory) {
     const auto make = [make_memory](std::string name, std::string description, expandable_options options) {
-        return composition{std::move(name), std::move(description), [make_memory, options](const trace& t, const run_settings& s) {
-                               auto memory = make_memory();
-                               using memory_type = typename decltype(memory)::element_type;
-                               run_figures figures;
-                               {
-                                   stream_ordered<ref<memory_type>, lanes<expandable>, Events> pool{std::in_place, ref<memory_type>(*memory), options};
-                                   figures = measure_replay(t, s, pool, [&memory] { return memory->mapped_bytes(); },
-                                                            [&memory] { return std::optional<std::size_t>(memory->map_calls()); });
-                               }
-                               figures.peak_reserved_bytes = memory->peak_mapped_bytes();
-                               return figures;
-                           }};
+        return composition{
+            std::move(name), std::move(description), [make_memory, options](const trace& t, const run_settings& s) {
+                auto memory = make_memory();
+                using memory_type = typename decltype(memory)::element_type;
+                run_figures figures;
+                {
+                    stream_ordered<ref<memory_type>, lanes<expandable>, Events> pool{std::in_place, ref<memory_type>(*memory), options};
+                    figures = measure_replay(
+                        t, s, pool, [&memory] { return memory->mapped_bytes(); },
+                        [&memory] { return std::optional<std::size_t>(memory->map_calls()); });
+                }
+                figures.peak_reserved_bytes = memory->peak_mapped_bytes();
+                return figures;
+            }};
     };
     expandable_options adaptive;
     adaptive.max_peak_slack = 0.2;
@@ -183,30 +184,29 @@ std::vector<composition> compositions_over(MakeUpstream make_upstream) {
         [](source up) { return std::make_unique<source>(up); });
     add("best_fit", "best_fit, default options: 2 MiB first chunk, each later chunk doubles what is reserved",
         [](source up) { return std::make_unique<best_fit<source>>(up); });
-    add("best_fit/as_needed", "best_fit, chunks as large as the request needs, rounded to 2 MiB",
-        [](source up) {
-            return std::make_unique<best_fit<source>>(up, best_fit_options{.initial_size = 0, .growth = growth_policy::as_needed(2 * MiB)});
-        });
-    add("best_fit/step_128M", "best_fit, chunks of 128 MiB (or the request, when larger)",
-        [](source up) {
-            return std::make_unique<best_fit<source>>(up, best_fit_options{.initial_size = 0, .growth = growth_policy::fixed_step(128 * MiB)});
-        });
+    add("best_fit/as_needed", "best_fit, chunks as large as the request needs, rounded to 2 MiB", [](source up) {
+        return std::make_unique<best_fit<source>>(up, best_fit_options{.initial_size = 0, .growth = growth_policy::as_needed(2 * MiB)});
+    });
+    add("best_fit/step_128M", "best_fit, chunks of 128 MiB (or the request, when larger)", [](source up) {
+        return std::make_unique<best_fit<source>>(up, best_fit_options{.initial_size = 0, .growth = growth_policy::fixed_step(128 * MiB)});
+    });
     add("buddy", "buddy, default options", [](source up) { return std::make_unique<buddy<source>>(up); });
-    add("size_classes+best_fit", "size_classes (256 B to 1 MiB, 4 classes per doubling) in front of a default best_fit",
-        [](source up) {
-            using pool = size_classes<source, best_fit<source>>;
-            return std::make_unique<pool>(up, best_fit<source>(up), size_classes_options{});
-        });
+    add("size_classes+best_fit", "size_classes (256 B to 1 MiB, 4 classes per doubling) in front of a default best_fit", [](source up) {
+        using pool = size_classes<source, best_fit<source>>;
+        return std::make_unique<pool>(up, best_fit<source>(up), size_classes_options{});
+    });
     add("caching", "the caching preset (poolkit/presets.hpp): stream-ordered, one caching_pool, default options",
         [](source up) { return std::make_unique<caching_allocator<source, Events>>(up); });
-    add("caching/pytorch", "the caching preset with PyTorch's rules for large blocks: chunks as needed (2 MiB steps), "
-                           "free chunks kept until empty_cache",
+    add("caching/pytorch",
+        "the caching preset with PyTorch's rules for large blocks: chunks as needed (2 MiB steps), "
+        "free chunks kept until empty_cache",
         [](source up) {
             return std::make_unique<caching_allocator<source, Events>>(
                 up, caching_options{.large_growth = growth_policy::as_needed(2 * MiB), .release_before_growth = false});
         });
-    add("tiered", "up to 1 MiB: best_fit with 8 MiB chunks; larger: whole blocks cached by size, the cache "
-                  "returned upstream on a miss",
+    add("tiered",
+        "up to 1 MiB: best_fit with 8 MiB chunks; larger: whole blocks cached by size, the cache "
+        "returned upstream on a miss",
         [](source up) {
             using small = best_fit<source>;
             using pool = segregator<1 * MiB, small, exact_cache<source>>;
@@ -220,9 +220,8 @@ std::vector<composition> compositions_over(MakeUpstream make_upstream) {
 // streams: completed_events (every free at once ready for every stream), or lagging_events (--lag).
 template <class Events>
 std::vector<composition> simulated_compositions_over() {
-    auto list = compositions_over<Events>([] {
-        return std::make_unique<simulated_resource>(simulated_options{.capacity = std::size_t{512} << 30});
-    });
+    auto list = compositions_over<Events>(
+        [] { return std::make_unique<simulated_resource>(simulated_options{.capacity = std::size_t{512} << 30}); });
     // The H200's granule and memory, over simulated address space.
     for (auto& c : expandable_compositions<Events>([] {
              return std::make_unique<simulated_vmm_resource>(

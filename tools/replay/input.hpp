@@ -132,9 +132,7 @@ private:
         }
     }
 
-    [[noreturn]] void trailing_bytes() const {
-        fail_gzip("bytes after the end of the gzip stream (gzip -t rejects this file too)");
-    }
+    [[noreturn]] void trailing_bytes() const { fail_gzip("bytes after the end of the gzip stream (gzip -t rejects this file too)"); }
 
     [[noreturn]] void fail_gzip(const std::string& message) const {
         throw trace_error(reader_.file_name(), reader_.lines_read() + 1, message);

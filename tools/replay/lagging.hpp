@@ -64,7 +64,7 @@ public:
 private:
     struct item {
         stream_ref stream = default_stream;  // CCCL 3.1+ deprecates a default-constructed cuda::stream_ref
-        std::uint64_t position = 0;          // 0: none
+        std::uint64_t position = 0;  // 0: none
     };
     lagging_events events_;
     std::vector<stream_ref> refs_;

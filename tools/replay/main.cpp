@@ -79,7 +79,7 @@ struct command_line {
     std::optional<std::string> svg;
     std::optional<bool> progress;
     std::size_t streams = 0;  // 0: the trace's own streams
-    std::size_t lag = 0;      // 0: simulated streams are always done (completed_events)
+    std::size_t lag = 0;  // 0: simulated streams are always done (completed_events)
     std::string captures = "every_call";  // when stream-ordered compositions ask about CUDA graph capture
     bool json = false;
     bool list = false;
@@ -100,9 +100,8 @@ std::string composition_names() {
 bool ends_with(std::string_view text, std::string_view suffix) {
     if (text.size() < suffix.size()) return false;
     const std::string_view tail = text.substr(text.size() - suffix.size());
-    return std::equal(tail.begin(), tail.end(), suffix.begin(), [](char a, char b) {
-        return (a >= 'A' && a <= 'Z' ? a - 'A' + 'a' : a) == b;
-    });
+    return std::equal(tail.begin(), tail.end(), suffix.begin(),
+                      [](char a, char b) { return (a >= 'A' && a <= 'Z' ? a - 'A' + 'a' : a) == b; });
 }
 
 command_line parse_arguments(int argc, char** argv) {
@@ -113,8 +112,7 @@ command_line parse_arguments(int argc, char** argv) {
         if (argument == "--svg=" || argument == "--upstream=" || argument == "--composition=") {
             const std::string name(argument.substr(0, argument.size() - 1));
             if (name == "--composition") {
-                throw usage_error{"--composition= names no composition; name one or more of: " + composition_names() +
-                                  " (see --list)"};
+                throw usage_error{"--composition= names no composition; name one or more of: " + composition_names() + " (see --list)"};
             }
             throw usage_error{name + "= needs a value"};
         }
@@ -123,16 +121,14 @@ command_line parse_arguments(int argc, char** argv) {
     std::vector<std::string> compositions;
     std::string svg;
     bool progress = false;
-    CLI::App app{"Replays allocation traces in RMM's CSV format (plain or gzip) through named compositions.",
-                 "poolkit-replay"};
+    CLI::App app{"Replays allocation traces in RMM's CSV format (plain or gzip) through named compositions.", "poolkit-replay"};
     app.add_option("TRACE", options.files,
                    "trace files (.csv or .csv.gz); none: the bundled traces in " + bundled_traces_folder().string());
     app.add_option("--composition", compositions, "only these compositions, comma-separated (see --list)")
         ->type_name("A,B")
         ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    app.add_option("--upstream", options.upstream, "where the bytes come from: simulated (default) or cuda")
-        ->type_name("simulated|cuda");
+    app.add_option("--upstream", options.upstream, "where the bytes come from: simulated (default) or cuda")->type_name("simulated|cuda");
     app.add_option("--streams", options.streams,
                    "spread each trace over N new streams: event i on stream i mod N, so most frees name another "
                    "stream than their allocation (the trace is named NAME@Nstreams)")
@@ -150,11 +146,12 @@ command_line parse_arguments(int argc, char** argv) {
         ->check(CLI::IsMember({"every_call", "announced", "never"}));
     app.add_flag("--json", options.json, "one JSON object per line instead of the table");
     app.add_option("--svg", svg, "also write live and reserved bytes over each trace, as SVG, to FILE")->type_name("FILE");
-    CLI::Option* progress_flag = app.add_flag("--progress,!--no-progress", progress,
-                                              "a progress bar on stderr (default: when stderr is a terminal)");
+    CLI::Option* progress_flag =
+        app.add_flag("--progress,!--no-progress", progress, "a progress bar on stderr (default: when stderr is a terminal)");
     app.add_flag("--list", options.list, "the compositions, one a line, and exit");
-    app.footer("Exit status: 0; 1 when a composition failed (out of memory) or the upstream is unusable;\n"
-               "2 for malformed input (\"file:line: message\") or a bad command line.");
+    app.footer(
+        "Exit status: 0; 1 when a composition failed (out of memory) or the upstream is unusable;\n"
+        "2 for malformed input (\"file:line: message\") or a bad command line.");
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp& help) {
@@ -170,15 +167,15 @@ command_line parse_arguments(int argc, char** argv) {
     }
     for (const std::string& value : compositions) {
         if (!value.empty() && value[0] == '-') {  // "--composition --json": an option, not a name
-            throw usage_error{"--composition needs composition names, not the option " + value + "; name one or more of: " +
-                              composition_names() + " (see --list)"};
+            throw usage_error{"--composition needs composition names, not the option " + value +
+                              "; name one or more of: " + composition_names() + " (see --list)"};
         }
         for (std::size_t start = 0;;) {
             const auto comma = value.find(',', start);
             const std::string name = value.substr(start, comma - start);
             if (name.empty()) {
-                throw usage_error{"--composition=" + value + " has an empty name; name one or more of: " +
-                                  composition_names() + " (see --list)"};
+                throw usage_error{"--composition=" + value + " has an empty name; name one or more of: " + composition_names() +
+                                  " (see --list)"};
             }
             options.only.push_back(name);
             if (comma == std::string::npos) break;

@@ -26,12 +26,11 @@ struct outcome {
     std::size_t peak_live_bytes = 0;
     std::optional<run_figures> figures;  // empty when the run failed
     std::string error;
-    std::optional<event_calls> calls;    // with --lag: the driver calls a GPU would have taken
+    std::optional<event_calls> calls;  // with --lag: the driver calls a GPU would have taken
 
     [[nodiscard]] double ratio() const {
-        return figures && peak_live_bytes != 0
-                   ? static_cast<double>(figures->peak_reserved_bytes) / static_cast<double>(peak_live_bytes)
-                   : 0.0;
+        return figures && peak_live_bytes != 0 ? static_cast<double>(figures->peak_reserved_bytes) / static_cast<double>(peak_live_bytes)
+                                               : 0.0;
     }
 };
 
@@ -90,8 +89,8 @@ inline std::optional<quoted_peers> read_quoted_peers(const std::filesystem::path
             quoted.peers.push_back(std::move(figure));
         }
     } catch (const pt::ptree_error& bad) {
-        std::fprintf(warnings, "poolkit-replay: warning: %s: \"peers\": %s; its quoted peer figures are left out\n",
-                     file.string().c_str(), bad.what());
+        std::fprintf(warnings, "poolkit-replay: warning: %s: \"peers\": %s; its quoted peer figures are left out\n", file.string().c_str(),
+                     bad.what());
         return std::nullopt;
     }
     return quoted;
@@ -135,8 +134,8 @@ inline std::string upstream_allocs_text(const run_figures& f) {
 // `quoted`: the peers quoted beside each trace, by trace name.
 inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, const std::map<std::string, quoted_peers>& quoted,
                         std::string_view upstream) {
-    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %15s\n", "trace", "composition", "events", "ns/op", "peak live",
-                 "peak reserved", "ratio", "upstream allocs");
+    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %15s\n", "trace", "composition", "events", "ns/op", "peak live", "peak reserved",
+                 "ratio", "upstream allocs");
     std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %15s\n", "", "", "", "", "MiB", "MiB", "", "cold / warm");
     std::string previous;
     for (const outcome& o : outcomes) {
@@ -148,8 +147,8 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
         }
         const std::string allocs = upstream_allocs_text(*o.figures);
         std::fprintf(out, "%-20s %-28s %8zu %9.1f %12s %15s %7.3f %15s\n", o.trace.c_str(), o.composition.c_str(), o.events,
-                     o.figures->warm.ns_per_op(), mebibytes(o.peak_live_bytes).c_str(),
-                     mebibytes(o.figures->peak_reserved_bytes).c_str(), o.ratio(), allocs.c_str());
+                     o.figures->warm.ns_per_op(), mebibytes(o.peak_live_bytes).c_str(), mebibytes(o.figures->peak_reserved_bytes).c_str(),
+                     o.ratio(), allocs.c_str());
     }
     bool counted = false;
     for (const outcome& o : outcomes) {
@@ -166,9 +165,7 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
     // Per trace: the lowest ratio, and the lowest among pools that call the upstream for at most
     // one event in a hundred of the cold pass (a ratio bought with constant cudaMalloc calls is no
     // pool on a GPU).
-    const auto caching = [](const outcome& o) {
-        return o.figures->upstream_allocs && *o.figures->upstream_allocs * 100 <= o.events;
-    };
+    const auto caching = [](const outcome& o) { return o.figures->upstream_allocs && *o.figures->upstream_allocs * 100 <= o.events; };
     std::map<std::string, const outcome*> best;
     std::map<std::string, const outcome*> best_caching;
     for (const outcome& o : outcomes) {
@@ -180,11 +177,12 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
             if (pool == nullptr || o.ratio() < pool->ratio()) pool = &o;
         }
     }
-    std::fprintf(out, "\nbest per trace (upstream: %.*s; ratio = peak reserved / peak live; ns/op: warm second pass):\n"
-                      "  any:  the lowest ratio of every composition but `upstream`\n"
-                      "  pool: the lowest ratio among those that called the upstream for at most one event in a hundred\n"
-                      "        in the cold pass, where that is not the same composition (a ratio bought with a cudaMalloc\n"
-                      "        per few events is no pool on a GPU)\n",
+    std::fprintf(out,
+                 "\nbest per trace (upstream: %.*s; ratio = peak reserved / peak live; ns/op: warm second pass):\n"
+                 "  any:  the lowest ratio of every composition but `upstream`\n"
+                 "  pool: the lowest ratio among those that called the upstream for at most one event in a hundred\n"
+                 "        in the cold pass, where that is not the same composition (a ratio bought with a cudaMalloc\n"
+                 "        per few events is no pool on a GPU)\n",
                  static_cast<int>(upstream.size()), upstream.data());
     const auto line = [&](const char* label, const std::string& trace_name, const outcome* o) {
         if (o == nullptr) return;
@@ -204,9 +202,9 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
         const auto found = quoted.find(trace_name);
         if (found == quoted.end() || found->second.peers.empty()) continue;
         if (measured.empty()) {
-            std::fprintf(out, "\nquoted, not measured in this run (peer ratio, ns/op, from the JSON beside each trace)%s:\n",
-                         upstream == "simulated" ? "; the rows above ran over simulated memory on this machine, so compare ratios, not ns/op"
-                                                 : "");
+            std::fprintf(
+                out, "\nquoted, not measured in this run (peer ratio, ns/op, from the JSON beside each trace)%s:\n",
+                upstream == "simulated" ? "; the rows above ran over simulated memory on this machine, so compare ratios, not ns/op" : "");
         }
         if (found->second.measured != measured) {
             measured = found->second.measured;
@@ -265,12 +263,23 @@ inline std::string xml_text(std::string_view text) {
     out.reserve(text.size());
     for (char c : text) {
         switch (c) {
-            case '&': out += "&amp;"; break;
-            case '<': out += "&lt;"; break;
-            case '>': out += "&gt;"; break;
-            case '"': out += "&quot;"; break;
-            case '\'': out += "&apos;"; break;
-            default: out += static_cast<unsigned char>(c) < 0x20 && c != '\t' ? '?' : c;
+            case '&':
+                out += "&amp;";
+                break;
+            case '<':
+                out += "&lt;";
+                break;
+            case '>':
+                out += "&gt;";
+                break;
+            case '"':
+                out += "&quot;";
+                break;
+            case '\'':
+                out += "&apos;";
+                break;
+            default:
+                out += static_cast<unsigned char>(c) < 0x20 && c != '\t' ? '?' : c;
         }
     }
     return out;
@@ -312,8 +321,7 @@ inline void write_svg(std::ostream& out, const std::vector<outcome>& outcomes) {
             out << "<text x=\"" << left - 6 << "\" y=\"" << y(bytes) + 4 << "\" text-anchor=\"end\">" << mebibytes(bytes)
                 << " MiB</text>\n";
         }
-        out << "<text x=\"" << left + plot_w << "\" y=\"" << y0 + panel - 12 << "\" text-anchor=\"end\">event " << max_event
-            << "</text>\n";
+        out << "<text x=\"" << left + plot_w << "\" y=\"" << y0 + panel - 12 << "\" text-anchor=\"end\">event " << max_event << "</text>\n";
         int legend = 0;
         const auto polyline = [&](const std::vector<sample>& samples, bool live, const char* colour, const std::string& label) {
             out << "<polyline fill=\"none\" stroke=\"" << colour << "\" stroke-width=\"" << (live ? 2 : 1.2) << "\" points=\"";
@@ -321,8 +329,8 @@ inline void write_svg(std::ostream& out, const std::vector<outcome>& outcomes) {
             out << "\"/>\n";
             const int ly = y0 + top + 14 * legend++;
             out << "<line x1=\"" << width - right + 12 << "\" y1=\"" << ly << "\" x2=\"" << width - right + 32 << "\" y2=\"" << ly
-                << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/><text x=\"" << width - right + 36 << "\" y=\"" << ly + 4
-                << "\">" << xml_text(label) << "</text>\n";
+                << "\" stroke=\"" << colour << "\" stroke-width=\"2\"/><text x=\"" << width - right + 36 << "\" y=\"" << ly + 4 << "\">"
+                << xml_text(label) << "</text>\n";
         };
         bool live_drawn = false;
         std::size_t colour = 0;

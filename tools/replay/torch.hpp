@@ -73,8 +73,9 @@ inline std::vector<composition> pytorch_compositions() {
     const auto run_with = [](std::string settings) {
         return [settings](const trace& t, const run_settings& s) {
             pytorch_caching_resource pytorch(settings);
-            run_figures figures = measure_replay(t, s, pytorch, [&pytorch] { return pytorch.reserved_bytes(); },
-                                                 [&pytorch] { return std::optional<std::size_t>(pytorch.device_allocations()); });
+            run_figures figures = measure_replay(
+                t, s, pytorch, [&pytorch] { return pytorch.reserved_bytes(); },
+                [&pytorch] { return std::optional<std::size_t>(pytorch.device_allocations()); });
             figures.peak_reserved_bytes = pytorch.peak_reserved_bytes();
             return figures;
         };

@@ -255,8 +255,7 @@ private:
     // (docs/costs.md); the runtime's where the driver lacks it.
     template <class Call>
     static cudaError_t relaxed(Call&& call) noexcept {
-        static const auto exchange =
-            driver_entry<PFN_cuThreadExchangeStreamCaptureMode_v10010>("cuThreadExchangeStreamCaptureMode", 10010);
+        static const auto exchange = driver_entry<PFN_cuThreadExchangeStreamCaptureMode_v10010>("cuThreadExchangeStreamCaptureMode", 10010);
         if (exchange == nullptr) [[unlikely]] {
             cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
             const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
@@ -310,7 +309,7 @@ private:
     }
 
     std::vector<std::vector<cudaEvent_t>> free_;  // by device
-    std::vector<bool> seen_;                       // by device: an event was recorded there
+    std::vector<bool> seen_;  // by device: an event was recorded there
 };
 
 }  // namespace poolkit

@@ -55,10 +55,10 @@ enum class history_action : std::uint8_t {
 struct history_event {
     history_action action = history_action::alloc;
     std::uintptr_t address = 0;  // 0 for oom
-    std::size_t bytes = 0;       // as asked (blocks), as taken (segments)
-    std::uintptr_t stream = 0;   // the stream's handle; 0: the default stream, or none
-    std::int64_t time_us = 0;    // microseconds since the Unix epoch
-    std::uint64_t label = 0;     // the context's label; 0: none
+    std::size_t bytes = 0;  // as asked (blocks), as taken (segments)
+    std::uintptr_t stream = 0;  // the stream's handle; 0: the default stream, or none
+    std::int64_t time_us = 0;  // microseconds since the Unix epoch
+    std::uint64_t label = 0;  // the context's label; 0: none
     std::size_t device_free = 0;  // oom: the bytes the device or limit still had, where known
 };
 
@@ -121,13 +121,14 @@ public:
     // The same with the address as a number (of a block freed already, say).
     void record_at(history_action action, std::uintptr_t address, std::size_t bytes, std::uintptr_t stream, std::uint64_t label = 0,
                    std::size_t device_free = 0) noexcept {
-        const history_event event{action,
-                                  address,
-                                  bytes,
-                                  stream,
-                                  std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
-                                  label,
-                                  device_free};
+        const history_event event{
+            action,
+            address,
+            bytes,
+            stream,
+            std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count(),
+            label,
+            device_free};
         std::lock_guard lock(mutex_);
         if (!recording()) {
             release(label);

@@ -69,9 +69,9 @@ public:
 class host_events {
 public:
     struct event_type {
-        std::size_t stream = 0;    // index of the stream it was recorded on
+        std::size_t stream = 0;  // index of the stream it was recorded on
         std::uint64_t position = 0;  // work items issued there at record time
-        std::uint64_t capture = 0;   // the capture it was recorded in (0: none)
+        std::uint64_t capture = 0;  // the capture it was recorded in (0: none)
     };
     // What end_capture() returns: the capture's id, the work items in it, and whether it is
     // usable (a forbidden call invalidated it).
@@ -158,7 +158,8 @@ public:
             const std::lock_guard lock(timeline_->mutex);
             auto& s = alive(stream);
             capture_state* c = s.capture != 0 ? find_capture(s.capture) : nullptr;
-            if (c == nullptr || c->origin != s.index) throw capture_error("poolkit::host_events: end_capture on a stream that began no capture");
+            if (c == nullptr || c->origin != s.index)
+                throw capture_error("poolkit::host_events: end_capture on a stream that began no capture");
             graph = {c->id, c->items, !c->invalid};
             if (graph.valid) {
                 timeline_->graphs.push_back({graph.id, std::move(c->gone), 0, 0, false});
@@ -360,7 +361,7 @@ private:
         std::uint64_t id;
         capture_mode mode;
         std::thread::id thread;  // that began it
-        std::size_t origin;      // the stream it began on
+        std::size_t origin;  // the stream it began on
         std::uint64_t items;
         bool invalid;
         std::vector<std::function<void()>> gone;  // on_graph_gone
@@ -368,7 +369,7 @@ private:
     struct graph_state {
         std::uint64_t id;
         std::vector<std::function<void()>> gone;
-        std::size_t last_stream;    // where it was last launched
+        std::size_t last_stream;  // where it was last launched
         std::uint64_t last_launch;  // that launch's position there (0: never launched)
         bool destroyed;
     };
@@ -380,7 +381,7 @@ private:
         std::uint64_t record_count = 0;
         std::uint64_t query_count = 0;
         std::vector<capture_state> captures;  // in progress
-        std::vector<graph_state> graphs;      // captured, until their on_graph_gone functions ran
+        std::vector<graph_state> graphs;  // captured, until their on_graph_gone functions ran
         std::uint64_t last_capture = 0;
         std::map<std::thread::id, capture_mode> thread_modes;  // global where absent
         std::size_t capture_errors = 0;

@@ -52,11 +52,12 @@ struct lanes {
     template <class U>
     using pool_type = Lane<U>;
     template <class U>
-    using options_type = std::conditional_t<std::same_as<Options, detail::own_options>, typename detail::options_of<Lane<U>, U>::type, Options>;
+    using options_type =
+        std::conditional_t<std::same_as<Options, detail::own_options>, typename detail::options_of<Lane<U>, U>::type, Options>;
 
     template <class U>
         requires(std::same_as<options_type<U>, no_options> ? constructible_in_place<Lane<U>, U>
-                                                          : constructible_in_place<Lane<U>, U, const options_type<U>&>)
+                                                           : constructible_in_place<Lane<U>, U, const options_type<U>&>)
     [[nodiscard]] static Lane<U> make(U upstream, const options_type<U>& options) {
         if constexpr (std::same_as<options_type<U>, no_options>) {
             static_cast<void>(options);
@@ -68,11 +69,13 @@ struct lanes {
 };
 
 template <class L, class U>
-concept lane_policy = requires { typename L::template pool_type<U>; typename L::template options_type<U>; } &&
-                      std::default_initializable<typename L::template options_type<U>> &&
-                      std::copyable<typename L::template options_type<U>> &&
-                      requires(U upstream, const typename L::template options_type<U>& options) {
-                          { L::make(std::move(upstream), options) } -> std::same_as<typename L::template pool_type<U>>;
-                      };
+concept lane_policy =
+    requires {
+        typename L::template pool_type<U>;
+        typename L::template options_type<U>;
+    } && std::default_initializable<typename L::template options_type<U>> && std::copyable<typename L::template options_type<U>> &&
+    requires(U upstream, const typename L::template options_type<U>& options) {
+        { L::make(std::move(upstream), options) } -> std::same_as<typename L::template pool_type<U>>;
+    };
 
 }  // namespace poolkit

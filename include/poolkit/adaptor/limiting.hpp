@@ -57,8 +57,7 @@ public:
     limiting()
         requires std::default_initializable<Upstream>
     = default;
-    explicit limiting(Upstream upstream, limiting_options options = {})
-        : upstream_(std::move(upstream)), limit_(options.limit_bytes) {}
+    explicit limiting(Upstream upstream, limiting_options options = {}) : upstream_(std::move(upstream)), limit_(options.limit_bytes) {}
     template <class... Args>
         requires constructible_in_place<Upstream, Args...>
     explicit limiting(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {}

@@ -68,9 +68,7 @@ public:
         : logging(Upstream{}, logging_options{}) {}
 
     // std::runtime_error if options.path cannot be opened.
-    explicit logging(Upstream upstream, const logging_options& options = {}) : upstream_(std::move(upstream)) {
-        open(options);
-    }
+    explicit logging(Upstream upstream, const logging_options& options = {}) : upstream_(std::move(upstream)) { open(options); }
     // Writes to `out`, which must outlive the logger.
     logging(Upstream upstream, std::ostream& out) : logging(std::move(upstream), logging_options{.stream = &out, .path = {}}) {}
     // Writes to the file at `path`.
@@ -166,10 +164,10 @@ private:
         try {
             const auto time = elapsed_us();
             const auto seconds = time / 1'000'000;
-            *out_ << thread << ',' << (seconds / 3600 < 10 ? "0" : "") << seconds / 3600 << ':'
-                  << (seconds / 60 % 60 < 10 ? "0" : "") << seconds / 60 % 60 << ':' << (seconds % 60 < 10 ? "0" : "")
-                  << seconds % 60 << '.' << std::string(6 - std::to_string(time % 1'000'000).size(), '0')
-                  << time % 1'000'000 << ",allocate failure,0x0," << bytes << ',' << stream << '\n';
+            *out_ << thread << ',' << (seconds / 3600 < 10 ? "0" : "") << seconds / 3600 << ':' << (seconds / 60 % 60 < 10 ? "0" : "")
+                  << seconds / 60 % 60 << ':' << (seconds % 60 < 10 ? "0" : "") << seconds % 60 << '.'
+                  << std::string(6 - std::to_string(time % 1'000'000).size(), '0') << time % 1'000'000 << ",allocate failure,0x0," << bytes
+                  << ',' << stream << '\n';
         } catch (...) {
         }
     }

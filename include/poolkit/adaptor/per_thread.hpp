@@ -213,8 +213,8 @@ private:
         std::uint64_t identity = plain_identity;
         std::uint64_t last_use = 0;
         std::size_t bytes = 0;
-        std::size_t per_class = 0;   // max_blocks_per_class
-        std::vector<void*> blocks;   // per_class slots for each size class, in class order
+        std::size_t per_class = 0;  // max_blocks_per_class
+        std::vector<void*> blocks;  // per_class slots for each size class, in class order
         std::vector<std::size_t> counts;
         void*& slot(std::size_t index, std::size_t i) noexcept { return blocks[index * per_class + i]; }
     };
@@ -296,7 +296,8 @@ private:
     [[nodiscard]] thread_cache* find_cache() const noexcept {
         auto* mine = detail::per_thread_parts::this_thread();
         if (mine == nullptr) return nullptr;  // its thread_local teardown has run
-        if (mine->last != nullptr && mine->last->owner == id_) return static_cast<thread_cache*>(const_cast<detail::per_thread_parts::cache_base*>(mine->last));
+        if (mine->last != nullptr && mine->last->owner == id_)
+            return static_cast<thread_cache*>(const_cast<detail::per_thread_parts::cache_base*>(mine->last));
         for (auto& cache : mine->caches) {
             if (cache->owner == id_) {
                 mine->last = cache.get();
@@ -336,7 +337,8 @@ private:
             if (set->identity == identity) return touch(c, *(c.current = set.get()), stream);
         }
         if (c.sets.size() >= options_.streams_per_thread) {
-            auto oldest = std::min_element(c.sets.begin(), c.sets.end(), [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
+            auto oldest =
+                std::min_element(c.sets.begin(), c.sets.end(), [](const auto& a, const auto& b) { return a->last_use < b->last_use; });
             bool waited = false;
             give_back_set(c, **oldest, waited);
             if (c.current == oldest->get()) c.current = nullptr;
@@ -360,8 +362,8 @@ private:
 
     // A free's set: the one whose handle the call names (cheap), else by identity. nullptr: none.
     stream_set* free_set(thread_cache& c, bool on_stream, stream_ref stream) noexcept {
-        if (c.current != nullptr && (on_stream ? (c.current->identity != plain_identity && c.current->stream == stream)
-                                               : c.current->identity == plain_identity)) {
+        if (c.current != nullptr &&
+            (on_stream ? (c.current->identity != plain_identity && c.current->stream == stream) : c.current->identity == plain_identity)) {
             return c.current;
         }
         for (auto& set : c.sets) {
@@ -395,7 +397,8 @@ private:
         }
         const std::size_t size = detail::per_thread_parts::class_size(index);
         const bool on_stream = request.kind == allocation_kind::allocate_async;
-        if (on_stream && in_capture(request.stream)) [[unlikely]] return take_for_graph(mine, request, size);
+        if (on_stream && in_capture(request.stream)) [[unlikely]]
+            return take_for_graph(mine, request, size);
         if (mine == nullptr) {  // the thread's caches are gone: a block of the class from the upstream
             void* pointer = take_from_upstream(nullptr, request, size);
             if (pointer != nullptr) count(nullptr, static_cast<std::int64_t>(size), 1);
@@ -413,7 +416,8 @@ private:
             return pointer;
         }
         c.miss_count.add(1);
-        if (core_->deferred_bytes.load(std::memory_order_relaxed) != 0) [[unlikely]] give_back_deferred(false);
+        if (core_->deferred_bytes.load(std::memory_order_relaxed) != 0) [[unlikely]]
+            give_back_deferred(false);
         void* pointer = take_from_upstream(&c, request, size);
         if (pointer != nullptr) c.live.add(static_cast<std::int64_t>(size));
         return pointer;
@@ -425,16 +429,23 @@ private:
     void* take_from_upstream(thread_cache* c, const allocation_request& request, std::size_t size) {
         const auto ask = [&]() -> void* {
             switch (request.kind) {
-            case allocation_kind::allocate_async:
-                if constexpr (stream_resource<Upstream>) return upstream_.allocate_async(size, default_alignment, request.stream);
-                else return nullptr;
-            case allocation_kind::try_allocate:
-                if constexpr (has_try_allocate<Upstream>) return upstream_.try_allocate(size, default_alignment);
-                else return nullptr;
-            case allocation_kind::try_allocate_cached:
-                if constexpr (has_try_allocate_cached<Upstream>) return upstream_.try_allocate_cached(size, default_alignment);
-                else return nullptr;
-            case allocation_kind::allocate: break;
+                case allocation_kind::allocate_async:
+                    if constexpr (stream_resource<Upstream>)
+                        return upstream_.allocate_async(size, default_alignment, request.stream);
+                    else
+                        return nullptr;
+                case allocation_kind::try_allocate:
+                    if constexpr (has_try_allocate<Upstream>)
+                        return upstream_.try_allocate(size, default_alignment);
+                    else
+                        return nullptr;
+                case allocation_kind::try_allocate_cached:
+                    if constexpr (has_try_allocate_cached<Upstream>)
+                        return upstream_.try_allocate_cached(size, default_alignment);
+                    else
+                        return nullptr;
+                case allocation_kind::allocate:
+                    break;
             }
             return upstream_.allocate(size, default_alignment);
         };
@@ -463,8 +474,8 @@ private:
             return;
         }
         const std::size_t size = detail::per_thread_parts::class_size(index);
-        const bool passes_back = forget_use(request.pointer) || core_->graph_blocks.take(request.pointer) ||
-                                 (request.on_stream && in_capture(request.stream));
+        const bool passes_back =
+            forget_use(request.pointer) || core_->graph_blocks.take(request.pointer) || (request.on_stream && in_capture(request.stream));
         thread_cache* c = cache_or_null();
         stream_set* set = c != nullptr && !passes_back ? free_set(*c, request.on_stream, request.stream) : nullptr;
         if (set == nullptr) {  // used on other streams, no cache (gone, or no memory): straight back

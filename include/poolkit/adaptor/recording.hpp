@@ -168,7 +168,8 @@ private:
             return;
         }
         // Before the free: the address may be handed out again at once.
-        history_->record_at(history_action::free_requested, address, request.bytes, stream, history_->label(history_action::free_requested));
+        history_->record_at(history_action::free_requested, address, request.bytes, stream,
+                            history_->label(history_action::free_requested));
         call();
         if (!waits_for_uses(address, request.bytes, stream)) {
             history_->record_at(history_action::free_completed, address, request.bytes, stream);
@@ -206,9 +207,9 @@ private:
     Upstream upstream_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
     history* history_;
     recording_layer layer_;
-    std::mutex mutex_;                     // used_ and awaiting_
+    std::mutex mutex_;  // used_ and awaiting_
     std::unordered_set<std::uintptr_t> used_;  // given to record_use while recording, still live
-    std::vector<awaiting> awaiting_;        // freed, still pending in Upstream
+    std::vector<awaiting> awaiting_;  // freed, still pending in Upstream
     std::atomic<std::size_t> awaiting_count_{0};
 };
 

@@ -37,7 +37,7 @@ struct oom_event {
 
 template <class Callback = std::function<bool(const oom_event&)>>
 struct retry_options {
-    Callback callback{};       // returns true when it freed something worth another try
+    Callback callback{};  // returns true when it freed something worth another try
     unsigned max_retries = 1;  // tries after the first
 };
 
@@ -53,8 +53,7 @@ public:
     retry_on_oom()
         requires std::default_initializable<Upstream> && std::default_initializable<Callback>
     = default;
-    explicit retry_on_oom(Upstream upstream, options_type options = {})
-        : upstream_(std::move(upstream)), options_(std::move(options)) {}
+    explicit retry_on_oom(Upstream upstream, options_type options = {}) : upstream_(std::move(upstream)), options_(std::move(options)) {}
     template <class... Args>
         requires constructible_in_place<Upstream, Args...>
     explicit retry_on_oom(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {}

@@ -46,10 +46,10 @@ namespace poolkit {
 
 // Every counter of a statistics<> at one moment.
 struct statistics_figures {
-    metric_figures allocations;      // blocks
+    metric_figures allocations;  // blocks
     metric_figures allocated_bytes;  // block sizes
     metric_figures requested_bytes;  // bytes as asked
-    std::int64_t ooms = 0;           // allocate calls that threw std::bad_alloc (try_allocate: nullptr)
+    std::int64_t ooms = 0;  // allocate calls that threw std::bad_alloc (try_allocate: nullptr)
 };
 
 template <resource Upstream, class Counters = concurrent_counters>
@@ -256,7 +256,8 @@ private:
 static_assert(resource_with<statistics<detail::resource_archetype<host_accessible>>, host_accessible>);
 static_assert(!has_property<statistics<detail::resource_archetype<host_accessible>>, device_accessible>);
 static_assert(has_upstream<statistics<detail::resource_archetype<host_accessible>>>);
-static_assert(!has_release<statistics<detail::resource_archetype<host_accessible>>> && !has_try_allocate<statistics<detail::resource_archetype<host_accessible>>>);
+static_assert(!has_release<statistics<detail::resource_archetype<host_accessible>>> &&
+              !has_try_allocate<statistics<detail::resource_archetype<host_accessible>>>);
 
 // An lvalue is referred to, an rvalue owned (docs/concepts.md).
 template <resource R>

@@ -173,7 +173,8 @@ public:
     void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) {
         validate_alignment(alignment);
         if (bytes == 0) return nullptr;
-        if (const std::uint64_t capture = door_.capture_of(stream); capture != 0) return allocate_captured(capture, stream, bytes, alignment);
+        if (const std::uint64_t capture = door_.capture_of(stream); capture != 0)
+            return allocate_captured(capture, stream, bytes, alignment);
         const call_on on{*this, &stream};
         ++clock_;
         return eager(&stream, [&] { return allocate_on(&record_for(stream), &stream, bytes, alignment); });
@@ -329,9 +330,12 @@ public:
         POOLKIT_VERIFY(home_found, "the pool's home is not a stream record");
         if constexpr (has_owns<pool_type>) {
             records_.for_each([&](const record_type& r) {
-                for (const detail::free_block& b : r.front.blocks()) POOLKIT_VERIFY(handed_by_us(b.pointer), "a front block stream_ordered did not hand out");
+                for (const detail::free_block& b : r.front.blocks())
+                    POOLKIT_VERIFY(handed_by_us(b.pointer), "a front block stream_ordered did not hand out");
             });
-            waiting_.for_each_block([&](const detail::free_block& b) { POOLKIT_VERIFY(handed_by_us(b.pointer), "a waiting block stream_ordered did not hand out"); });
+            waiting_.for_each_block([&](const detail::free_block& b) {
+                POOLKIT_VERIFY(handed_by_us(b.pointer), "a waiting block stream_ordered did not hand out");
+            });
             uses_.for_each_block([&](const void* p) { POOLKIT_VERIFY(handed_by_us(p), "record_use streams of a block not live"); });
         }
     }
@@ -349,7 +353,8 @@ public:
         });
         waiting_.for_each_block([&](const detail::free_block& b) { pending_blocks.emplace_back(address_of(b.pointer), 0); });
         if (door_.graphs() != nullptr) {
-            door_.graphs()->for_each_adopted([&](std::uint64_t, const detail::free_block& b) { pending_blocks.emplace_back(address_of(b.pointer), 0); });
+            door_.graphs()->for_each_adopted(
+                [&](std::uint64_t, const detail::free_block& b) { pending_blocks.emplace_back(address_of(b.pointer), 0); });
         }
         std::sort(pending_blocks.begin(), pending_blocks.end());
         detail::walk_pending(pool_, pending_blocks, visit);
@@ -412,7 +417,7 @@ private:
     struct record_type {
         record_type(const detail::stream_key& key_, stream_ref stream_) : key(key_), stream(stream_), front(front_blocks) {}
         detail::stream_key key;
-        stream_ref stream;         // the handle it was made with
+        stream_ref stream;  // the handle it was made with
         detail::front_cache front;  // its frees no event covers
         // open_fronts' (detail/open_fronts.hpp): asked to cover its front (or, as the pool's
         // home, the pool) at its next call.
@@ -420,8 +425,8 @@ private:
         bool wanted = false;
         std::uint64_t asked_at = 0;
         std::uint64_t cover_seen = 0;  // the pool cover its stream waited for (pool_tag)
-        std::uint64_t opened_at = 0;   // the call clock when its front last went from empty to open
-        std::uint64_t last_call = 0;   // the call clock at its stream's last call
+        std::uint64_t opened_at = 0;  // the call clock when its front last went from empty to open
+        std::uint64_t last_call = 0;  // the call clock at its stream's last call
         std::uint8_t busy_streak = 0;  // fronts' idle_first
         std::uint8_t idle_skips = 0;
     };
@@ -462,10 +467,11 @@ private:
     // capture-safe while a capture this pool served may run.
     template <class F>
     decltype(auto) eager(const stream_ref* stream, F&& f) {
-        if (door_.graphs() == nullptr) [[likely]] return std::forward<F>(f)();
+        if (door_.graphs() == nullptr) [[likely]]
+            return std::forward<F>(f)();
         const detail::stream_key key = stream != nullptr ? capture_key_of(*stream) : detail::stream_key{};
-        return door_.eager(stream != nullptr ? &key : nullptr, std::forward<F>(f), [&](const detail::free_block& b) { into_pool(b); },
-                           give_back_held());
+        return door_.eager(
+            stream != nullptr ? &key : nullptr, std::forward<F>(f), [&](const detail::free_block& b) { into_pool(b); }, give_back_held());
     }
     // Gives back upstream a chunk the gate held during captures.
     auto give_back_held() noexcept {
@@ -482,7 +488,8 @@ private:
             const detail::stream_key key = capture_key_of(stream);
             graphs().note_running(capture, key);
             graphs().watch(capture, stream);
-            void* pointer = graphs().allocate(capture, key, stream, bytes, alignment, [&](auto call) { return events_.unprohibited(call); });
+            void* pointer =
+                graphs().allocate(capture, key, stream, bytes, alignment, [&](auto call) { return events_.unprohibited(call); });
             return handed_out(pointer);
         } else {
             static_cast<void>(capture), static_cast<void>(stream), static_cast<void>(bytes), static_cast<void>(alignment);
@@ -501,7 +508,8 @@ private:
             } catch (...) {  // no host memory to note it: eager calls meanwhile may break the capture
             }
         }
-        if (door_.graphs() != nullptr && door_.graphs()->deallocate(block.pointer, block.bytes, block.alignment, stream, capture_key_of(stream), capture)) {
+        if (door_.graphs() != nullptr &&
+            door_.graphs()->deallocate(block.pointer, block.bytes, block.alignment, stream, capture_key_of(stream), capture)) {
             if (!uses_.empty()) static_cast<void>(uses_.take(block.pointer));  // the graph pool orders its own
             --live_count_;
             return true;
@@ -639,10 +647,11 @@ private:
     // waits on them too before it next takes from the pool (pool_tag's covers). Requires no home.
     void* take_behind_waiting(record_type& r, stream_ref stream, std::size_t bytes, std::size_t alignment) {
         tag_.reserve(waiting_.events_of_oldest(max_batches_behind));
-        waiting_.hand_oldest_after(max_batches_behind, stream, [&](std::span<const event_type> covers, std::span<const detail::free_block> blocks) {
-            tag_.add_covers(covers, r.cover_seen);
-            for (const detail::free_block& b : blocks) into_pool(b);
-        });
+        waiting_.hand_oldest_after(max_batches_behind, stream,
+                                   [&](std::span<const event_type> covers, std::span<const detail::free_block> blocks) {
+                                       tag_.add_covers(covers, r.cover_seen);
+                                       for (const detail::free_block& b : blocks) into_pool(b);
+                                   });
         return pool_.try_allocate_cached(bytes, alignment);
     }
 
@@ -874,7 +883,9 @@ private:
         try {
             if (stream != nullptr) streams.push_back({*stream, thread_of(*stream)});
             // A per-thread stream of another thread cannot take an event from here: the device waits.
-            if (std::erase_if(streams, [](const detail::stream_use& u) { return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id(); }) > 0) {
+            if (std::erase_if(streams, [](const detail::stream_use& u) {
+                    return u.thread != std::thread::id{} && u.thread != std::this_thread::get_id();
+                }) > 0) {
                 wait_for_device();
             }
             // A use on a stream in capture is the graph's: the block stays with its graph pool.
@@ -920,28 +931,29 @@ private:
     Events events_;
     gate gate_{*this};
     pool_options options_;  // the Pool's (set by make_pool), for graph pools
-    pool_type pool_;        // built over a gated reference to upstream_ (make_pool)
+    pool_type pool_;  // built over a gated reference to upstream_ (make_pool)
     detail::stream_table<record_type> records_;
     detail::pool_tag<Events, record_type> tag_{events_};
     detail::waiting_blocks<Events> waiting_{events_};
     detail::fronts<Events, record_type> fronts_{events_, waiting_};
-    detail::block_uses uses_;                           // record_use streams, rarely any
+    detail::block_uses uses_;  // record_use streams, rarely any
     detail::passed_through<upstream_type> passed_;
     detail::capture_door<Events, graphs_type> door_{events_};  // captures, graph pools, what is held meanwhile
-    std::size_t uncovered_misses_ = 0;                  // misses passed through since the home last covered
+    std::size_t uncovered_misses_ = 0;  // misses passed through since the home last covered
     std::size_t live_count_ = 0;
     std::size_t trim_at_ = min_trim_records;
-    std::uint64_t clock_ = 0;        // stream calls so far (front ages, record trims)
-    std::uint64_t trimmed_at_ = 0;   // the clock at the last trim of records
+    std::uint64_t clock_ = 0;  // stream calls so far (front ages, record trims)
+    std::uint64_t trimmed_at_ = 0;  // the clock at the last trim of records
     std::uint64_t polls_ = 0;  // hits since the start, for poll_interval
     bool plain_allocations_ = false;
     bool internal_dependencies_ = true;
     const stream_ref* call_stream_ = nullptr;  // the stream of the call in progress (call_on)
-    bool closing_ = false;                     // destroyed: everything was waited for
+    bool closing_ = false;  // destroyed: everything was waited for
 };
 
-static_assert(stream_resource_with<stream_ordered<detail::resource_archetype<host_accessible>, lanes<detail::cached_pool_archetype>, completed_events>,
-                                   host_accessible>);
+static_assert(stream_resource_with<
+              stream_ordered<detail::resource_archetype<host_accessible>, lanes<detail::cached_pool_archetype>, completed_events>,
+              host_accessible>);
 static_assert(has_release<stream_ordered<detail::resource_archetype<>, lanes<detail::cached_pool_archetype>, completed_events>> &&
               has_check_invariants<stream_ordered<detail::resource_archetype<>, lanes<detail::cached_pool_archetype>, completed_events>> &&
               has_owns<stream_ordered<detail::resource_archetype<>, lanes<detail::cached_pool_archetype>, completed_events>> &&

@@ -58,9 +58,9 @@ struct tracked_allocation {
     const void* pointer = nullptr;
     std::size_t bytes = 0;
     std::size_t alignment = 0;
-    std::uintptr_t stream = 0;       // stream_id of an allocate_async, 0 otherwise
-    std::uint64_t sequence = 0;      // the n-th allocation through this tracker
-    std::vector<void*> backtrace;    // return addresses, innermost first
+    std::uintptr_t stream = 0;  // stream_id of an allocate_async, 0 otherwise
+    std::uint64_t sequence = 0;  // the n-th allocation through this tracker
+    std::vector<void*> backtrace;  // return addresses, innermost first
 };
 
 template <resource Upstream>
@@ -74,8 +74,7 @@ public:
     tracking()
         requires std::default_initializable<Upstream>
     = default;
-    explicit tracking(Upstream upstream, tracking_options options = {})
-        : upstream_(std::move(upstream)), options_(options) {}
+    explicit tracking(Upstream upstream, tracking_options options = {}) : upstream_(std::move(upstream)), options_(options) {}
     template <class... Args>
         requires constructible_in_place<Upstream, Args...>
     explicit tracking(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {}
@@ -132,8 +131,8 @@ public:
         });
         std::size_t total = 0;
         for (const auto& record : live) total += record.bytes;
-        std::string report = "poolkit: tracking: " + std::to_string(live.size()) + " allocation" +
-                             (live.size() == 1 ? "" : "s") + " (" + std::to_string(total) + " bytes) outstanding\n";
+        std::string report = "poolkit: tracking: " + std::to_string(live.size()) + " allocation" + (live.size() == 1 ? "" : "s") + " (" +
+                             std::to_string(total) + " bytes) outstanding\n";
         for (std::size_t i = 0; i < live.size() && i < limit; ++i) {
             const tracked_allocation& record = live[i];
             char line[160];
@@ -181,8 +180,7 @@ private:
         }
         // A wrong size that assertions did not stop: Upstream gets back the block as it was taken.
         const allocation_request taken{allocated, request.alignment,
-                                       request.on_stream ? allocation_kind::allocate_async : allocation_kind::allocate,
-                                       request.stream};
+                                       request.on_stream ? allocation_kind::allocate_async : allocation_kind::allocate, request.stream};
         this->give_back(taken, request.pointer);
     }
 

@@ -17,30 +17,25 @@ namespace poolkit {
 // The alignment of a request that names none: what cudaMalloc guarantees.
 inline constexpr std::size_t default_alignment = 256;
 
-[[nodiscard]] constexpr bool is_power_of_two(std::size_t value) noexcept {
-    return std::has_single_bit(value);
-}
+[[nodiscard]] constexpr bool is_power_of_two(std::size_t value) noexcept { return std::has_single_bit(value); }
 
 // Throws std::invalid_argument unless `alignment` is a power of two. Alignment is never changed
 // silently: a caller that passes 24 learns about it.
 inline void validate_alignment(std::size_t alignment) {
     if (!is_power_of_two(alignment)) {
-        throw std::invalid_argument("poolkit: alignment " + std::to_string(alignment) +
-                                    " is not a power of two");
+        throw std::invalid_argument("poolkit: alignment " + std::to_string(alignment) + " is not a power of two");
     }
 }
 
 // `value` rounded up to a multiple of `alignment` (a power of two), or nothing on overflow.
-[[nodiscard]] constexpr std::optional<std::size_t> checked_align_up(std::size_t value,
-                                                                    std::size_t alignment) noexcept {
+[[nodiscard]] constexpr std::optional<std::size_t> checked_align_up(std::size_t value, std::size_t alignment) noexcept {
     const std::size_t mask = alignment - 1;
     if (value > std::numeric_limits<std::size_t>::max() - mask) return std::nullopt;
     return (value + mask) & ~mask;
 }
 
 // `value` rounded up to a multiple of `granularity` (any positive number), or nothing on overflow.
-[[nodiscard]] constexpr std::optional<std::size_t> checked_round_up(std::size_t value,
-                                                                    std::size_t granularity) noexcept {
+[[nodiscard]] constexpr std::optional<std::size_t> checked_round_up(std::size_t value, std::size_t granularity) noexcept {
     const std::size_t remainder = value % granularity;
     if (remainder == 0) return value;
     const std::size_t step = granularity - remainder;

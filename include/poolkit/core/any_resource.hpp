@@ -20,13 +20,10 @@ protected:
     owning_handle() noexcept = default;
     template <class R>
     explicit owning_handle(R&& resource)
-        : erased_handle(new std::remove_cvref_t<R>(std::forward<R>(resource)),
-                        &resource_table_for<std::remove_cvref_t<R>>) {}
+        : erased_handle(new std::remove_cvref_t<R>(std::forward<R>(resource)), &resource_table_for<std::remove_cvref_t<R>>) {}
 
-    owning_handle(const owning_handle& other)
-        : erased_handle(other.object_ ? other.table_->clone(other.object_) : nullptr, other.table_) {}
-    owning_handle(owning_handle&& other) noexcept
-        : erased_handle(std::exchange(other.object_, nullptr), other.table_) {}
+    owning_handle(const owning_handle& other) : erased_handle(other.object_ ? other.table_->clone(other.object_) : nullptr, other.table_) {}
+    owning_handle(owning_handle&& other) noexcept : erased_handle(std::exchange(other.object_, nullptr), other.table_) {}
     owning_handle& operator=(const owning_handle& other) {
         if (this != &other) *this = owning_handle(other);
         return *this;
@@ -54,8 +51,7 @@ concept ownable = bindable<std::remove_cvref_t<R>, Properties...> && std::copy_c
 }  // namespace detail
 
 template <class... Properties>
-class any_resource : public detail::owning_handle,
-                     public with_properties<any_resource<Properties...>, Properties...> {
+class any_resource : public detail::owning_handle, public with_properties<any_resource<Properties...>, Properties...> {
 public:
     template <class R>
         requires detail::ownable<R, Properties...>
@@ -78,8 +74,7 @@ public:
 };
 
 template <class... Properties>
-class any_stream_resource : public detail::owning_handle,
-                            public with_properties<any_stream_resource<Properties...>, Properties...> {
+class any_stream_resource : public detail::owning_handle, public with_properties<any_stream_resource<Properties...>, Properties...> {
 public:
     template <class R>
         requires detail::ownable<R, Properties...> && stream_resource<std::remove_cvref_t<R>>

@@ -35,8 +35,7 @@ using assertion_handler = void (*)(const assertion_failure&);
 
 namespace detail {
 [[noreturn]] inline void default_assertion_handler(const assertion_failure& failure) {
-    std::fprintf(stderr, "poolkit: assertion failed: %s (%s) at %s:%d\n", failure.message,
-                 failure.expression, failure.file, failure.line);
+    std::fprintf(stderr, "poolkit: assertion failed: %s (%s) at %s:%d\n", failure.message, failure.expression, failure.file, failure.line);
     std::fflush(stderr);
     std::abort();
 }
@@ -46,8 +45,7 @@ inline std::atomic<assertion_handler>& installed_assertion_handler() noexcept {
     return handler;
 }
 
-[[noreturn]] inline void assertion_failed(const char* expression, const char* message,
-                                          const char* file, int line) {
+[[noreturn]] inline void assertion_failed(const char* expression, const char* message, const char* file, int line) {
     installed_assertion_handler().load()(assertion_failure{expression, message, file, line});
     std::abort();  // a handler that returns still stops the program
 }
@@ -55,23 +53,18 @@ inline std::atomic<assertion_handler>& installed_assertion_handler() noexcept {
 
 // Installs `handler` and returns the previous one. Thread-safe.
 inline assertion_handler set_assertion_handler(assertion_handler handler) noexcept {
-    return detail::installed_assertion_handler().exchange(
-        handler ? handler : &detail::default_assertion_handler);
+    return detail::installed_assertion_handler().exchange(handler ? handler : &detail::default_assertion_handler);
 }
 
 }  // namespace poolkit
 
-#define POOLKIT_VERIFY(expression, message)                                              \
-    (static_cast<bool>(expression)                                                       \
-         ? void(0)                                                                       \
-         : ::poolkit::detail::assertion_failed(#expression, message, __FILE__, __LINE__))
+#define POOLKIT_VERIFY(expression, message) \
+    (static_cast<bool>(expression) ? void(0) : ::poolkit::detail::assertion_failed(#expression, message, __FILE__, __LINE__))
 
 #ifndef POOLKIT_ASSERT
 #  if POOLKIT_ENABLE_ASSERTS
-#    define POOLKIT_ASSERT(expression, message)                                          \
-        (static_cast<bool>(expression)                                                   \
-             ? void(0)                                                                   \
-             : ::poolkit::detail::assertion_failed(#expression, message, __FILE__, __LINE__))
+#    define POOLKIT_ASSERT(expression, message) \
+        (static_cast<bool>(expression) ? void(0) : ::poolkit::detail::assertion_failed(#expression, message, __FILE__, __LINE__))
 #  else
 // Never called, but names that only assertions read still count as used (g++ and nvcc alike).
 #    define POOLKIT_ASSERT(expression, message) static_cast<void>([&]() -> bool { return expression; })

@@ -18,21 +18,19 @@ namespace poolkit {
 // allocate(bytes, alignment) -> void*, deallocate(p, bytes, alignment), and ==: equal resources
 // can free each other's memory.
 template <class R>
-concept resource = std::equality_comparable<R> &&
-    requires(R& r, void* p, std::size_t bytes, std::size_t alignment) {
-        { r.allocate(bytes, alignment) } -> std::same_as<void*>;
-        { r.deallocate(p, bytes, alignment) } -> std::same_as<void>;
-    };
+concept resource = std::equality_comparable<R> && requires(R& r, void* p, std::size_t bytes, std::size_t alignment) {
+    { r.allocate(bytes, alignment) } -> std::same_as<void*>;
+    { r.deallocate(p, bytes, alignment) } -> std::same_as<void>;
+};
 
 // A resource whose allocate and deallocate may also be ordered on a stream: memory from
 // allocate_async may be used by work on `stream` issued after the call; memory passed to
 // deallocate_async may be reused once the work on `stream` issued before the call is done.
 template <class R>
-concept stream_resource = resource<R> &&
-    requires(R& r, void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) {
-        { r.allocate_async(bytes, alignment, stream) } -> std::same_as<void*>;
-        { r.deallocate_async(p, bytes, alignment, stream) } -> std::same_as<void>;
-    };
+concept stream_resource = resource<R> && requires(R& r, void* p, std::size_t bytes, std::size_t alignment, stream_ref stream) {
+    { r.allocate_async(bytes, alignment, stream) } -> std::same_as<void*>;
+    { r.deallocate_async(p, bytes, alignment, stream) } -> std::same_as<void>;
+};
 
 template <class R, class... Properties>
 concept resource_with = resource<R> && (has_property<R, Properties> && ...);

@@ -72,24 +72,24 @@ using cuda_mr_stream_resource_ref = cuda::mr::async_resource_ref<Properties...>;
 }  // namespace poolkit::detail
 
 #if POOLKIT_CUDA_MR_ALLOCATE_SYNC
-#  define POOLKIT_CUDA_MR_MEMBERS(...)                                                                                \
-    void* allocate_sync(std::size_t bytes, std::size_t alignment) {                                                   \
-        return static_cast<__VA_ARGS__&>(*this).allocate(bytes, alignment);                                           \
-    }                                                                                                                 \
-    void deallocate_sync(void* pointer, std::size_t bytes, std::size_t alignment) noexcept {                          \
-        static_cast<__VA_ARGS__&>(*this).deallocate(pointer, bytes, alignment);                                       \
-    }                                                                                                                 \
-    template <class PoolkitSelf = __VA_ARGS__>                                                                        \
-        requires ::poolkit::detail::has_allocate_async<PoolkitSelf>                                                   \
-    void* allocate(::poolkit::stream_ref stream, std::size_t bytes, std::size_t alignment) {                          \
-        return static_cast<PoolkitSelf&>(*this).allocate_async(bytes, alignment, stream);                             \
-    }                                                                                                                 \
-    template <class PoolkitSelf = __VA_ARGS__>                                                                        \
-        requires ::poolkit::detail::has_allocate_async<PoolkitSelf>                                                   \
-    void deallocate(::poolkit::stream_ref stream, void* pointer, std::size_t bytes, std::size_t alignment) noexcept { \
-        static_cast<PoolkitSelf&>(*this).deallocate_async(pointer, bytes, alignment, stream);                         \
-    }                                                                                                                 \
-    static_assert(true)
+#  define POOLKIT_CUDA_MR_MEMBERS(...)                                                                                  \
+      void* allocate_sync(std::size_t bytes, std::size_t alignment) {                                                   \
+          return static_cast<__VA_ARGS__&>(*this).allocate(bytes, alignment);                                           \
+      }                                                                                                                 \
+      void deallocate_sync(void* pointer, std::size_t bytes, std::size_t alignment) noexcept {                          \
+          static_cast<__VA_ARGS__&>(*this).deallocate(pointer, bytes, alignment);                                       \
+      }                                                                                                                 \
+      template <class PoolkitSelf = __VA_ARGS__>                                                                        \
+          requires ::poolkit::detail::has_allocate_async<PoolkitSelf>                                                   \
+      void* allocate(::poolkit::stream_ref stream, std::size_t bytes, std::size_t alignment) {                          \
+          return static_cast<PoolkitSelf&>(*this).allocate_async(bytes, alignment, stream);                             \
+      }                                                                                                                 \
+      template <class PoolkitSelf = __VA_ARGS__>                                                                        \
+          requires ::poolkit::detail::has_allocate_async<PoolkitSelf>                                                   \
+      void deallocate(::poolkit::stream_ref stream, void* pointer, std::size_t bytes, std::size_t alignment) noexcept { \
+          static_cast<PoolkitSelf&>(*this).deallocate_async(pointer, bytes, alignment, stream);                         \
+      }                                                                                                                 \
+      static_assert(true)
 #else
 #  define POOLKIT_CUDA_MR_MEMBERS(...) static_assert(true)
 #endif

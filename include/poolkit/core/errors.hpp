@@ -20,11 +20,11 @@ namespace poolkit {
 struct memory_figures {
     std::size_t requested_bytes = 0;
     std::size_t alignment = 0;
-    std::optional<std::size_t> live_bytes;      // handed to users and not yet freed
+    std::optional<std::size_t> live_bytes;  // handed to users and not yet freed
     std::optional<std::size_t> reserved_bytes;  // taken from the upstream
-    std::optional<std::size_t> cached_bytes;    // reserved but free
-    std::optional<std::size_t> limit_bytes;     // the capacity or cap that was hit
-    std::optional<std::size_t> available_bytes; // free on the device, as its driver reported it
+    std::optional<std::size_t> cached_bytes;  // reserved but free
+    std::optional<std::size_t> limit_bytes;  // the capacity or cap that was hit
+    std::optional<std::size_t> available_bytes;  // free on the device, as its driver reported it
     // Set where the address space ran out, not memory: the contiguous address space still free.
     std::optional<std::size_t> address_space_bytes;
 
@@ -65,8 +65,7 @@ inline std::string format_bytes(std::size_t bytes) {
 }
 
 inline std::string describe(const char* source, const memory_figures& figures) {
-    std::string text = std::string("poolkit: ") + source + " is out of memory: asked for " +
-                       format_bytes(figures.requested_bytes);
+    std::string text = std::string("poolkit: ") + source + " is out of memory: asked for " + format_bytes(figures.requested_bytes);
     if (figures.alignment != 0) text += " aligned to " + std::to_string(figures.alignment);
     const std::pair<const char*, const std::optional<std::size_t>&> known[] = {
         {"live", figures.live_bytes},
@@ -86,8 +85,7 @@ inline std::string describe(const char* source, const memory_figures& figures) {
 // Thrown when a request cannot be served. what() names the source and the figures.
 class out_of_memory : public std::bad_alloc {
 public:
-    out_of_memory(const char* source, memory_figures figures)
-        : figures_(figures), message_(detail::describe(source, figures)) {}
+    out_of_memory(const char* source, memory_figures figures) : figures_(figures), message_(detail::describe(source, figures)) {}
 
     [[nodiscard]] const char* what() const noexcept override { return message_.c_str(); }
     [[nodiscard]] const memory_figures& figures() const noexcept { return figures_; }

@@ -142,12 +142,16 @@ public:
         return self().around_call([pointer](const Upstream& u) -> bool { return u.pending_free(pointer); });
     }
     [[nodiscard]] std::size_t reserved_bytes() const
-        requires requires(const Upstream& u) { { u.reserved_bytes() } -> std::convertible_to<std::size_t>; }
+        requires requires(const Upstream& u) {
+            { u.reserved_bytes() } -> std::convertible_to<std::size_t>;
+        }
     {
         return self().around_call([](const Upstream& u) -> std::size_t { return u.reserved_bytes(); });
     }
     [[nodiscard]] std::size_t live_bytes() const
-        requires requires(const Upstream& u) { { u.live_bytes() } -> std::convertible_to<std::size_t>; }
+        requires requires(const Upstream& u) {
+            { u.live_bytes() } -> std::convertible_to<std::size_t>;
+        }
     {
         return self().around_call([](const Upstream& u) -> std::size_t { return u.live_bytes(); });
     }

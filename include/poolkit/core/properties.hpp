@@ -26,9 +26,7 @@ struct host_accessible {};
 
 // R claims property P.
 template <class R, class P>
-concept has_property = requires(const R& resource, P property) {
-    static_cast<void>(get_property(resource, property));
-};
+concept has_property = requires(const R& resource, P property) { static_cast<void>(get_property(resource, property)); };
 
 // Gives Derived every listed property. Used by type-erased wrappers that carry a fixed set.
 template <class Derived, class... Properties>

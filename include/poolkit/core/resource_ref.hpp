@@ -67,8 +67,7 @@ concept erased_with = is_erased<std::remove_cv_t<Erased>> && resource_with<Erase
 }  // namespace detail
 
 template <class... Properties>
-class resource_ref : public detail::erased_handle,
-                     public with_properties<resource_ref<Properties...>, Properties...> {
+class resource_ref : public detail::erased_handle, public with_properties<resource_ref<Properties...>, Properties...> {
 public:
     template <class R>
         requires detail::bindable<R, Properties...>
@@ -81,9 +80,7 @@ public:
     resource_ref(Erased& other) noexcept  // NOLINT: implicit
         : erased_handle(detail::erased_access::object(other), detail::erased_access::table(other)) {}
 
-    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        return table_->allocate(object_, bytes, alignment);
-    }
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) { return table_->allocate(object_, bytes, alignment); }
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         table_->deallocate(object_, pointer, bytes, alignment);
     }
@@ -97,8 +94,7 @@ public:
 };
 
 template <class... Properties>
-class stream_resource_ref : public detail::erased_handle,
-                            public with_properties<stream_resource_ref<Properties...>, Properties...> {
+class stream_resource_ref : public detail::erased_handle, public with_properties<stream_resource_ref<Properties...>, Properties...> {
 public:
     template <class R>
         requires detail::bindable<R, Properties...> && stream_resource<R>
@@ -110,9 +106,7 @@ public:
     stream_resource_ref(Erased& other) noexcept  // NOLINT: implicit
         : erased_handle(detail::erased_access::object(other), detail::erased_access::table(other)) {}
 
-    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        return table_->allocate(object_, bytes, alignment);
-    }
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) { return table_->allocate(object_, bytes, alignment); }
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         table_->deallocate(object_, pointer, bytes, alignment);
     }

@@ -46,8 +46,6 @@ private:
 inline constexpr stream_ref default_stream{stream_handle{}};
 
 // The handle's bits as an integer: for hashing, printing and trace files.
-[[nodiscard]] inline std::uintptr_t stream_id(stream_ref stream) noexcept {
-    return reinterpret_cast<std::uintptr_t>(stream.get());
-}
+[[nodiscard]] inline std::uintptr_t stream_id(stream_ref stream) noexcept { return reinterpret_cast<std::uintptr_t>(stream.get()); }
 
 }  // namespace poolkit

@@ -22,19 +22,16 @@ enum class trace_action : unsigned char { allocate, free };
 inline constexpr std::string_view trace_header = "Thread,Time,Action,Pointer,Size,Stream";
 
 // Writes one row in the format: `time_us` since the first event, pointer in hex.
-inline void write_trace_row(std::ostream& out, std::uint64_t thread, std::uint64_t time_us, trace_action action,
-                            std::uint64_t pointer, std::size_t bytes, std::uint64_t stream) {
+inline void write_trace_row(std::ostream& out, std::uint64_t thread, std::uint64_t time_us, trace_action action, std::uint64_t pointer,
+                            std::size_t bytes, std::uint64_t stream) {
     char row[160];
     const auto seconds = time_us / 1'000'000;
-    const int length = std::snprintf(row, sizeof row, "%llu,%02llu:%02llu:%02llu.%06llu,%s,0x%llx,%zu,%llu\n",
-                                     static_cast<unsigned long long>(thread),
-                                     static_cast<unsigned long long>(seconds / 3600),
-                                     static_cast<unsigned long long>(seconds / 60 % 60),
-                                     static_cast<unsigned long long>(seconds % 60),
-                                     static_cast<unsigned long long>(time_us % 1'000'000),
-                                     action == trace_action::allocate ? "allocate" : "free",
-                                     static_cast<unsigned long long>(pointer), bytes,
-                                     static_cast<unsigned long long>(stream));
+    const int length =
+        std::snprintf(row, sizeof row, "%llu,%02llu:%02llu:%02llu.%06llu,%s,0x%llx,%zu,%llu\n", static_cast<unsigned long long>(thread),
+                      static_cast<unsigned long long>(seconds / 3600), static_cast<unsigned long long>(seconds / 60 % 60),
+                      static_cast<unsigned long long>(seconds % 60), static_cast<unsigned long long>(time_us % 1'000'000),
+                      action == trace_action::allocate ? "allocate" : "free", static_cast<unsigned long long>(pointer), bytes,
+                      static_cast<unsigned long long>(stream));
     out.write(row, length);
 }
 

@@ -18,16 +18,16 @@ struct chunk_view {
     std::uintptr_t address = 0;
     std::size_t bytes = 0;
     std::uintptr_t stream = 0;  // the stream the chunk serves, 0 when it is not tied to one
-    std::uint64_t pool = 0;     // the private pool holding it (a CUDA graph's), 0 for the shared one
+    std::uint64_t pool = 0;  // the private pool holding it (a CUDA graph's), 0 for the shared one
 };
 
 // One block of a chunk.
 struct block_view {
     std::uintptr_t address = 0;
-    std::size_t bytes = 0;            // the whole block
+    std::size_t bytes = 0;  // the whole block
     std::size_t requested_bytes = 0;  // what the user asked for (0 when free or unknown)
-    bool live = false;                // handed out and not freed
-    bool pending_free = false;        // freed, waiting on a stream before it can be reused
+    bool live = false;  // handed out and not freed
+    bool pending_free = false;  // freed, waiting on a stream before it can be reused
     std::uintptr_t stream = 0;
 };
 

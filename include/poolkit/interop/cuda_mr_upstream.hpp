@@ -39,9 +39,7 @@ public:
     cuda_mr_upstream(From&& resource) : resource_(std::forward<From>(resource)) {}  // NOLINT: implicit
 
 #if POOLKIT_CUDA_MR_ALLOCATE_SYNC
-    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        return resource_.allocate_sync(bytes, alignment);
-    }
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) { return resource_.allocate_sync(bytes, alignment); }
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         resource_.deallocate_sync(pointer, bytes, alignment);
     }
@@ -56,9 +54,7 @@ public:
         resource_.deallocate(stream, pointer, bytes, alignment);
     }
 #else
-    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-        return resource_.allocate(bytes, alignment);
-    }
+    void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) { return resource_.allocate(bytes, alignment); }
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         resource_.deallocate(pointer, bytes, alignment);
     }
@@ -91,7 +87,7 @@ cuda_mr_upstream(R) -> cuda_mr_upstream<R>;
 static_assert(stream_resource_with<cuda_mr_upstream<detail::cuda_mr_stream_resource_ref<device_accessible>>, device_accessible>);
 static_assert(resource_with<cuda_mr_upstream<detail::cuda_mr_resource_ref<host_accessible>>, host_accessible>);
 static_assert(!stream_resource<cuda_mr_upstream<detail::cuda_mr_resource_ref<host_accessible>>>);
-static_assert(detail::cuda_mr_stream_resource_with<cuda_mr_upstream<detail::cuda_mr_stream_resource_ref<device_accessible>>,
-                                                   device_accessible>);
+static_assert(
+    detail::cuda_mr_stream_resource_with<cuda_mr_upstream<detail::cuda_mr_stream_resource_ref<device_accessible>>, device_accessible>);
 
 }  // namespace poolkit

@@ -39,8 +39,7 @@ public:
     // A copy of `bytes` bytes at `source` (host or device memory: cudaMemcpyDefault), made on
     // `stream`. Pageable host memory may be reused once this returns; pinned host memory and device
     // memory must stay as they are until the stream's work so far is done.
-    device_buffer(const void* source, std::size_t bytes, stream_ref stream,
-                  device_resource_ref resource = current_device_resource())
+    device_buffer(const void* source, std::size_t bytes, stream_ref stream, device_resource_ref resource = current_device_resource())
         : device_buffer(bytes, stream, resource) {
         copy_bytes(data_, source, bytes, stream_);  // if it throws, the destructor frees the allocation
     }
@@ -110,9 +109,7 @@ public:
     [[nodiscard]] device_resource_ref memory_resource() const noexcept { return resource_; }
 
 private:
-    void* allocate(std::size_t bytes) {
-        return bytes == 0 ? nullptr : resource_.allocate_async(bytes, default_alignment, stream_);
-    }
+    void* allocate(std::size_t bytes) { return bytes == 0 ? nullptr : resource_.allocate_async(bytes, default_alignment, stream_); }
 
     static void copy_bytes(void* destination, const void* source, std::size_t bytes, stream_ref stream) {
         if (bytes == 0) return;

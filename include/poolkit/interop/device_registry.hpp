@@ -54,8 +54,8 @@ private:
 
     std::optional<device_resource_ref>& slot(int device) {
         if (device < 0 || static_cast<std::size_t>(device) >= slots_.size()) {
-            throw std::out_of_range("poolkit: no CUDA device " + std::to_string(device) + " (there are " +
-                                    std::to_string(slots_.size()) + ")");
+            throw std::out_of_range("poolkit: no CUDA device " + std::to_string(device) + " (there are " + std::to_string(slots_.size()) +
+                                    ")");
         }
         return slots_[static_cast<std::size_t>(device)];
     }
@@ -76,9 +76,7 @@ inline int current_device() {
 }
 }  // namespace detail
 
-[[nodiscard]] inline device_resource_ref device_resource(int device) {
-    return detail::device_registry::instance().get(device);
-}
+[[nodiscard]] inline device_resource_ref device_resource(int device) { return detail::device_registry::instance().get(device); }
 inline device_resource_ref set_device_resource(int device, device_resource_ref resource) {
     return detail::device_registry::instance().set(device, resource);
 }

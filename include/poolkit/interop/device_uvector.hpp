@@ -106,16 +106,15 @@ public:
 private:
     static std::size_t bytes_for(std::size_t count) {
         if (count > max_size()) {
-            throw std::length_error("poolkit::device_uvector: " + std::to_string(count) + " elements of " +
-                                    std::to_string(sizeof(T)) + " bytes exceed the largest size (" +
-                                    std::to_string(max_size()) + " elements)");
+            throw std::length_error("poolkit::device_uvector: " + std::to_string(count) + " elements of " + std::to_string(sizeof(T)) +
+                                    " bytes exceed the largest size (" + std::to_string(max_size()) + " elements)");
         }
         return count * sizeof(T);
     }
     void check_index(std::size_t index) const {
         if (index >= size()) {
-            throw std::out_of_range("poolkit::device_uvector: index " + std::to_string(index) + " past the " +
-                                    std::to_string(size()) + " elements");
+            throw std::out_of_range("poolkit::device_uvector: index " + std::to_string(index) + " past the " + std::to_string(size()) +
+                                    " elements");
         }
     }
 

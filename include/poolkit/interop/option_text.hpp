@@ -130,7 +130,8 @@ void set_option(Options& options, std::string_view name, std::string_view value,
             } catch (const std::invalid_argument& rule) {
                 std::string_view why = rule.what();
                 if (why.starts_with("poolkit: ")) why.remove_prefix(std::string_view("poolkit: ").size());
-                throw std::invalid_argument("poolkit: option " + std::string(name) + "=" + std::string(value) + " refused: " + std::string(why));
+                throw std::invalid_argument("poolkit: option " + std::string(name) + "=" + std::string(value) +
+                                            " refused: " + std::string(why));
             }
         }
         options = changed;

@@ -35,9 +35,7 @@ public:
     [[nodiscard]] const R& resource() const noexcept { return resource_; }
 
 protected:
-    void* do_allocate(std::size_t bytes, std::size_t alignment) override {
-        return resource_.allocate(bytes == 0 ? 1 : bytes, alignment);
-    }
+    void* do_allocate(std::size_t bytes, std::size_t alignment) override { return resource_.allocate(bytes == 0 ? 1 : bytes, alignment); }
     void do_deallocate(void* pointer, std::size_t bytes, std::size_t alignment) override {
         resource_.deallocate(pointer, bytes == 0 ? 1 : bytes, alignment);
     }

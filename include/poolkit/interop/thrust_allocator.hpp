@@ -65,9 +65,7 @@ public:
     }
 
 private:
-    static constexpr std::size_t alignment() noexcept {
-        return alignof(T) > default_alignment ? alignof(T) : default_alignment;
-    }
+    static constexpr std::size_t alignment() noexcept { return alignof(T) > default_alignment ? alignof(T) : default_alignment; }
 
     R* resource_;
     stream_ref stream_;

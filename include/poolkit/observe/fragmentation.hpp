@@ -16,10 +16,10 @@ namespace poolkit {
 
 struct fragmentation_figures {
     std::size_t chunks = 0;
-    std::size_t reserved_bytes = 0;     // sum of chunk sizes
-    std::size_t live_bytes = 0;         // sum of live block sizes
+    std::size_t reserved_bytes = 0;  // sum of chunk sizes
+    std::size_t live_bytes = 0;  // sum of live block sizes
     std::size_t live_blocks = 0;
-    std::size_t free_bytes = 0;         // sum of free block sizes (pending frees included)
+    std::size_t free_bytes = 0;  // sum of free block sizes (pending frees included)
     std::size_t free_blocks = 0;
     std::size_t largest_free_block = 0;
     // Of those, in private pools (CUDA graphs' memory, chunk_view::pool): how many pools, their

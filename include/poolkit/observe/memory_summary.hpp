@@ -75,8 +75,7 @@ std::optional<fragmentation_figures> find_fragmentation(const R& r) {
     text += "|                     poolkit memory summary                                |\n";
     text += line;
     char row[160];
-    std::snprintf(row, sizeof row, "| %-18s| %-12s| %-12s| %-12s| %-12s|\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc",
-                  "Tot Freed");
+    std::snprintf(row, sizeof row, "| %-18s| %-12s| %-12s| %-12s| %-12s|\n", "Metric", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed");
     text += row;
     text += line;
     const auto metric = [&](const char* label, const std::string& key, bool bytes) {
@@ -86,8 +85,8 @@ std::optional<fragmentation_figures> find_fragmentation(const R& r) {
             if (found == stats.end()) return std::string("-");
             return bytes ? detail::human_bytes(found->second) : std::to_string(found->second);
         };
-        std::snprintf(row, sizeof row, "| %-18s| %-12s| %-12s| %-12s| %-12s|\n", label, cell("current").c_str(),
-                      cell("peak").c_str(), cell("allocated").c_str(), cell("freed").c_str());
+        std::snprintf(row, sizeof row, "| %-18s| %-12s| %-12s| %-12s| %-12s|\n", label, cell("current").c_str(), cell("peak").c_str(),
+                      cell("allocated").c_str(), cell("freed").c_str());
         text += row;
     };
     metric("Allocated memory", "allocated_bytes", true);
@@ -103,9 +102,8 @@ std::optional<fragmentation_figures> find_fragmentation(const R& r) {
         const auto found = stats.find(key);
         return found == stats.end() ? std::string("-") : std::to_string(found->second);
     };
-    std::snprintf(row, sizeof row, "| OOMs: %-8s Alloc retries: %-8s Upstream allocs: %-8s frees: %-2s|\n",
-                  count("num_ooms").c_str(), count("num_alloc_retries").c_str(), count("num_device_alloc").c_str(),
-                  count("num_device_free").c_str());
+    std::snprintf(row, sizeof row, "| OOMs: %-8s Alloc retries: %-8s Upstream allocs: %-8s frees: %-2s|\n", count("num_ooms").c_str(),
+                  count("num_alloc_retries").c_str(), count("num_device_alloc").c_str(), count("num_device_free").c_str());
     text += row;
     if (fragments) {
         text += line;

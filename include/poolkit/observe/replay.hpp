@@ -28,9 +28,7 @@ struct replay_result {
     std::size_t events = 0;
     double seconds = 0;  // wall time of the allocate and free calls, with the loop around them
 
-    [[nodiscard]] double ns_per_op() const noexcept {
-        return events == 0 ? 0.0 : seconds * 1e9 / static_cast<double>(events);
-    }
+    [[nodiscard]] double ns_per_op() const noexcept { return events == 0 ? 0.0 : seconds * 1e9 / static_cast<double>(events); }
 };
 
 // An observer that does nothing.
@@ -52,9 +50,7 @@ struct ignore_events {
 // `streams` maps the trace's streams to stream_refs; a stream without an entry is the default stream.
 template <resource R, class Observer = ignore_events>
 replay_result replay(const trace& t, R& resource, std::span<const stream_ref> streams = {}, Observer&& observe = {}) {
-    const auto stream_of = [streams](std::uint32_t index) noexcept {
-        return index < streams.size() ? streams[index] : default_stream;
-    };
+    const auto stream_of = [streams](std::uint32_t index) noexcept { return index < streams.size() ? streams[index] : default_stream; };
     std::vector<void*> slots(t.slots, nullptr);
     std::vector<std::uint32_t> slot_stream(stream_resource<R> ? t.slots : 0, 0);
     const auto free_slot = [&](std::uint32_t slot, std::size_t bytes, std::uint32_t stream) noexcept {

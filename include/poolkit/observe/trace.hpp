@@ -52,10 +52,10 @@ struct trace {
     std::string name;
     std::vector<trace_event> events;
     std::vector<std::uint64_t> streams;  // stream handles as the file wrote them, in order of appearance
-    std::size_t slots = 0;               // most allocations live at once
+    std::size_t slots = 0;  // most allocations live at once
     std::size_t allocations = 0;
-    std::size_t peak_live_bytes = 0;     // the most bytes live at once, by the sizes in the file
-    std::size_t unfreed_allocations = 0; // live at the end
+    std::size_t peak_live_bytes = 0;  // the most bytes live at once, by the sizes in the file
+    std::size_t unfreed_allocations = 0;  // live at the end
     std::size_t unfreed_bytes = 0;
 };
 
@@ -198,8 +198,8 @@ public:
         if (line.size() > max_line_bytes) fail("a line longer than 1 MiB (" + std::to_string(line.size()) + " bytes)");
         if (line.find('\0') != std::string_view::npos) fail("binary data (a NUL byte) in a text trace");
         line = detail::trace_text::trim(line);
-        if (line_ == 1 && line.size() >= 3 && static_cast<unsigned char>(line[0]) == 0xEF &&
-            static_cast<unsigned char>(line[1]) == 0xBB && static_cast<unsigned char>(line[2]) == 0xBF) {
+        if (line_ == 1 && line.size() >= 3 && static_cast<unsigned char>(line[0]) == 0xEF && static_cast<unsigned char>(line[1]) == 0xBB &&
+            static_cast<unsigned char>(line[2]) == 0xBF) {
             line.remove_prefix(3);  // a UTF-8 byte order mark
         }
         if (!header_seen_) {
@@ -317,16 +317,14 @@ private:
             }
             fail(message);
         };
-        check(detail::trace_text::parse_pointer(fields[pointer], event.pointer), "pointer", fields[pointer],
-              "expected hex such as 0x7f00");
+        check(detail::trace_text::parse_pointer(fields[pointer], event.pointer), "pointer", fields[pointer], "expected hex such as 0x7f00");
         std::uint64_t bytes = 0;
         check(detail::trace_text::parse_unsigned(fields[size], bytes), "size", fields[size], "expected decimal bytes");
         if (bytes > (std::uint64_t{1} << 56)) fail("bad size " + detail::trace_text::quoted(fields[size]) + " (more than 2^56 bytes)");
         event.bytes = static_cast<std::size_t>(bytes);
         if (index_[thread] != absent) check(detail::trace_text::parse_integer(fields[thread], event.thread), "thread", fields[thread], "");
         if (index_[time] != absent) {
-            check(detail::trace_text::parse_time(fields[time], event.time_us), "time", fields[time],
-                  "expected HH:MM:SS.microseconds");
+            check(detail::trace_text::parse_time(fields[time], event.time_us), "time", fields[time], "expected HH:MM:SS.microseconds");
         }
         std::uint64_t stream_handle = 0;
         if (index_[stream] != absent) check(detail::trace_text::parse_integer(fields[stream], stream_handle), "stream", fields[stream], "");
@@ -383,7 +381,7 @@ private:
     std::vector<std::uint32_t> free_slots_;
     std::size_t slot_count_ = 0;
     std::size_t live_bytes_ = 0;
-    std::string pending_;                 // read(): the start of a line whose break is still to come
+    std::string pending_;  // read(): the start of a line whose break is still to come
     bool after_carriage_return_ = false;  // read(): the last piece ended in CR; a LF next is its CRLF
 };
 

@@ -68,11 +68,10 @@ struct chunk;
 // One block of a chunk, free or live. It sits in the free multiset or the live set (never both:
 // they share the hook) and always in its chunk's address-ordered list.
 struct block : intrusive::set_hook<by_size_tag>, intrusive::list_hook<in_chunk_tag> {
-    block(std::uintptr_t address_, std::size_t bytes_, chunk* owner_) noexcept
-        : address(address_), bytes(bytes_), owner(owner_) {}
+    block(std::uintptr_t address_, std::size_t bytes_, chunk* owner_) noexcept : address(address_), bytes(bytes_), owner(owner_) {}
     std::uintptr_t address;
-    std::size_t bytes;           // the whole block, a multiple of the granularity
-    std::size_t requested = 0;   // live: the bytes asked for (rounded up to the granularity, <= bytes)
+    std::size_t bytes;  // the whole block, a multiple of the granularity
+    std::size_t requested = 0;  // live: the bytes asked for (rounded up to the granularity, <= bytes)
     chunk* owner;
     bool free = true;
 };
@@ -129,8 +128,7 @@ public:
         requires std::default_initializable<Upstream>
         : best_fit(Upstream{}, best_fit_options{}) {}
 
-    explicit best_fit(Upstream upstream, best_fit_options options = {})
-        : upstream_(std::move(upstream)), options_(options) {
+    explicit best_fit(Upstream upstream, best_fit_options options = {}) : upstream_(std::move(upstream)), options_(options) {
         validate_alignment(options_.granularity);
         options_.growth.validate();
         options_.minimum_split = std::max(options_.minimum_split, options_.granularity);
@@ -313,8 +311,7 @@ public:
         POOLKIT_VERIFY(reserved == reserved_bytes_, "reserved byte count drifted");
         POOLKIT_VERIFY(reserved == live + cached, "live and free blocks do not add up to the chunks");
         POOLKIT_VERIFY(reserved <= options_.maximum_size, "reserved past the maximum");
-        POOLKIT_VERIFY(blocks_.in_use() == block_count && chunks_.in_use() == chunk_index_.size(),
-                       "bookkeeping nodes leaked");
+        POOLKIT_VERIFY(blocks_.in_use() == block_count && chunks_.in_use() == chunk_index_.size(), "bookkeeping nodes leaked");
         static_cast<void>(reserved), static_cast<void>(cached), static_cast<void>(block_count);
     }
 
@@ -400,11 +397,10 @@ private:
     // Takes a chunk that holds `rounded` bytes at `alignment` and returns its one free block.
     block& grow(std::size_t bytes, std::size_t rounded, std::size_t alignment) {
         const std::size_t chunk_alignment = std::max(alignment, options_.granularity);
-        const auto preferred = options_.growth.next_chunk(rounded, reserved_bytes_, options_.initial_size,
-                                                          options_.maximum_size, options_.granularity);
+        const auto preferred =
+            options_.growth.next_chunk(rounded, reserved_bytes_, options_.initial_size, options_.maximum_size, options_.granularity);
         block* fresh = detail::grow_chunk(
-            preferred, rounded, [&](std::size_t chunk_bytes) { return try_grow(chunk_bytes, chunk_alignment); },
-            [&] { release(); });
+            preferred, rounded, [&](std::size_t chunk_bytes) { return try_grow(chunk_bytes, chunk_alignment); }, [&] { release(); });
         if (fresh != nullptr) return *fresh;
         memory_figures failure = figures(bytes, alignment);
         if (options_.maximum_size != std::numeric_limits<std::size_t>::max()) failure.limit_bytes = options_.maximum_size;
@@ -457,7 +453,7 @@ private:
     detail::best_fit_parts::live_blocks live_;
     detail::best_fit_parts::chunk_set chunk_index_;
     std::size_t reserved_bytes_ = 0;  // sum of chunk sizes
-    std::size_t live_bytes_ = 0;      // sum of live block sizes
+    std::size_t live_bytes_ = 0;  // sum of live block sizes
 };
 
 static_assert(resource_with<best_fit<detail::resource_archetype<host_accessible>>, host_accessible>);

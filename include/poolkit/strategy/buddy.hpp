@@ -65,12 +65,11 @@ struct chunk_tag;
 struct chunk;
 
 struct block : intrusive::list_hook<free_tag> {
-    block(std::uintptr_t address_, unsigned order_, chunk* owner_) noexcept
-        : address(address_), order(order_), owner(owner_) {}
+    block(std::uintptr_t address_, unsigned order_, chunk* owner_) noexcept : address(address_), order(order_), owner(owner_) {}
     std::uintptr_t address;
-    unsigned order;              // the block is minimum_block << order bytes
+    unsigned order;  // the block is minimum_block << order bytes
     chunk* owner;
-    std::size_t requested = 0;   // live: the bytes asked for
+    std::size_t requested = 0;  // live: the bytes asked for
     bool free = true;
 };
 
@@ -79,9 +78,9 @@ struct chunk : intrusive::set_hook<chunk_tag> {
         : address(address_), bytes(bytes_), alignment(alignment_), top_order(top_order_), heads(new block*[granules]()) {}
     std::uintptr_t address;
     std::size_t bytes;
-    std::size_t alignment;           // as asked of the upstream
-    unsigned top_order;              // the order of the whole chunk
-    std::unique_ptr<block*[]> heads; // heads[i]: the block that starts at minimum block i, or nullptr
+    std::size_t alignment;  // as asked of the upstream
+    unsigned top_order;  // the order of the whole chunk
+    std::unique_ptr<block*[]> heads;  // heads[i]: the block that starts at minimum block i, or nullptr
 };
 
 using free_list = intrusive::list<block, free_tag>;
@@ -104,8 +103,7 @@ public:
     explicit buddy(Upstream upstream, buddy_options options = {}) : upstream_(std::move(upstream)), options_(options) {
         if (!is_power_of_two(options_.chunk_size) || !is_power_of_two(options_.minimum_block) ||
             !is_power_of_two(options_.chunk_alignment) || options_.chunk_size < options_.minimum_block) {
-            throw std::invalid_argument(
-                "poolkit: buddy needs power-of-two chunk_size >= minimum_block and a power-of-two chunk_alignment");
+            throw std::invalid_argument("poolkit: buddy needs power-of-two chunk_size >= minimum_block and a power-of-two chunk_alignment");
         }
         minimum_shift_ = static_cast<unsigned>(std::countr_zero(options_.minimum_block));
     }
@@ -263,8 +261,7 @@ public:
             while (index < granules) {
                 const block* b = c.heads[index];
                 POOLKIT_VERIFY(b != nullptr, "a hole between the blocks of a chunk");
-                POOLKIT_VERIFY(b->owner == &c && b->address == c.address + (index << minimum_shift_),
-                               "a block head at the wrong place");
+                POOLKIT_VERIFY(b->owner == &c && b->address == c.address + (index << minimum_shift_), "a block head at the wrong place");
                 const std::size_t span = std::size_t{1} << b->order;
                 POOLKIT_VERIFY(index % span == 0 && index + span <= granules, "a block off its buddy grid");
                 // No head inside a block: every slot of a block of up to 64 minimum blocks; in a
@@ -310,8 +307,7 @@ public:
         POOLKIT_VERIFY(live_count == live_blocks_ && live == live_bytes_, "live counts drifted");
         POOLKIT_VERIFY(reserved == reserved_bytes_, "reserved byte count drifted");
         POOLKIT_VERIFY(reserved <= options_.maximum_size, "reserved past the maximum");
-        POOLKIT_VERIFY(blocks_.in_use() == block_count && chunks_.in_use() == chunk_index_.size(),
-                       "bookkeeping nodes leaked");
+        POOLKIT_VERIFY(blocks_.in_use() == block_count && chunks_.in_use() == chunk_index_.size(), "bookkeeping nodes leaked");
         static_cast<void>(reserved), static_cast<void>(live), static_cast<void>(live_count);
     }
 
@@ -396,8 +392,8 @@ private:
     block* grow(std::size_t bytes, unsigned order, std::size_t alignment) {
         const std::size_t needed = block_bytes(order);
         block* fresh = detail::grow_chunk(
-            std::max(needed, options_.chunk_size), needed,
-            [&](std::size_t chunk_bytes) { return try_grow(chunk_bytes, alignment); }, [&] { release(); });
+            std::max(needed, options_.chunk_size), needed, [&](std::size_t chunk_bytes) { return try_grow(chunk_bytes, alignment); },
+            [&] { release(); });
         if (fresh != nullptr) return fresh;
         memory_figures failure = figures(bytes, alignment);
         if (options_.maximum_size != std::numeric_limits<std::size_t>::max()) failure.limit_bytes = options_.maximum_size;
@@ -426,9 +422,7 @@ private:
         return c->heads[0];
     }
 
-    [[nodiscard]] const chunk* find_chunk(std::uintptr_t address) const noexcept {
-        return detail::find_chunk(chunk_index_, address);
-    }
+    [[nodiscard]] const chunk* find_chunk(std::uintptr_t address) const noexcept { return detail::find_chunk(chunk_index_, address); }
 
     // The live block that starts at `address`, or nullptr.
     block* find_live(std::uintptr_t address) noexcept {

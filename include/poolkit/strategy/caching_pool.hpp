@@ -155,9 +155,7 @@ public:
         detail::walk_parts(visit, small_, large_, oversize_);
     }
 
-    [[nodiscard]] std::size_t live_bytes() const noexcept {
-        return small_.live_bytes() + large_.live_bytes() + oversize_.live_bytes();
-    }
+    [[nodiscard]] std::size_t live_bytes() const noexcept { return small_.live_bytes() + large_.live_bytes() + oversize_.live_bytes(); }
     [[nodiscard]] std::size_t reserved_bytes() const noexcept {
         return small_.reserved_bytes() + large_.reserved_bytes() + oversize_.reserved_bytes();
     }
@@ -242,9 +240,8 @@ private:
 static_assert(walkable<caching_pool<detail::resource_archetype<>>>);
 
 static_assert(resource_with<caching_pool<detail::resource_archetype<host_accessible>>, host_accessible>);
-static_assert(has_try_allocate_cached<caching_pool<detail::resource_archetype<>>> && has_release<caching_pool<detail::resource_archetype<>>> &&
-              has_owns<caching_pool<detail::resource_archetype<>>> &&
-              has_check_invariants<caching_pool<detail::resource_archetype<>>> &&
-              walkable<caching_pool<detail::resource_archetype<>>>);
+static_assert(has_try_allocate_cached<caching_pool<detail::resource_archetype<>>> &&
+              has_release<caching_pool<detail::resource_archetype<>>> && has_owns<caching_pool<detail::resource_archetype<>>> &&
+              has_check_invariants<caching_pool<detail::resource_archetype<>>> && walkable<caching_pool<detail::resource_archetype<>>>);
 
 }  // namespace poolkit

@@ -198,7 +198,7 @@ private:
     };
     using cache_index = std::multimap<key, std::uintptr_t>;
     struct block {
-        std::size_t bytes;      // as the upstream gave it
+        std::size_t bytes;  // as the upstream gave it
         std::size_t alignment;  // as the upstream gave it
         std::size_t requested;  // while live: what the caller asked for
         bool live;
@@ -227,13 +227,14 @@ private:
     Upstream upstream_;
     exact_cache_options options_;
     std::map<std::uintptr_t, block> blocks_;  // every block, live or cached, by address
-    cache_index cached_;                      // cached blocks by (bytes, alignment)
+    cache_index cached_;  // cached blocks by (bytes, alignment)
     std::size_t live_bytes_ = 0;
     std::size_t cached_bytes_ = 0;
 };
 
 static_assert(resource_with<exact_cache<detail::resource_archetype<host_accessible>>, host_accessible>);
-static_assert(has_try_allocate_cached<exact_cache<detail::resource_archetype<>>> && has_release<exact_cache<detail::resource_archetype<>>> &&
-              walkable<exact_cache<detail::resource_archetype<>>> && has_owns<exact_cache<detail::resource_archetype<>>>);
+static_assert(has_try_allocate_cached<exact_cache<detail::resource_archetype<>>> &&
+              has_release<exact_cache<detail::resource_archetype<>>> && walkable<exact_cache<detail::resource_archetype<>>> &&
+              has_owns<exact_cache<detail::resource_archetype<>>>);
 
 }  // namespace poolkit

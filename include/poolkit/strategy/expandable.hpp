@@ -155,12 +155,11 @@ struct span;
 // a hook), always in its span's address-ordered list, and in the cached list while it is free
 // with mapped granules wholly inside it.
 struct block : intrusive::set_hook<by_size_tag>, intrusive::list_hook<in_span_tag>, intrusive::list_hook<cached_tag> {
-    block(std::uintptr_t address_, std::size_t bytes_, span* owner_) noexcept
-        : address(address_), bytes(bytes_), owner(owner_) {}
+    block(std::uintptr_t address_, std::size_t bytes_, span* owner_) noexcept : address(address_), bytes(bytes_), owner(owner_) {}
     std::uintptr_t address;
     std::size_t bytes;
     std::size_t requested = 0;  // live: the bytes asked for
-    std::size_t cached = 0;     // free: mapped granules wholly inside it
+    std::size_t cached = 0;  // free: mapped granules wholly inside it
     span* owner;
     bool free = true;
     [[nodiscard]] std::uintptr_t end() const noexcept { return address + bytes; }
@@ -193,8 +192,7 @@ using live_blocks = intrusive::set<block, by_size_tag, by_address>;
 // start or unmapped granule, and can only be unmapped whole (virtual_memory's map_whole).
 struct span {
     span(std::uintptr_t address_, std::size_t bytes_, std::size_t granularity, bool small_)
-        : address(address_), bytes(bytes_), small(small_), mapped((bytes_ / granularity + 63) / 64, 0),
-          starts(mapped.size(), 0) {}
+        : address(address_), bytes(bytes_), small(small_), mapped((bytes_ / granularity + 63) / 64, 0), starts(mapped.size(), 0) {}
     std::uintptr_t address;
     std::size_t bytes;
     bool small;
@@ -317,8 +315,7 @@ public:
         requires std::default_initializable<Upstream>
         : expandable(Upstream{}, expandable_options{}) {}
 
-    explicit expandable(Upstream upstream, expandable_options options = {})
-        : upstream_(std::move(upstream)), options_(options) {
+    explicit expandable(Upstream upstream, expandable_options options = {}) : upstream_(std::move(upstream)), options_(options) {
         granularity_ = memory().granularity();
         options_.validate(granularity_);
         options_.max_peak_slack = std::max(options_.max_peak_slack, options_.peak_slack);
@@ -592,9 +589,7 @@ private:
     };
 
     memory_type& memory() noexcept { return detail::referent<Upstream>::get(upstream_); }
-    const memory_type& memory() const noexcept {
-        return detail::referent<Upstream>::get(const_cast<Upstream&>(upstream_));
-    }
+    const memory_type& memory() const noexcept { return detail::referent<Upstream>::get(const_cast<Upstream&>(upstream_)); }
     // An optional capability of the upstream: false while granules may not be unmapped (a
     // stream-ordered owner while a CUDA capture may run, where only a wait for the whole device
     // would make it safe). The cache then stays mapped until a later trim.
@@ -608,8 +603,10 @@ private:
         }
     }
     static std::size_t limit_of(const memory_type& m) noexcept {
-        if constexpr (requires { m.physical_limit(); }) return m.physical_limit();
-        else return m.capacity();
+        if constexpr (requires { m.physical_limit(); })
+            return m.physical_limit();
+        else
+            return m.capacity();
     }
     std::size_t round_to_granule(std::size_t bytes) const {
         const auto rounded = checked_align_up(std::max(bytes, granularity_), granularity_);
@@ -617,9 +614,7 @@ private:
         return *rounded;
     }
 
-    std::uintptr_t granule_address(const span& s, std::size_t granule) const noexcept {
-        return s.address + granule * granularity_;
-    }
+    std::uintptr_t granule_address(const span& s, std::size_t granule) const noexcept { return s.address + granule * granularity_; }
     // The granules a block touches, and those wholly inside it.
     std::pair<std::size_t, std::size_t> touched(const block& b) const noexcept {
         return {(b.address - b.owner->address) / granularity_, (b.end() - b.owner->address + granularity_ - 1) / granularity_};
@@ -663,7 +658,8 @@ private:
         placement best;
         block* seen[max_candidates];
         int count = 0;
-        for (auto it = small_free_.lower_bound(by_size::key{rounded, 0}, by_size{}); it != small_free_.end() && count < options_.candidates; ++it) {
+        for (auto it = small_free_.lower_bound(by_size::key{rounded, 0}, by_size{}); it != small_free_.end() && count < options_.candidates;
+             ++it) {
             block& b = *it;
             const std::uintptr_t low = align_up(b.address, alignment);
             if (low < b.address || low - b.address > b.bytes - rounded) continue;
@@ -761,7 +757,8 @@ private:
         // What the budget leaves, without the peak slack (which only spares remaps), is mapped
         // ahead, into the free space beside the block, so that the next requests of a growing
         // workload need no map call of their own.
-        const double ahead_budget = std::max(static_cast<double>(peak_live_bytes_), static_cast<double>(live_after) * (1.0 + options_.cache_fraction));
+        const double ahead_budget =
+            std::max(static_cast<double>(peak_live_bytes_), static_cast<double>(live_after) * (1.0 + options_.cache_fraction));
         const double headroom = std::min(ahead_budget - static_cast<double>(reserved_bytes() + needed),
                                          static_cast<double>(physical_left()) - static_cast<double>(needed));
         const std::size_t ahead = headroom > 0 ? align_down(static_cast<std::size_t>(headroom), granularity_) : 0;
@@ -770,7 +767,8 @@ private:
         if (ahead > 0 && last < where.end()) {
             last = std::min<std::uintptr_t>(where.end(), align_up(last, granularity_) + ahead);
         } else if (ahead > 0 && first > where.address) {
-            first = std::max<std::uintptr_t>(where.address, align_down(first, granularity_) - std::min<std::uintptr_t>(ahead, align_down(first, granularity_)));
+            first = std::max<std::uintptr_t>(
+                where.address, align_down(first, granularity_) - std::min<std::uintptr_t>(ahead, align_down(first, granularity_)));
         }
         // With a granule per physical allocation the block and what is mapped ahead take one map
         // call; with larger allocations the ahead is mapped apart, so that no allocation holds
@@ -1076,9 +1074,9 @@ private:
     std::size_t cached_granules_ = 0;
     std::size_t map_calls_ = 0;
     std::size_t unmap_calls_ = 0;
-    double slack_ = 0;                   // the peak slack in force
+    double slack_ = 0;  // the peak slack in force
     std::size_t remapped_granules_ = 0;  // unmapped for new mappings in this window
-    std::size_t allocations_ = 0;        // allocate calls in this window
+    std::size_t allocations_ = 0;  // allocate calls in this window
 };
 
 }  // namespace poolkit

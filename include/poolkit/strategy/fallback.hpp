@@ -126,9 +126,7 @@ public:
     [[nodiscard]] Secondary& secondary_resource() noexcept { return secondary_; }
     [[nodiscard]] const Secondary& secondary_resource() const noexcept { return secondary_; }
 
-    friend bool operator==(const fallback& a, const fallback& b) {
-        return a.primary_ == b.primary_ && a.secondary_ == b.secondary_;
-    }
+    friend bool operator==(const fallback& a, const fallback& b) { return a.primary_ == b.primary_ && a.secondary_ == b.secondary_; }
 
     template <class Property>
         requires has_property<Primary, Property> && has_property<Secondary, Property>
@@ -146,8 +144,8 @@ struct owning_archetype : resource_archetype<Properties...> {
 };
 }  // namespace detail
 
-static_assert(resource_with<fallback<detail::owning_archetype<host_accessible>, detail::resource_archetype<host_accessible>>,
-                            host_accessible>);
+static_assert(
+    resource_with<fallback<detail::owning_archetype<host_accessible>, detail::resource_archetype<host_accessible>>, host_accessible>);
 static_assert(!has_owns<fallback<detail::owning_archetype<>, detail::resource_archetype<>>>);
 static_assert(has_owns<fallback<detail::owning_archetype<>, detail::owning_archetype<>>>);
 

@@ -139,8 +139,9 @@ public:
             return;
         }
         [[maybe_unused]] const bool freed = engine_.deallocate(0, address);
-        POOLKIT_ASSERT(freed, "deallocate of a pointer fixed_size did not hand out (or freed twice, or a size "
-                              "other than the one allocated)");
+        POOLKIT_ASSERT(freed,
+                       "deallocate of a pointer fixed_size did not hand out (or freed twice, or a size "
+                       "other than the one allocated)");
     }
     POOLKIT_CUDA_MR_MEMBERS(fixed_size);
 
@@ -240,8 +241,7 @@ private:
 };
 
 static_assert(resource_with<fixed_size<detail::resource_archetype<host_accessible>>, host_accessible>);
-static_assert(has_release<fixed_size<detail::resource_archetype<>>> &&
-              has_check_invariants<fixed_size<detail::resource_archetype<>>> &&
+static_assert(has_release<fixed_size<detail::resource_archetype<>>> && has_check_invariants<fixed_size<detail::resource_archetype<>>> &&
               has_upstream<fixed_size<detail::resource_archetype<>>>);
 static_assert(!has_owns<fixed_size<detail::resource_archetype<>>>);
 static_assert(walkable<fixed_size<detail::resource_archetype<>>>);

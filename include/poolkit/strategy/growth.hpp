@@ -23,12 +23,8 @@ struct growth_policy {
     shape how = shape::geometric;
     std::size_t amount = 2;  // the step in bytes, the factor, or the granularity, as `how` says
 
-    [[nodiscard]] static constexpr growth_policy fixed_step(std::size_t bytes) noexcept {
-        return {shape::fixed_step, bytes};
-    }
-    [[nodiscard]] static constexpr growth_policy geometric(std::size_t factor = 2) noexcept {
-        return {shape::geometric, factor};
-    }
+    [[nodiscard]] static constexpr growth_policy fixed_step(std::size_t bytes) noexcept { return {shape::fixed_step, bytes}; }
+    [[nodiscard]] static constexpr growth_policy geometric(std::size_t factor = 2) noexcept { return {shape::geometric, factor}; }
     [[nodiscard]] static constexpr growth_policy as_needed(std::size_t granularity = std::size_t{2} << 20) noexcept {
         return {shape::as_needed, granularity};
     }
@@ -42,20 +38,23 @@ struct growth_policy {
     // `reserved` bytes are taken already, the first chunk is `initial` bytes and the reserved total
     // may not pass `maximum`. The result is a multiple of `unit` (a power of two) and at least
     // `needed`; nothing when even `needed` does not fit under `maximum` or the sums overflow.
-    [[nodiscard]] constexpr std::optional<std::size_t> next_chunk(std::size_t needed, std::size_t reserved,
-                                                                  std::size_t initial, std::size_t maximum,
-                                                                  std::size_t unit) const noexcept {
+    [[nodiscard]] constexpr std::optional<std::size_t> next_chunk(std::size_t needed, std::size_t reserved, std::size_t initial,
+                                                                  std::size_t maximum, std::size_t unit) const noexcept {
         const auto needed_rounded = checked_align_up(needed, unit);
         if (!needed_rounded || reserved > maximum || *needed_rounded > maximum - reserved) return std::nullopt;
         std::size_t proposal = 0;
         switch (how) {
-            case shape::fixed_step: proposal = amount; break;
+            case shape::fixed_step:
+                proposal = amount;
+                break;
             case shape::geometric:
                 proposal = amount > 1 && reserved <= std::numeric_limits<std::size_t>::max() / (amount - 1)
                                ? reserved * (amount - 1)
                                : std::numeric_limits<std::size_t>::max();
                 break;
-            case shape::as_needed: proposal = checked_round_up(needed, amount).value_or(0); break;
+            case shape::as_needed:
+                proposal = checked_round_up(needed, amount).value_or(0);
+                break;
         }
         if (reserved == 0) proposal = std::max(proposal, initial);
         const std::size_t room = maximum - reserved;

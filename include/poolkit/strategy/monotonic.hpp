@@ -72,8 +72,8 @@ struct chunk : intrusive::set_hook<chunk_tag> {
         : address(address_), bytes(bytes_), alignment(alignment_), high_water(address_) {}
     std::uintptr_t address;
     std::size_t bytes;
-    std::size_t alignment;         // as asked of the upstream
-    std::uintptr_t high_water;     // the end of what was handed out since the chunk last started over
+    std::size_t alignment;  // as asked of the upstream
+    std::uintptr_t high_water;  // the end of what was handed out since the chunk last started over
     std::size_t live_blocks = 0;
     std::size_t live_bytes = 0;
     // Invariant: ascending by address, the last one live and ending at high_water; live_blocks of
@@ -95,8 +95,7 @@ public:
         requires std::default_initializable<Upstream>
         : monotonic(Upstream{}, monotonic_options{}) {}
 
-    explicit monotonic(Upstream upstream, monotonic_options options = {})
-        : upstream_(std::move(upstream)), options_(options) {
+    explicit monotonic(Upstream upstream, monotonic_options options = {}) : upstream_(std::move(upstream)), options_(options) {
         options_.growth.validate();
     }
 
@@ -237,8 +236,7 @@ public:
         std::uintptr_t previous_end = 0;
         for (const chunk& c : chunk_index_) {
             POOLKIT_VERIFY(c.address >= previous_end, "chunks overlap");
-            POOLKIT_VERIFY(c.high_water >= c.address && c.high_water - c.address <= c.bytes,
-                           "a high-water mark outside its chunk");
+            POOLKIT_VERIFY(c.high_water >= c.address && c.high_water - c.address <= c.bytes, "a high-water mark outside its chunk");
             POOLKIT_VERIFY((c.live_blocks == 0) == (c.high_water == c.address), "a wholly free chunk that did not start over");
             POOLKIT_VERIFY(c.live_bytes <= c.high_water - c.address, "more live bytes than were handed out");
             std::size_t chunk_blocks = 0, chunk_bytes = 0;
@@ -251,11 +249,10 @@ public:
                 if (record.bytes != 0) ++chunk_blocks;
                 chunk_bytes += record.bytes;
             }
-            POOLKIT_VERIFY(c.blocks.empty() || (c.blocks.back().bytes != 0 &&
-                                                c.blocks.back().address + c.blocks.back().bytes == c.high_water),
-                           "the last block record is not live at the high-water mark");
-            POOLKIT_VERIFY(chunk_blocks == c.live_blocks && chunk_bytes == c.live_bytes,
-                           "a chunk's block records and counts disagree");
+            POOLKIT_VERIFY(
+                c.blocks.empty() || (c.blocks.back().bytes != 0 && c.blocks.back().address + c.blocks.back().bytes == c.high_water),
+                "the last block record is not live at the high-water mark");
+            POOLKIT_VERIFY(chunk_blocks == c.live_blocks && chunk_bytes == c.live_bytes, "a chunk's block records and counts disagree");
             previous_end = c.address + c.bytes;
             reserved += c.bytes;
             blocks += c.live_blocks;
@@ -296,11 +293,10 @@ private:
             if (c.live_blocks == 0 && fits(c, bytes, alignment)) return &c;
         }
         const std::size_t chunk_alignment = std::max(alignment, unit);
-        const auto preferred = options_.growth.next_chunk(bytes, reserved_bytes_, options_.initial_size,
-                                                          options_.maximum_size, unit);
+        const auto preferred = options_.growth.next_chunk(bytes, reserved_bytes_, options_.initial_size, options_.maximum_size, unit);
         chunk* fresh = detail::grow_chunk(
-            preferred, checked_align_up(bytes, unit),
-            [&](std::size_t chunk_bytes) { return try_grow(chunk_bytes, chunk_alignment); }, [&] { release(); });
+            preferred, checked_align_up(bytes, unit), [&](std::size_t chunk_bytes) { return try_grow(chunk_bytes, chunk_alignment); },
+            [&] { release(); });
         if (fresh != nullptr) return fresh;
         memory_figures failure = memory_figures::held(bytes, alignment, live_bytes_, reserved_bytes_);
         if (options_.maximum_size != std::numeric_limits<std::size_t>::max()) failure.limit_bytes = options_.maximum_size;
@@ -333,9 +329,7 @@ private:
         return found != c.blocks.end() && found->address == address ? &*found : nullptr;
     }
 
-    [[nodiscard]] const chunk* find_chunk_const(std::uintptr_t address) const noexcept {
-        return detail::find_chunk(chunk_index_, address);
-    }
+    [[nodiscard]] const chunk* find_chunk_const(std::uintptr_t address) const noexcept { return detail::find_chunk(chunk_index_, address); }
     chunk* find_chunk(std::uintptr_t address) noexcept { return const_cast<chunk*>(find_chunk_const(address)); }
 
     void return_chunk(chunk* c) noexcept {
@@ -356,8 +350,7 @@ private:
 
 static_assert(resource_with<monotonic<detail::resource_archetype<host_accessible>>, host_accessible>);
 static_assert(has_try_allocate<monotonic<detail::resource_archetype<>>> && has_release<monotonic<detail::resource_archetype<>>> &&
-              has_owns<monotonic<detail::resource_archetype<>>> &&
-              has_check_invariants<monotonic<detail::resource_archetype<>>> &&
+              has_owns<monotonic<detail::resource_archetype<>>> && has_check_invariants<monotonic<detail::resource_archetype<>>> &&
               has_upstream<monotonic<detail::resource_archetype<>>>);
 static_assert(walkable<monotonic<detail::resource_archetype<>>>);
 

@@ -52,8 +52,7 @@ public:
     [[nodiscard]] void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream)
         requires stream_resource<Small> && stream_resource<Large>
     {
-        return bytes <= Threshold ? small_.allocate_async(bytes, alignment, stream)
-                                  : large_.allocate_async(bytes, alignment, stream);
+        return bytes <= Threshold ? small_.allocate_async(bytes, alignment, stream) : large_.allocate_async(bytes, alignment, stream);
     }
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept
         requires stream_resource<Small> && stream_resource<Large>
@@ -106,9 +105,7 @@ public:
     [[nodiscard]] Large& large_resource() noexcept { return large_; }
     [[nodiscard]] const Large& large_resource() const noexcept { return large_; }
 
-    friend bool operator==(const segregator& a, const segregator& b) {
-        return a.small_ == b.small_ && a.large_ == b.large_;
-    }
+    friend bool operator==(const segregator& a, const segregator& b) { return a.small_ == b.small_ && a.large_ == b.large_; }
 
     template <class Property>
         requires has_property<Small, Property> && has_property<Large, Property>
@@ -119,12 +116,12 @@ private:
     Large large_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
 };
 
-static_assert(resource_with<segregator<256, detail::resource_archetype<host_accessible>,
-                                       detail::resource_archetype<host_accessible, device_accessible>>,
-                            host_accessible>);
-static_assert(!has_property<segregator<256, detail::resource_archetype<host_accessible>,
-                                       detail::resource_archetype<host_accessible, device_accessible>>,
-                            device_accessible>);
+static_assert(resource_with<
+              segregator<256, detail::resource_archetype<host_accessible>, detail::resource_archetype<host_accessible, device_accessible>>,
+              host_accessible>);
+static_assert(!has_property<
+              segregator<256, detail::resource_archetype<host_accessible>, detail::resource_archetype<host_accessible, device_accessible>>,
+              device_accessible>);
 static_assert(!has_release<segregator<256, detail::resource_archetype<>, detail::resource_archetype<>>>);
 
 }  // namespace poolkit

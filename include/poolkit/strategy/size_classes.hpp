@@ -279,10 +279,16 @@ public:
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
     [[nodiscard]] large_resource_type& large_resource() noexcept {
-        if constexpr (large_is_upstream) return upstream_; else return large_;
+        if constexpr (large_is_upstream)
+            return upstream_;
+        else
+            return large_;
     }
     [[nodiscard]] const large_resource_type& large_resource() const noexcept {
-        if constexpr (large_is_upstream) return upstream_; else return large_;
+        if constexpr (large_is_upstream)
+            return upstream_;
+        else
+            return large_;
     }
 
     // Identity: only the resource that handed out a block can take it back.
@@ -304,14 +310,12 @@ private:
         return aligned_class_[index * alignment_levels_ + level];
     }
 
-    static std::vector<detail::slabs::class_spec> specs(const std::vector<std::size_t>& sizes,
-                                                        const size_classes_options& options) {
+    static std::vector<detail::slabs::class_spec> specs(const std::vector<std::size_t>& sizes, const size_classes_options& options) {
         validate_alignment(options.slab_alignment);
         std::vector<detail::slabs::class_spec> result;
         for (std::size_t size : sizes) {
             const std::size_t blocks = std::clamp<std::size_t>(options.slab_size / size, 1, std::size_t{1} << 30);
-            result.push_back({size, detail::slabs::natural_alignment(size, options.slab_alignment),
-                              static_cast<std::uint32_t>(blocks)});
+            result.push_back({size, detail::slabs::natural_alignment(size, options.slab_alignment), static_cast<std::uint32_t>(blocks)});
         }
         return result;
     }
@@ -366,8 +370,7 @@ private:
     bool uncount_large([[maybe_unused]] void* pointer, std::size_t bytes) noexcept {
 #if POOLKIT_ENABLE_ASSERTS
         const auto found = large_live_.find(reinterpret_cast<std::uintptr_t>(pointer));
-        POOLKIT_ASSERT(found != large_live_.end(),
-                       "size_classes: deallocate of a large block it did not hand out, or one freed twice");
+        POOLKIT_ASSERT(found != large_live_.end(), "size_classes: deallocate of a large block it did not hand out, or one freed twice");
         if (found == large_live_.end()) return false;
         POOLKIT_ASSERT(found->second == bytes, "size_classes: deallocate of a large block with a size other than the one allocated");
         if (found->second != bytes) return false;
@@ -387,7 +390,7 @@ private:
     Large large_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
     std::vector<std::size_t> sizes_;  // the class sizes, ascending
     detail::slabs::slab_engine engine_;
-    std::vector<std::uint16_t> table_;          // (bytes - 1) >> table_shift_ -> a class to start from
+    std::vector<std::uint16_t> table_;  // (bytes - 1) >> table_shift_ -> a class to start from
     std::size_t table_shift_ = 0;
     std::vector<std::uint16_t> aligned_class_;  // [class][log2 alignment] -> smallest fit, or sizes_.size()
     std::size_t alignment_levels_ = 0;
@@ -399,10 +402,8 @@ private:
 };
 
 static_assert(resource_with<size_classes<detail::resource_archetype<host_accessible>>, host_accessible>);
-static_assert(!has_property<size_classes<detail::resource_archetype<host_accessible>, detail::resource_archetype<>>,
-                            host_accessible>);
-static_assert(has_release<size_classes<detail::resource_archetype<>>> &&
-              has_check_invariants<size_classes<detail::resource_archetype<>>> &&
+static_assert(!has_property<size_classes<detail::resource_archetype<host_accessible>, detail::resource_archetype<>>, host_accessible>);
+static_assert(has_release<size_classes<detail::resource_archetype<>>> && has_check_invariants<size_classes<detail::resource_archetype<>>> &&
               has_upstream<size_classes<detail::resource_archetype<>>>);
 static_assert(!has_owns<size_classes<detail::resource_archetype<>>>);
 static_assert(walkable<size_classes<detail::resource_archetype<>>>);

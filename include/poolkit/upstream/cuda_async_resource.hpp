@@ -157,8 +157,7 @@ public:
         void* base = nullptr;
         const cudaError_t status = cudaMallocFromPoolAsync(&base, *padded, pool_, stream.get());
         if (status != cudaSuccess) {
-            detail::throw_allocation_failure(status, "cudaMallocFromPoolAsync", "cuda_async_resource",
-                                             figures(bytes, alignment));
+            detail::throw_allocation_failure(status, "cudaMallocFromPoolAsync", "cuda_async_resource", figures(bytes, alignment));
         }
         try {
             return registry().adopt(base, alignment, native_alignment);
@@ -207,9 +206,7 @@ public:
     [[nodiscard]] cudaMemPool_t pool_handle() const noexcept { return pool_; }
     [[nodiscard]] bool owns_pool() const noexcept { return owned_; }
 
-    friend bool operator==(const cuda_async_resource& a, const cuda_async_resource& b) noexcept {
-        return a.pool_ == b.pool_;
-    }
+    friend bool operator==(const cuda_async_resource& a, const cuda_async_resource& b) noexcept { return a.pool_ == b.pool_; }
     friend constexpr void get_property(const cuda_async_resource&, device_accessible) noexcept {}
 
 private:
@@ -231,9 +228,7 @@ private:
         return memory_figures::request(bytes, alignment);
     }
 
-    static detail::over_aligned_registry& registry() {
-        return detail::over_aligned_registry::instance<cuda_async_resource>();
-    }
+    static detail::over_aligned_registry& registry() { return detail::over_aligned_registry::instance<cuda_async_resource>(); }
 
     cudaMemPool_t pool_ = nullptr;
     bool owned_ = false;

@@ -21,6 +21,7 @@ public:
 
     friend constexpr bool operator==(const cuda_device_resource&, const cuda_device_resource&) noexcept { return true; }
     friend constexpr void get_property(const cuda_device_resource&, device_accessible) noexcept {}
+
 private:
     friend class detail::cuda_malloc_resource<cuda_device_resource>;
     cudaError_t raw_allocate(void** pointer, std::size_t bytes) const noexcept { return cudaMalloc(pointer, bytes); }

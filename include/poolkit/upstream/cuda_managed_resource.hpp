@@ -20,6 +20,7 @@ public:
     friend constexpr bool operator==(const cuda_managed_resource&, const cuda_managed_resource&) noexcept { return true; }
     friend constexpr void get_property(const cuda_managed_resource&, device_accessible) noexcept {}
     friend constexpr void get_property(const cuda_managed_resource&, host_accessible) noexcept {}
+
 private:
     friend class detail::cuda_malloc_resource<cuda_managed_resource>;
     cudaError_t raw_allocate(void** pointer, std::size_t bytes) const noexcept {

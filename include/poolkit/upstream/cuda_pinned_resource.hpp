@@ -35,9 +35,7 @@ public:
 
 private:
     friend class detail::cuda_malloc_resource<cuda_pinned_resource>;
-    cudaError_t raw_allocate(void** pointer, std::size_t bytes) const noexcept {
-        return cudaHostAlloc(pointer, bytes, options_.flags);
-    }
+    cudaError_t raw_allocate(void** pointer, std::size_t bytes) const noexcept { return cudaHostAlloc(pointer, bytes, options_.flags); }
     cudaError_t raw_free(void* pointer) const noexcept { return cudaFreeHost(pointer); }
     cuda_pinned_options options_;
 };

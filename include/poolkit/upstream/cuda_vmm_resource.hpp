@@ -120,8 +120,8 @@ public:
 
         access_.push_back(read_write(device_));
         for (int peer : options.peers) {
-            if (peer == device_ || std::any_of(access_.begin(), access_.end(),
-                                               [peer](const CUmemAccessDesc& d) { return d.location.id == peer; })) {
+            if (peer == device_ ||
+                std::any_of(access_.begin(), access_.end(), [peer](const CUmemAccessDesc& d) { return d.location.id == peer; })) {
                 continue;
             }
             int can_access = 0;
@@ -139,11 +139,10 @@ public:
         std::size_t free_bytes = 0;
         detail::check_cuda(cudaMemGetInfo(&free_bytes, &device_bytes_), "cudaMemGetInfo");
         const std::size_t device_limit = align_down(device_bytes_, granularity_);
-        physical_limit_ = options.physical_limit == 0 ? device_limit
-                                                      : std::min(align_down(options.physical_limit, granularity_), device_limit);
+        physical_limit_ =
+            options.physical_limit == 0 ? device_limit : std::min(align_down(options.physical_limit, granularity_), device_limit);
 
-        const auto wanted = options.reserve_bytes != 0 ? std::optional(options.reserve_bytes)
-                                                       : checked_mul(device_bytes_, std::size_t{16});
+        const auto wanted = options.reserve_bytes != 0 ? std::optional(options.reserve_bytes) : checked_mul(device_bytes_, std::size_t{16});
         const auto reserve = wanted ? checked_align_up(*wanted, granularity_) : std::nullopt;
         if (!reserve) throw std::invalid_argument("poolkit: cuda_vmm_resource reserve_bytes is too large");
         CUdeviceptr base{};
@@ -328,8 +327,7 @@ public:
         CUmemGenericAllocationHandle handle{};
         driver_->check(driver_->mem_retain_allocation_handle(&handle, const_cast<void*>(block)), "cuMemRetainAllocationHandle");
         int descriptor = -1;
-        const CUresult exported =
-            driver_->mem_export_to_shareable_handle(&descriptor, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        const CUresult exported = driver_->mem_export_to_shareable_handle(&descriptor, handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
         detail::cuda_driver::check_in_deallocate(driver_->mem_release(handle), "cuMemRelease");
         driver_->check(exported, "cuMemExportToShareableHandle (was the resource made with cuda_vmm_options::shareable?)");
         return descriptor;
@@ -355,7 +353,6 @@ public:
     friend constexpr void get_property(const cuda_vmm_resource&, device_accessible) noexcept {}
 
 private:
-
     static CUmemAccessDesc read_write(int device) noexcept {
         CUmemAccessDesc access{};
         access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -374,8 +371,7 @@ private:
         if (asked == 0) asked = std::max(minimum, recommended);
         if (minimum == 0 || !is_power_of_two(asked) || asked % minimum != 0) {
             throw std::invalid_argument("poolkit: cuda_vmm_resource granularity " + std::to_string(asked) +
-                                        " is not a power-of-two multiple of the device's minimum, " +
-                                        std::to_string(minimum));
+                                        " is not a power-of-two multiple of the device's minimum, " + std::to_string(minimum));
         }
         return asked;
     }
@@ -474,10 +470,10 @@ private:
     const detail::cuda_driver* driver_;
     int device_ = 0;
     std::size_t granularity_ = 0;
-    std::size_t device_bytes_ = 0;     // the device's memory, as cudaMemGetInfo reports its total
+    std::size_t device_bytes_ = 0;  // the device's memory, as cudaMemGetInfo reports its total
     std::atomic<std::size_t> physical_limit_{0};  // most bytes mapped at once; read without the lock
-    std::size_t over_limit_ = 0;       // mapped when the limit was set below that (else 0)
-    CUmemAllocationProp properties_{}; // of every granule: pinned device memory on device_
+    std::size_t over_limit_ = 0;  // mapped when the limit was set below that (else 0)
+    CUmemAllocationProp properties_{};  // of every granule: pinned device memory on device_
     std::vector<CUmemAccessDesc> access_;  // read-write for device_, then each peer
     mutable std::mutex mutex_;
     detail::granule_map granules_{0, 0, 1};  // guarded by mutex_; the reservation once constructed

@@ -60,8 +60,7 @@ public:
         span_ = *span;
         void* base = ::mmap(nullptr, span_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (base == MAP_FAILED) {
-            throw std::system_error(errno, std::generic_category(),
-                                    "poolkit: simulated_resource could not reserve address space");
+            throw std::system_error(errno, std::generic_category(), "poolkit: simulated_resource could not reserve address space");
         }
         base_ = reinterpret_cast<std::uintptr_t>(base);
         const std::uintptr_t first = align_up(base_, options_.granularity);
@@ -164,8 +163,8 @@ public:
 
 private:
     struct live_range {
-        std::uintptr_t start;       // first byte of the footprint (padding, block, gap)
-        std::size_t footprint;      // everything this allocation took from the free ranges
+        std::uintptr_t start;  // first byte of the footprint (padding, block, gap)
+        std::size_t footprint;  // everything this allocation took from the free ranges
         std::size_t rounded_bytes;  // the block itself
     };
 
@@ -232,8 +231,8 @@ private:
     std::size_t span_ = 0;
     mutable std::mutex mutex_;
     std::size_t live_bytes_ = 0;
-    std::map<std::uintptr_t, live_range> live_;                  // keyed by the user's address
-    std::map<std::uintptr_t, std::size_t> free_by_address_;      // start -> bytes
+    std::map<std::uintptr_t, live_range> live_;  // keyed by the user's address
+    std::map<std::uintptr_t, std::size_t> free_by_address_;  // start -> bytes
     std::set<std::pair<std::size_t, std::uintptr_t>> free_by_size_;  // (bytes, start): best fit
 };
 

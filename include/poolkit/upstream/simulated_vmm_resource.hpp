@@ -78,7 +78,8 @@ public:
     // (torch.cuda.set_per_process_memory_fraction).
     void set_physical_limit(std::size_t bytes) {
         std::lock_guard lock(mutex_);
-        options_.physical_limit = bytes == 0 || bytes > granules_.capacity() ? granules_.capacity() : align_down(bytes, granules_.granularity());
+        options_.physical_limit =
+            bytes == 0 || bytes > granules_.capacity() ? granules_.capacity() : align_down(bytes, granules_.granularity());
         physical_limit_.store(options_.physical_limit, std::memory_order_relaxed);
         over_limit_ = granules_.mapped_bytes() > options_.physical_limit ? granules_.mapped_bytes() : 0;
     }
@@ -175,8 +176,7 @@ public:
         const auto block = granules_.block_at(address);
         POOLKIT_ASSERT(block.has_value(), "deallocate of a pointer simulated_vmm_resource did not hand out");
         if (!block) return;
-        POOLKIT_ASSERT(checked_round_up(bytes, granules_.granularity()) == *block,
-                       "deallocate with a size other than the one allocated");
+        POOLKIT_ASSERT(checked_round_up(bytes, granules_.granularity()) == *block, "deallocate with a size other than the one allocated");
         granules_.forget_block(address);
         granules_.mark_unmapped(address, *block);
     }
@@ -207,9 +207,7 @@ public:
         POOLKIT_VERIFY(granules_.mapped_bytes() <= std::max(options_.physical_limit, over_limit_), "mapped past the physical limit");
     }
 
-    friend bool operator==(const simulated_vmm_resource& a, const simulated_vmm_resource& b) noexcept {
-        return &a == &b;
-    }
+    friend bool operator==(const simulated_vmm_resource& a, const simulated_vmm_resource& b) noexcept { return &a == &b; }
 
 private:
     static simulated_vmm_options validated(simulated_vmm_options options) {
@@ -232,12 +230,10 @@ private:
     // range can start on a granule boundary. Released when the resource is destroyed.
     class host_reservation {
     public:
-        explicit host_reservation(const simulated_vmm_options& options)
-            : bytes_(options.capacity + options.granularity) {
+        explicit host_reservation(const simulated_vmm_options& options) : bytes_(options.capacity + options.granularity) {
             void* start = ::mmap(nullptr, bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
             if (start == MAP_FAILED) {
-                throw std::system_error(errno, std::generic_category(),
-                                        "poolkit: simulated_vmm_resource could not reserve address space");
+                throw std::system_error(errno, std::generic_category(), "poolkit: simulated_vmm_resource could not reserve address space");
             }
             start_ = reinterpret_cast<std::uintptr_t>(start);
         }
@@ -257,7 +253,8 @@ private:
         const auto address = reinterpret_cast<std::uintptr_t>(at);
         std::lock_guard lock(mutex_);
         granules_.check_map(address, bytes, name);
-        if (!granules_.room_for(bytes, options_.physical_limit)) throw out_of_memory(name, physical_figures(bytes, granules_.granularity()));
+        if (!granules_.room_for(bytes, options_.physical_limit))
+            throw out_of_memory(name, physical_figures(bytes, granules_.granularity()));
         (granules_.*mark)(address, bytes);
     }
 
@@ -291,7 +288,7 @@ private:
 
     simulated_vmm_options options_;
     std::atomic<std::size_t> physical_limit_;  // options_.physical_limit, read without the lock
-    std::size_t over_limit_ = 0;               // mapped when the limit was set below that (else 0)
+    std::size_t over_limit_ = 0;  // mapped when the limit was set below that (else 0)
     host_reservation reservation_;
     mutable std::mutex mutex_;
     detail::granule_map granules_;  // guarded by mutex_
@@ -299,9 +296,7 @@ private:
 
 static_assert(virtual_memory<simulated_vmm_resource>);
 static_assert(stream_resource<simulated_vmm_resource>);
-static_assert(has_try_allocate<simulated_vmm_resource> && has_owns<simulated_vmm_resource> &&
-              has_check_invariants<simulated_vmm_resource>);
-static_assert(!has_property<simulated_vmm_resource, host_accessible> &&
-              !has_property<simulated_vmm_resource, device_accessible>);
+static_assert(has_try_allocate<simulated_vmm_resource> && has_owns<simulated_vmm_resource> && has_check_invariants<simulated_vmm_resource>);
+static_assert(!has_property<simulated_vmm_resource, host_accessible> && !has_property<simulated_vmm_resource, device_accessible>);
 
 }  // namespace poolkit

@@ -258,8 +258,7 @@ public:
     void mark_unmapped(std::uintptr_t at, std::size_t bytes) noexcept {
         auto after = holes_by_address_.lower_bound(at);
         const bool joins_after = after != holes_by_address_.end() && after->first == at + bytes;
-        const bool joins_before = after != holes_by_address_.begin() &&
-                                  std::prev(after)->first + std::prev(after)->second == at;
+        const bool joins_before = after != holes_by_address_.begin() && std::prev(after)->first + std::prev(after)->second == at;
         if (joins_before) {
             auto before = std::prev(after);
             std::size_t merged = before->second + bytes;
@@ -337,8 +336,7 @@ public:
         bool first = true;
         std::size_t unmapped = 0;
         for (const auto& [start, bytes] : holes_by_address_) {
-            POOLKIT_VERIFY(bytes != 0 && start % granularity_ == 0 && bytes % granularity_ == 0,
-                           "a hole is not whole granules");
+            POOLKIT_VERIFY(bytes != 0 && start % granularity_ == 0 && bytes % granularity_ == 0, "a hole is not whole granules");
             POOLKIT_VERIFY(start >= base_ && start - base_ <= capacity_ && bytes <= capacity_ - (start - base_),
                            "a hole lies outside the reservation");
             POOLKIT_VERIFY(first || start > previous_end, "holes touch or overlap");
@@ -372,14 +370,13 @@ private:
     using const_hole_iterator = std::map<std::uintptr_t, std::size_t>::const_iterator;
 
     [[nodiscard]] bool in_range(std::uintptr_t at, std::size_t bytes) const noexcept {
-        return bytes != 0 && at % granularity_ == 0 && bytes % granularity_ == 0 && at >= base_ &&
-               at - base_ <= capacity_ && bytes <= capacity_ - (at - base_);
+        return bytes != 0 && at % granularity_ == 0 && bytes % granularity_ == 0 && at >= base_ && at - base_ <= capacity_ &&
+               bytes <= capacity_ - (at - base_);
     }
 
     void check_in_range(std::uintptr_t at, std::size_t bytes, const char* source, const char* call) const {
         const auto fail = [&](const char* why) {
-            throw std::invalid_argument(std::string("poolkit: ") + source + "::" + call + " of " + describe(at, bytes) +
-                                        ": " + why);
+            throw std::invalid_argument(std::string("poolkit: ") + source + "::" + call + " of " + describe(at, bytes) + ": " + why);
         };
         if (at % granularity_ != 0 || bytes % granularity_ != 0) {
             fail(("address and size must be multiples of the granularity, " + std::to_string(granularity_)).c_str());
@@ -388,8 +385,8 @@ private:
     }
 
     [[nodiscard]] std::string describe(std::uintptr_t at, std::size_t bytes) const {
-        return std::to_string(bytes) + " bytes at offset " +
-               (at >= base_ ? std::to_string(at - base_) : "-" + std::to_string(base_ - at)) + " of the reservation";
+        return std::to_string(bytes) + " bytes at offset " + (at >= base_ ? std::to_string(at - base_) : "-" + std::to_string(base_ - at)) +
+               " of the reservation";
     }
 
     [[nodiscard]] const char* unmap_violation_ignoring_blocks(std::uintptr_t at, std::size_t bytes) const noexcept {
@@ -455,15 +452,15 @@ private:
     std::uintptr_t claim_floor_ = base_ + capacity_;  // [claim_floor_, top) is claimed or given back
     std::map<std::uintptr_t, std::size_t> unclaimed_;  // spans above the floor given back: start -> bytes
     std::set<std::pair<std::size_t, std::uintptr_t>> unclaimed_by_size_;  // (bytes, start): best fit
-    std::map<std::uintptr_t, std::size_t> holes_by_address_;              // start -> bytes, unmapped
-    std::set<std::pair<std::size_t, std::uintptr_t>> holes_by_size_;      // (bytes, start): best fit
-    std::map<std::uintptr_t, std::size_t> blocks_;                        // allocate's blocks: start -> bytes
-    std::map<std::uintptr_t, std::size_t> whole_;                         // mappings made whole: start -> bytes
+    std::map<std::uintptr_t, std::size_t> holes_by_address_;  // start -> bytes, unmapped
+    std::set<std::pair<std::size_t, std::uintptr_t>> holes_by_size_;  // (bytes, start): best fit
+    std::map<std::uintptr_t, std::size_t> blocks_;  // allocate's blocks: start -> bytes
+    std::map<std::uintptr_t, std::size_t> whole_;  // mappings made whole: start -> bytes
     std::size_t block_bytes_ = 0;
-    std::size_t mapped_bytes_ = 0;       // capacity_ minus the holes
+    std::size_t mapped_bytes_ = 0;  // capacity_ minus the holes
     std::size_t peak_mapped_bytes_ = 0;  // most mapped_bytes_ ever was
-    std::size_t map_calls_ = 0;          // mark_mapped calls
-    std::size_t unmap_calls_ = 0;        // mark_unmapped calls
+    std::size_t map_calls_ = 0;  // mark_mapped calls
+    std::size_t unmap_calls_ = 0;  // mark_unmapped calls
 };
 
 }  // namespace detail

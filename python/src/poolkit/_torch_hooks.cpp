@@ -229,7 +229,8 @@ public:
     // first window whose filter takes it, as PyTorch's allocator picks). Never throws: a filter
     // that fails (a stream destroyed since) routes nothing, and frees run from deleters.
     void route(int device, cudaStream_t stream) noexcept {
-        if (open_count_.load(std::memory_order_acquire) == 0) [[likely]] return;
+        if (open_count_.load(std::memory_order_acquire) == 0) [[likely]]
+            return;
         try {
             const std::lock_guard lock(mutex_);
             for (window& w : open_) {
@@ -374,7 +375,8 @@ history_stacks stacks;
 // (0 stops), each alloc labelled with its stack where `python` or `cpp`, each free too where `frees`.
 void record_history(std::size_t max_entries, bool python, bool cpp, bool frees) {
     stacks.configure(python, cpp, frees);
-    const int failed = plugin.record_history(max_entries, poolkit_history_callbacks{&history_stacks::label, &history_stacks::release, &stacks});
+    const int failed =
+        plugin.record_history(max_entries, poolkit_history_callbacks{&history_stacks::label, &history_stacks::release, &stacks});
     TORCH_CHECK(failed == 0, "poolkit: _record_memory_history failed: ", last_error());
 }
 
@@ -395,9 +397,8 @@ public:
             plugin.empty_cache();
             check("empty_cache");
         });
-        set_begin_allocate_to_pool([](int device, MempoolId_t id, std::function<bool(cudaStream_t)> filter) {
-            routes.begin(device, id, std::move(filter));
-        });
+        set_begin_allocate_to_pool(
+            [](int device, MempoolId_t id, std::function<bool(cudaStream_t)> filter) { routes.begin(device, id, std::move(filter)); });
         set_end_allocate_to_pool_fn([](int device, MempoolId_t id) { routes.end(device, id); });
         set_release_pool([](int, MempoolId_t id) { routes.release(id); });
         set_memory_fraction_fn([](double fraction, int device) {
@@ -446,8 +447,9 @@ public:
         check("reset_peak_memory_stats");
     }
     void resetAccumulatedStats(c10::DeviceIndex) override {
-        TORCH_CHECK(false, "poolkit: reset_accumulated_memory_stats is not supported: poolkit's allocated/freed counts run for the "
-                           "pool's life (reset_peak_memory_stats resets the peaks)");
+        TORCH_CHECK(false,
+                    "poolkit: reset_accumulated_memory_stats is not supported: poolkit's allocated/freed counts run for the "
+                    "pool's life (reset_peak_memory_stats resets the peaks)");
     }
 
     void attachOutOfMemoryObserver(c10::cuda::CUDACachingAllocator::OutOfMemoryObserver observer) override {
@@ -467,7 +469,8 @@ private:
         }
         const std::string error = last_error();
         if (error.find("out of memory") != std::string::npos) raise_out_of_memory(size, device, error);
-        TORCH_CHECK(false, "poolkit: allocation of " + std::to_string(size) + " bytes on device " + std::to_string(device) + " failed: " + error);
+        TORCH_CHECK(false,
+                    "poolkit: allocation of " + std::to_string(size) + " bytes on device " + std::to_string(device) + " failed: " + error);
         return nullptr;
     }
 
@@ -497,7 +500,8 @@ private:
         } catch (const c10::Error&) {  // the figures are a courtesy: the error raised is the OOM
         }
         std::string message = "CUDA out of memory. Tried to allocate " + format_size(size) + ". GPU " + std::to_string(device) +
-                              " has a total capacity of " + format_size(total_bytes) + " of which " + format_size(free_bytes) + " is free. ";
+                              " has a total capacity of " + format_size(total_bytes) + " of which " + format_size(free_bytes) +
+                              " is free. ";
         if (fraction) message += format_size(allowed) + " allowed; ";
         message += "Of the allocated memory " + format_size(static_cast<std::uint64_t>(allocated)) + " is allocated by poolkit, and " +
                    format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(reserved - allocated, 0))) +
@@ -540,6 +544,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
     module.doc() = "poolkit's PyTorch allocator hooks (poolkit.torch builds and loads this)";
     module.def("install", &install, "Makes poolkit PyTorch's CUDA allocator, every hook wired");
     module.def("record_history", &record_history, "Starts (max_entries > 0) or stops every pool's history, labelled with call stacks");
-    module.def("history_frames", [](const std::vector<unsigned long long>& labels) { return stacks.frames(labels); },
-               "The frames of each label's call stack, as PyTorch's snapshot writes them");
+    module.def(
+        "history_frames", [](const std::vector<unsigned long long>& labels) { return stacks.frames(labels); },
+        "The frames of each label's call stack, as PyTorch's snapshot writes them");
 }

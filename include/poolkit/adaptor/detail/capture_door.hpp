@@ -116,7 +116,8 @@ public:
     // call outside any capture: no host wait, their launches are done.
     template <class IntoPool>
     void release_gone(IntoPool&& into_pool) noexcept {
-        if (!graphs_->graphs_gone()) [[likely]] return;
+        if (!graphs_->graphs_gone()) [[likely]]
+            return;
         try {
             graphs_->release_gone(into_pool);
         } catch (...) {  // no host memory: those pools wait for their explicit release or the owner's end
@@ -126,7 +127,7 @@ public:
 private:
     Events* events_;
     std::unique_ptr<Graphs> graphs_;  // made at the first capture
-    std::vector<free_block> held_;    // chunks the owner's pool gave back during captures
+    std::vector<free_block> held_;  // chunks the owner's pool gave back during captures
     bool safe_ = false;
     capture_check check_ = capture_check::every_call;
 };

@@ -19,7 +19,7 @@ struct metric_figures {
     std::int64_t current = 0;
     std::int64_t peak = 0;
     std::int64_t allocated = 0;  // total added since construction or reset_accumulated()
-    std::int64_t freed = 0;      // total removed since construction or reset_accumulated()
+    std::int64_t freed = 0;  // total removed since construction or reset_accumulated()
 };
 
 namespace detail {
@@ -40,8 +40,8 @@ public:
         current_.fetch_sub(amount, std::memory_order_relaxed);
     }
     [[nodiscard]] metric_figures read() const noexcept {
-        return {current_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed),
-                allocated_.load(std::memory_order_relaxed), freed_.load(std::memory_order_relaxed)};
+        return {current_.load(std::memory_order_relaxed), peak_.load(std::memory_order_relaxed), allocated_.load(std::memory_order_relaxed),
+                freed_.load(std::memory_order_relaxed)};
     }
     // Peak becomes current. A concurrent add may land between the two steps; the second raise
     // keeps the peak at least the current value afterwards.
@@ -49,7 +49,10 @@ public:
         peak_.store(current_.load(std::memory_order_relaxed), std::memory_order_relaxed);
         raise_peak(current_.load(std::memory_order_relaxed));
     }
-    void set_peak(std::int64_t value) noexcept { peak_.store(value, std::memory_order_relaxed); raise_peak(current_.load(std::memory_order_relaxed)); }
+    void set_peak(std::int64_t value) noexcept {
+        peak_.store(value, std::memory_order_relaxed);
+        raise_peak(current_.load(std::memory_order_relaxed));
+    }
     void raise_peak(std::int64_t value) noexcept {
         std::int64_t seen = peak_.load(std::memory_order_relaxed);
         while (value > seen && !peak_.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {

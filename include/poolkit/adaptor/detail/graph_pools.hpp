@@ -68,7 +68,8 @@ class graph_pools {
 public:
     using event_type = typename Events::event_type;
 
-    graph_pools(Events& events, Upstream& upstream, const options_type& options) : events_(&events), upstream_(&upstream), options_(options) {}
+    graph_pools(Events& events, Upstream& upstream, const options_type& options)
+        : events_(&events), upstream_(&upstream), options_(options) {}
     graph_pools(const graph_pools&) = delete;
     graph_pools& operator=(const graph_pools&) = delete;
     // The owner waited for everything: all goes back.
@@ -346,7 +347,7 @@ private:
     };
     struct joining_block {
         free_block block;
-        event_type event;       // recorded on the freeing stream, in `capture`
+        event_type event;  // recorded on the freeing stream, in `capture`
         std::uint64_t capture;
     };
     struct part {
@@ -355,8 +356,8 @@ private:
         std::uint64_t capture = 0;  // the last capture that took from it
         std::unique_ptr<holder> blocks;
         std::vector<joining_block> joining;  // freed on another stream in a capture into the pool
-        std::vector<free_block> held;        // back into the Pool at the release only
-        std::size_t live = 0;                // blocks handed out and not freed
+        std::vector<free_block> held;  // back into the Pool at the release only
+        std::size_t live = 0;  // blocks handed out and not freed
         bool released = false;
     };
 
@@ -443,12 +444,12 @@ private:
     Upstream* upstream_;
     options_type options_;
     std::vector<std::unique_ptr<part>> parts_;
-    pointer_map<part*> owners_;                                       // live graph blocks
+    pointer_map<part*> owners_;  // live graph blocks
     std::vector<std::pair<std::uint64_t, std::uint64_t>> shared_;  // capture, pool
-    std::vector<std::pair<std::uint64_t, free_block>> adopted_;    // pool, shared-pool block
-    std::vector<std::pair<std::uint64_t, stream_key>> running_;    // captures that may run, by member stream
-    std::vector<std::uint64_t> watched_;                           // captures whose graph's end Events will tell
-    std::vector<std::uint64_t> kept_gone_;                         // told gone while other captures ran
+    std::vector<std::pair<std::uint64_t, free_block>> adopted_;  // pool, shared-pool block
+    std::vector<std::pair<std::uint64_t, stream_key>> running_;  // captures that may run, by member stream
+    std::vector<std::uint64_t> watched_;  // captures whose graph's end Events will tell
+    std::vector<std::uint64_t> kept_gone_;  // told gone while other captures ran
     bool watch_failed_ = false;
     std::shared_ptr<gone_list> gone_ = std::make_shared<gone_list>();  // outlives this object in the telling
 };

@@ -78,7 +78,8 @@ struct registry {
 
 // The calling thread's registry, made at its first call; nullptr once it is gone.
 inline registry* this_thread() noexcept {
-    if (registry_gone) [[unlikely]] return nullptr;
+    if (registry_gone) [[unlikely]]
+        return nullptr;
     thread_local registry caches;
     return &caches;
 }
@@ -133,7 +134,7 @@ private:
     static std::uint64_t bit(const void* pointer) noexcept { return std::uint64_t{1} << ((hash(pointer) >> 48) & 63); }
 
     std::mutex mutex_;
-    std::unordered_set<void*> set_;                      // guarded by mutex_
+    std::unordered_set<void*> set_;  // guarded by mutex_
     std::array<std::atomic<std::uint64_t>, words> bits_{};
     std::atomic<std::size_t> count_{0};
 };

@@ -53,8 +53,7 @@ public:
         for (std::size_t i = next(hole); slots_[i].key != 0; i = next(i)) {
             const std::size_t wanted_home = home(slots_[i].key);
             // Move it back unless its home lies cyclically in (hole, i].
-            const bool home_after_hole = hole <= i ? (wanted_home > hole && wanted_home <= i)
-                                                   : (wanted_home > hole || wanted_home <= i);
+            const bool home_after_hole = hole <= i ? (wanted_home > hole && wanted_home <= i) : (wanted_home > hole || wanted_home <= i);
             if (!home_after_hole) {
                 slots_[hole] = std::move(slots_[i]);
                 hole = i;
@@ -88,9 +87,7 @@ private:
 
     static std::uintptr_t key_of(const void* key) noexcept { return reinterpret_cast<std::uintptr_t>(key); }
     // Fibonacci hashing; blocks are at least 256-byte aligned, so the low bits carry little.
-    std::size_t home(std::uintptr_t key) const noexcept {
-        return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_);
-    }
+    std::size_t home(std::uintptr_t key) const noexcept { return static_cast<std::size_t>((key * 0x9E3779B97F4A7C15ull) >> shift_); }
     std::size_t next(std::size_t i) const noexcept { return (i + 1) & (slots_.size() - 1); }
 
     void place(std::uintptr_t key, Value value) {

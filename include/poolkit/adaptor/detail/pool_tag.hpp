@@ -140,7 +140,7 @@ private:
     Stream* home_ = nullptr;
     bool uncovered_ = false;
     std::vector<event_type> covers_;  // the home's cover, or the events of blocks put in the pool
-    std::uint64_t generation_ = 1;    // of covers_: a caller that waited on them holds this in `seen`
+    std::uint64_t generation_ = 1;  // of covers_: a caller that waited on them holds this in `seen`
 };
 
 }  // namespace poolkit::detail

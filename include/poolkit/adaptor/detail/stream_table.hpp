@@ -28,7 +28,7 @@ namespace poolkit::detail {
 
 struct stream_key {
     std::uint64_t stream = 0;  // Events::identity of the stream
-    std::thread::id thread;    // the calling thread, for per-thread handles only
+    std::thread::id thread;  // the calling thread, for per-thread handles only
     friend bool operator==(const stream_key&, const stream_key&) = default;
 };
 

@@ -153,7 +153,8 @@ public:
             b.blocks.clear();
             b.bytes = 0;
         }
-        std::rotate(batches_.begin(), batches_.begin() + static_cast<std::ptrdiff_t>(count), batches_.begin() + static_cast<std::ptrdiff_t>(count_));
+        std::rotate(batches_.begin(), batches_.begin() + static_cast<std::ptrdiff_t>(count),
+                    batches_.begin() + static_cast<std::ptrdiff_t>(count_));
         count_ -= count;
         return handed;
     }

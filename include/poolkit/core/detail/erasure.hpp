@@ -17,8 +17,7 @@ struct resource_table {
     bool (*equal)(const void* object, const void* other);
     // Only for stream resources; null otherwise.
     void* (*allocate_async)(void* object, std::size_t bytes, std::size_t alignment, stream_ref stream);
-    void (*deallocate_async)(void* object, void* pointer, std::size_t bytes, std::size_t alignment,
-                             stream_ref stream) noexcept;
+    void (*deallocate_async)(void* object, void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept;
     // Only for owning wrappers.
     void* (*clone)(const void* object);
     void (*destroy)(void* object) noexcept;
@@ -27,27 +26,21 @@ struct resource_table {
 template <class R>
 constexpr resource_table make_resource_table() noexcept {
     resource_table table{
-        [](void* object, std::size_t bytes, std::size_t alignment) -> void* {
-            return static_cast<R*>(object)->allocate(bytes, alignment);
-        },
+        [](void* object, std::size_t bytes, std::size_t alignment) -> void* { return static_cast<R*>(object)->allocate(bytes, alignment); },
         [](void* object, void* pointer, std::size_t bytes, std::size_t alignment) noexcept {
             static_cast<R*>(object)->deallocate(pointer, bytes, alignment);
         },
-        [](const void* object, const void* other) -> bool {
-            return *static_cast<const R*>(object) == *static_cast<const R*>(other);
-        },
+        [](const void* object, const void* other) -> bool { return *static_cast<const R*>(object) == *static_cast<const R*>(other); },
         nullptr,
         nullptr,
         nullptr,
         [](void* object) noexcept { delete static_cast<R*>(object); },
     };
     if constexpr (stream_resource<R>) {
-        table.allocate_async = [](void* object, std::size_t bytes, std::size_t alignment,
-                                  stream_ref stream) -> void* {
+        table.allocate_async = [](void* object, std::size_t bytes, std::size_t alignment, stream_ref stream) -> void* {
             return static_cast<R*>(object)->allocate_async(bytes, alignment, stream);
         };
-        table.deallocate_async = [](void* object, void* pointer, std::size_t bytes, std::size_t alignment,
-                                    stream_ref stream) noexcept {
+        table.deallocate_async = [](void* object, void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) noexcept {
             static_cast<R*>(object)->deallocate_async(pointer, bytes, alignment, stream);
         };
     }
@@ -61,8 +54,7 @@ constexpr resource_table make_resource_table() noexcept {
 template <class R>
 inline constexpr resource_table resource_table_for = make_resource_table<R>();
 
-inline bool erased_equal(const resource_table* table, const void* object, const resource_table* other_table,
-                         const void* other) {
+inline bool erased_equal(const resource_table* table, const void* object, const resource_table* other_table, const void* other) {
     if (object == other) return true;
     return table == other_table && table->equal(object, other);
 }

@@ -28,8 +28,7 @@ public:
     // Visits every recorded block again, chunks in address order.
     template <class Visitor>
     void replay(Visitor&& visit) {
-        std::stable_sort(runs_.begin(), runs_.end(),
-                         [](const run& a, const run& b) { return a.chunk.address < b.chunk.address; });
+        std::stable_sort(runs_.begin(), runs_.end(), [](const run& a, const run& b) { return a.chunk.address < b.chunk.address; });
         for (const run& r : runs_) {
             for (std::size_t i = r.first; i < r.first + r.count; ++i) visit(r.chunk, blocks_[i]);
         }

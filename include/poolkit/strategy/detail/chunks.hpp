@@ -76,8 +76,8 @@ template <class Upstream>
 // refuses or the maximum forbids; `release()` returns every wholly free chunk. Returns what the
 // successful `take` returned, else a value-initialized result.
 template <class Take, class Release>
-[[nodiscard]] auto grow_chunk(std::optional<std::size_t> preferred, std::optional<std::size_t> exact, Take&& take,
-                              Release&& release) -> decltype(take(std::size_t{})) {
+[[nodiscard]] auto grow_chunk(std::optional<std::size_t> preferred, std::optional<std::size_t> exact, Take&& take, Release&& release)
+    -> decltype(take(std::size_t{})) {
     if (preferred) {
         if (auto fresh = take(*preferred)) return fresh;
     }

@@ -33,8 +33,7 @@ struct by_address_tag;
 struct with_free_tag;
 
 struct slab : intrusive::set_hook<by_address_tag>, intrusive::list_hook<with_free_tag> {
-    slab(std::uintptr_t address_, std::size_t block_size, std::uint32_t blocks_, std::size_t alignment_,
-         std::uint32_t class_index_)
+    slab(std::uintptr_t address_, std::size_t block_size, std::uint32_t blocks_, std::size_t alignment_, std::uint32_t class_index_)
         : address(address_),
           bytes(block_size * blocks_),
           alignment(alignment_),
@@ -47,9 +46,7 @@ struct slab : intrusive::set_hook<by_address_tag>, intrusive::list_hook<with_fre
         for (std::uint32_t i = 0; i < blocks_; ++i) free_stack[i] = blocks_ - 1 - i;
     }
 
-    [[nodiscard]] bool is_live(std::uint32_t index) const noexcept {
-        return (live_bits[index / 64] >> (index % 64)) & 1U;
-    }
+    [[nodiscard]] bool is_live(std::uint32_t index) const noexcept { return (live_bits[index / 64] >> (index % 64)) & 1U; }
     void flip(std::uint32_t index) noexcept { live_bits[index / 64] ^= std::uint64_t{1} << (index % 64); }
 
     std::uintptr_t address;
@@ -59,7 +56,7 @@ struct slab : intrusive::set_hook<by_address_tag>, intrusive::list_hook<with_fre
     std::uint32_t free_count;
     std::uint32_t class_index;
     std::unique_ptr<std::uint32_t[]> free_stack;  // free block indices; the top is free_stack[free_count - 1]
-    std::unique_ptr<std::uint64_t[]> live_bits;   // bit i: block i is live
+    std::unique_ptr<std::uint64_t[]> live_bits;  // bit i: block i is live
 };
 
 using slab_set = chunk_index<slab, by_address_tag>;
@@ -75,14 +72,12 @@ struct class_spec {
 
 // The largest power of two that divides `size`, at most `cap`: the alignment of every block of a
 // class of that size in slabs aligned to `cap`.
-constexpr std::size_t natural_alignment(std::size_t size, std::size_t cap) noexcept {
-    return std::min(size & (~size + 1), cap);
-}
+constexpr std::size_t natural_alignment(std::size_t size, std::size_t cap) noexcept { return std::min(size & (~size + 1), cap); }
 
 struct slab_class {
     class_spec spec{};
-    slab_list with_free;      // slabs of this class with at least one free block
-    slab* recent = nullptr;   // the slab last allocated from or freed into, or nullptr
+    slab_list with_free;  // slabs of this class with at least one free block
+    slab* recent = nullptr;  // the slab last allocated from or freed into, or nullptr
     std::size_t live_blocks = 0;
 };
 
@@ -157,8 +152,7 @@ public:
     [[nodiscard]] const slab* find(std::uintptr_t address) const noexcept { return find_chunk(slabs_, address); }
     [[nodiscard]] bool in_live_block(std::uintptr_t address) const noexcept {
         const slab* s = find(address);
-        return s != nullptr && s->is_live(static_cast<std::uint32_t>((address - s->address) /
-                                                                     classes_[s->class_index].spec.block_size));
+        return s != nullptr && s->is_live(static_cast<std::uint32_t>((address - s->address) / classes_[s->class_index].spec.block_size));
     }
 
     // Returns every wholly free slab to `upstream`. O(slabs).
@@ -264,9 +258,7 @@ private:
         const class_spec& spec = classes_[index].spec;
         return grow_chunk(
             spec.block_size * spec.blocks_per_slab, spec.block_size,
-            [&](std::size_t bytes) {
-                return try_add_slab(upstream, index, static_cast<std::uint32_t>(bytes / spec.block_size));
-            },
+            [&](std::size_t bytes) { return try_add_slab(upstream, index, static_cast<std::uint32_t>(bytes / spec.block_size)); },
             [&] { release(upstream); });
     }
 
@@ -306,7 +298,7 @@ private:
     std::size_t class_count_ = 0;
     std::size_t maximum_reserved_ = std::numeric_limits<std::size_t>::max();
     node_pool<slab> nodes_;  // before slabs_: the set goes first on destruction
-    slab_set slabs_;         // every slab of every class, by address
+    slab_set slabs_;  // every slab of every class, by address
     std::size_t reserved_bytes_ = 0;
     std::size_t live_bytes_ = 0;
 };

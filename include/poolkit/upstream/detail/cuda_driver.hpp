@@ -50,8 +50,7 @@ struct cuda_driver {
         const char* error_text = nullptr;
         if (get_error_name(status, &error_name) != CUDA_SUCCESS || error_name == nullptr) error_name = "unknown CUresult";
         if (get_error_string(status, &error_text) != CUDA_SUCCESS || error_text == nullptr) error_text = "no description";
-        return std::string(call) + " failed: " + error_name + " (" + std::to_string(static_cast<int>(status)) +
-               "): " + error_text;
+        return std::string(call) + " failed: " + error_name + " (" + std::to_string(static_cast<int>(status)) + "): " + error_text;
     }
 
     // Throws cuda_error whose code() is the CUresult.
@@ -65,7 +64,8 @@ struct cuda_driver {
 
     // Throws cuda_error where the driver cannot share memory between processes.
     void require_sharing() const {
-        if (mem_retain_allocation_handle == nullptr || mem_export_to_shareable_handle == nullptr || mem_import_from_shareable_handle == nullptr) {
+        if (mem_retain_allocation_handle == nullptr || mem_export_to_shareable_handle == nullptr ||
+            mem_import_from_shareable_handle == nullptr) {
             throw cuda_error(static_cast<int>(cudaErrorSymbolNotFound),
                              "poolkit: the CUDA driver has no cuMemRetainAllocationHandle, cuMemExportToShareableHandle or "
                              "cuMemImportFromShareableHandle: it cannot share memory between processes");
@@ -128,13 +128,13 @@ private:
         const char* call = "cudaGetDriverEntryPoint";
 #endif
         if (status != cudaSuccess) {
-            throw cuda_error(static_cast<int>(status), std::string("poolkit: ") + call + "(\"" + symbol + "\") failed: " +
-                                                           cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+            throw cuda_error(static_cast<int>(status), std::string("poolkit: ") + call + "(\"" + symbol +
+                                                           "\") failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
         }
         if (function == nullptr || found != cudaDriverEntryPointSuccess) {
-            throw cuda_error(static_cast<int>(cudaErrorSymbolNotFound),
-                             std::string("poolkit: the CUDA driver has no entry point ") + symbol + " (version " +
-                                 std::to_string(version) + "); is the driver older than the toolkit?");
+            throw cuda_error(static_cast<int>(cudaErrorSymbolNotFound), std::string("poolkit: the CUDA driver has no entry point ") +
+                                                                            symbol + " (version " + std::to_string(version) +
+                                                                            "); is the driver older than the toolkit?");
         }
         slot = reinterpret_cast<Function>(function);
     }

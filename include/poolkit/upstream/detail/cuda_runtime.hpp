@@ -22,8 +22,8 @@
 namespace poolkit::detail {
 
 [[noreturn]] inline void throw_cuda_error(cudaError_t status, const char* call) {
-    throw cuda_error(static_cast<int>(status), std::string("poolkit: ") + call + " failed: " +
-                                                   cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+    throw cuda_error(static_cast<int>(status),
+                     std::string("poolkit: ") + call + " failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
 }
 
 inline void check_cuda(cudaError_t status, const char* call) {
@@ -32,8 +32,7 @@ inline void check_cuda(cudaError_t status, const char* call) {
 
 // Turns a failed allocation call into the right exception: out_of_memory for exhaustion (with
 // what the device reports as free), cuda_error for anything else.
-[[noreturn]] inline void throw_allocation_failure(cudaError_t status, const char* call, const char* source,
-                                                  memory_figures figures) {
+[[noreturn]] inline void throw_allocation_failure(cudaError_t status, const char* call, const char* source, memory_figures figures) {
     static_cast<void>(cudaGetLastError());  // an allocation failure is not sticky: clear it
     if (status != cudaErrorMemoryAllocation) throw_cuda_error(status, call);
     std::size_t free_bytes = 0;
