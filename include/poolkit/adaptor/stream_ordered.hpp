@@ -51,9 +51,9 @@
 //
 // Lanes: the lane policy (adaptor/lanes.hpp; pool_lanes in adaptor/stream_concepts.hpp) that
 // makes the Pool over a gated reference to the upstream: lanes<Strategy> (with the strategy's
-// options) or lanes<Stack, Options>, a stack being an alias template. The Pool serves from what it holds with
-// `try_allocate_cached(bytes, alignment) noexcept` and gives chunks back with `release()`; it need
-// not be movable. The constructor takes the upstream and the Lanes' options.
+// options) or lanes<Stack, Options>, a stack being an alias template. The Pool serves from what
+// it holds with `try_allocate_cached(bytes, alignment) noexcept` and gives chunks back with
+// `release()`; it need not be movable. The constructor takes the upstream and the Lanes' options.
 // Events: the events_policy concept (cuda_events, the default with CUDA; host_events;
 // completed_events, the default without CUDA).
 #pragma once

@@ -107,9 +107,9 @@ struct expandable_options {
     // Bytes of each physical allocation of a large span, aligned to it within the span: 0 or a
     // power of two; at most a granule means a granule. The driver charges per allocation mapped
     // and unmapped, whatever its size, so larger ones cut the cost of remapping many times over
-    // (docs/costs.md), but an allocation is unmapped only when all
-    // of it is free: a live block pins every allocation it touches. Larger pays where the peak
-    // slack leaves room for that (docs/virtual_memory.md).
+    // (docs/costs.md), but an allocation is unmapped only when all of it is free: a live block
+    // pins every allocation it touches. Larger pays where the peak slack leaves room for that
+    // (docs/virtual_memory.md).
     std::size_t mapping_bytes = 0;
     // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
     std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
