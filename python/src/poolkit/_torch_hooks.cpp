@@ -95,9 +95,9 @@ void check(const char* what) {
     TORCH_CHECK(error.empty(), "poolkit: torch.cuda ", what, " failed: ", error);
 }
 
-// Messages are built as one std::string (std::to_string, snprintf) before TORCH_CHECK: this
-// library's ostream inserting a number into the message (c10::str) crashed inside torch 2.11's
-// process (its num_put is not the one loaded), while inserting strings works.
+// Messages are built as one std::string (std::to_string, snprintf) before TORCH_CHECK: inserting a
+// number into the message through c10::str (std::ostream::_M_insert<long>, compiled into this
+// extension) crashed in torch 2.11's process, while inserting strings works.
 
 // A byte count as PyTorch's messages write it ("512 bytes", "20.00 MiB").
 std::string format_size(std::uint64_t bytes) {
