@@ -190,8 +190,8 @@ public:
 
     // The stream's unique id over the program's life, so that a new stream that gets a destroyed
     // stream's handle is told apart: the driver's cuStreamGetId, through the runtime's entry point
-    // table (cudaStreamGetId where the driver lacks it): the shared cudart's cudaStreamGetId stops
-    // scaling past two threads, the driver's call scales (docs/costs.md). The
+    // table (cudaStreamGetId where the driver lacks it): the shared cudart's cudaStreamGetId
+    // stopped scaling past two threads on the H200 host, the driver's call scales. The
     // special handles (0, cudaStreamLegacy, cudaStreamPerThread) are never destroyed: their bits,
     // with the top bit set, at no cost (stream_ordered keeps per-thread ones apart by thread); so
     // is any handle the driver cannot say. Never asked of a stream in capture: cuStreamGetId

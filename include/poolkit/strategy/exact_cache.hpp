@@ -90,7 +90,6 @@ public:
             release();
             pointer = upstream_.allocate(bytes, alignment);
         }
-        if (pointer == nullptr) return nullptr;
         try {
             blocks_.emplace(address_of(pointer), block{bytes, alignment, bytes, true, cached_.end()});
         } catch (...) {  // no host memory for the record: the block goes back
