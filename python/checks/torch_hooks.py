@@ -212,7 +212,8 @@ def memory_fraction(torch):
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(0.01)
     try:  # alloc and free alone: PyTorch's pluggable allocator raises
-        read_back = torch.cuda.get_per_process_memory_fraction() if hasattr(torch.cuda, "get_per_process_memory_fraction") else 0.01
+        # PyTorch's own allocator reads the fraction back from its byte limit (0.00999999999866...).
+        read_back = round(torch.cuda.get_per_process_memory_fraction(), 9) if hasattr(torch.cuda, "get_per_process_memory_fraction") else 0.01
     except RuntimeError:
         read_back = None
     told = len(OBSERVED)
