@@ -44,7 +44,6 @@
 #include <poolkit/upstream/new_delete_resource.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 #include <poolkit/upstream/simulated_vmm_resource.hpp>
-#include <poolkit/upstream/virtual_memory.hpp>
 
 #if POOLKIT_HAS_CUDA
 #  include <poolkit/adaptor/cuda_events.hpp>

@@ -10,7 +10,7 @@
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/expandable.hpp>
 #include <poolkit/upstream/simulated_vmm_resource.hpp>
-#include <poolkit/upstream/virtual_memory.hpp>
+#include <poolkit/upstream/detail/granule_map.hpp>
 
 #include <doctest/doctest.h>
 

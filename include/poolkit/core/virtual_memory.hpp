@@ -1,7 +1,29 @@
 // virtual_memory: a reserved range of addresses whose granules are backed by physical memory on
-// request. A placement strategy over it (strategy/expandable.hpp) is written against this concept;
-// its models and what map and unmap mean in detail are in upstream/virtual_memory.hpp
-// (cuda_vmm_resource on a GPU, simulated_vmm_resource on a CPU).
+// request — the interface a placement strategy over CUDA virtual memory (strategy/expandable.hpp)
+// is written against. Its models: cuda_vmm_resource on a GPU, simulated_vmm_resource on a CPU,
+// which share their bookkeeping (upstream/detail/granule_map.hpp).
+//
+// The range [base(), base() + capacity()) is reserved once and never moves. map(at, bytes) backs
+// the granules of [at, at + bytes) with physical memory; unmap(at, bytes) gives it back. `at` and
+// `bytes` are multiples of granularity(). One map call maps one run of contiguous granules however
+// long, one physical allocation per granule; any granule it mapped may later be unmapped alone, or
+// with any other mapped granules that are contiguous with it, in one unmap call. map_whole(at,
+// bytes) backs the run with one physical allocation instead: the driver charges per allocation
+// (tens of microseconds to create, map, grant, unmap and release one, whatever its size:
+// docs/costs.md), so a long run costs as little as one granule, but it can only be unmapped whole
+// — an unmap call covers each such mapping entirely or not at all. Counting: map_calls() and unmap_calls() count
+// calls that changed something (one per call, not per granule); mapped_bytes() is the bytes backed
+// now, peak_mapped_bytes() the most ever backed at once.
+//
+// Complexity of the models' bookkeeping: O(log n) in the number of unmapped holes. Thread safety:
+// each model states its own. Alignment: base() and every mapping start on a granule. Stream
+// semantics: none; map and unmap are immediate, and unmap requires that no work still uses the
+// range. Exhaustion: map throws out_of_memory with the bytes asked (requested_bytes), the bytes
+// mapped (reserved_bytes) and the physical limit (limit_bytes), having changed nothing.
+// Precondition violations: map throws std::invalid_argument (misaligned, outside the range, or some
+// granule already mapped); unmap (noexcept) checks with POOLKIT_ASSERT (misaligned, outside the
+// range, some granule not mapped, part of a mapping made by map_whole, or the range overlaps a
+// block handed out by allocate) and, when assertions are off, does nothing.
 #pragma once
 
 #include <concepts>

@@ -2,7 +2,7 @@
 // of device addresses that never moves, whose granules are backed by physical memory on request
 // (cuMemAddressReserve, cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap).
 //
-// It models virtual_memory (virtual_memory.hpp says what map and unmap mean): map(at, bytes)
+// It models virtual_memory (core/virtual_memory.hpp says what map and unmap mean): map(at, bytes)
 // creates one physical allocation per granule (cuMemCreate of one granule, cuMemMap, cuMemRelease,
 // so the mapping alone keeps the memory), then grants access to the whole run in one
 // cuMemSetAccess — read-write for its device and options.peers. One granule per physical
@@ -43,10 +43,9 @@
 #include <poolkit/core/errors.hpp>
 #include <poolkit/upstream/detail/cuda_driver.hpp>
 #include <poolkit/upstream/detail/cuda_runtime.hpp>
-#include <poolkit/upstream/virtual_memory.hpp>
+#include <poolkit/upstream/detail/granule_map.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -80,7 +79,7 @@ struct cuda_vmm_options {
     bool shareable = false;
 };
 
-class cuda_vmm_resource {
+class cuda_vmm_resource : public detail::locked_granules {
 public:
     static constexpr const char* name = "cuda_vmm_resource";
 
@@ -89,7 +88,7 @@ public:
     // Throws cuda_error when the device does not support virtual memory management or a driver
     // call fails, std::invalid_argument for options that make no sense (a granularity that is not
     // a power-of-two multiple of the device's minimum, a peer that cannot access the device).
-    explicit cuda_vmm_resource(const cuda_vmm_options& options) : driver_(&detail::cuda_driver::get()) {
+    explicit cuda_vmm_resource(const cuda_vmm_options& options) : locked_granules(name), driver_(&detail::cuda_driver::get()) {
         device_ = options.device;
         if (device_ < 0) detail::check_cuda(cudaGetDevice(&device_), "cudaGetDevice");
         int devices = 0;
@@ -137,18 +136,18 @@ public:
         }
 
         std::size_t free_bytes = 0;
-        detail::check_cuda(cudaMemGetInfo(&free_bytes, &device_bytes_), "cudaMemGetInfo");
-        const std::size_t device_limit = align_down(device_bytes_, granularity_);
-        physical_limit_ =
-            options.physical_limit == 0 ? device_limit : std::min(align_down(options.physical_limit, granularity_), device_limit);
+        std::size_t device_bytes = 0;
+        detail::check_cuda(cudaMemGetInfo(&free_bytes, &device_bytes), "cudaMemGetInfo");
+        const std::size_t device_limit = align_down(device_bytes, granularity_);
 
-        const auto wanted = options.reserve_bytes != 0 ? std::optional(options.reserve_bytes) : checked_mul(device_bytes_, std::size_t{16});
+        const auto wanted = options.reserve_bytes != 0 ? std::optional(options.reserve_bytes) : checked_mul(device_bytes, std::size_t{16});
         const auto reserve = wanted ? checked_align_up(*wanted, granularity_) : std::nullopt;
         if (!reserve) throw std::invalid_argument("poolkit: cuda_vmm_resource reserve_bytes is too large");
         CUdeviceptr base{};
         driver_->check(driver_->mem_address_reserve(&base, *reserve, granularity_, 0, 0), "cuMemAddressReserve");
         try {
-            granules_ = detail::granule_map(static_cast<std::uintptr_t>(base), *reserve, granularity_);
+            adopt(detail::granule_map(static_cast<std::uintptr_t>(base), *reserve, granularity_), device_limit,
+                  options.physical_limit == 0 ? device_limit : align_down(options.physical_limit, granularity_));
         } catch (...) {
             detail::cuda_driver::check_in_deallocate(driver_->mem_address_free(base, *reserve), "cuMemAddressFree");
             throw;
@@ -172,21 +171,6 @@ public:
             driver_->mem_address_free(static_cast<CUdeviceptr>(granules_.base()), granules_.capacity()), "cuMemAddressFree");
     }
 
-    // virtual_memory: the reserved range and its granules.
-    [[nodiscard]] std::byte* base() const noexcept { return reinterpret_cast<std::byte*>(granules_.base()); }
-    [[nodiscard]] std::size_t capacity() const noexcept { return granules_.capacity(); }
-    [[nodiscard]] std::size_t granularity() const noexcept { return granularity_; }
-    [[nodiscard]] std::size_t physical_limit() const noexcept { return physical_limit_.load(std::memory_order_relaxed); }
-    // Sets the most bytes mapped at once, rounded down to whole granules and at most the device's
-    // memory (0: the device's memory). Below what is mapped now, maps fail until enough is
-    // unmapped (torch.cuda.set_per_process_memory_fraction).
-    void set_physical_limit(std::size_t bytes) {
-        std::lock_guard lock(mutex_);
-        const std::size_t device_limit = align_down(device_bytes_, granularity_);
-        const std::size_t limit = bytes == 0 ? device_limit : std::min(align_down(bytes, granularity_), device_limit);
-        physical_limit_.store(limit, std::memory_order_relaxed);
-        over_limit_ = granules_.mapped_bytes() > limit ? granules_.mapped_bytes() : 0;
-    }
     [[nodiscard]] int device() const noexcept { return device_; }
 
     // Backs [at, at + bytes) (whole granules, inside the range, none mapped; 0 bytes does nothing)
@@ -213,53 +197,10 @@ public:
         granules_.mark_unmapped(address, bytes);
     }
 
-    // A span of `bytes` (rounded up to whole granules) of the range, unmapped, that allocate never
-    // uses: a strategy maps and unmaps inside it itself, and gives it back with unclaim(). Taken from
-    // the top of the range. out_of_memory, saying the address space ran out, when no such span is left.
-    [[nodiscard]] std::byte* claim(std::size_t bytes) {
-        std::lock_guard lock(mutex_);
-        return reinterpret_cast<std::byte*>(granules_.claim_or_throw(bytes, name));
-    }
-    // The largest span claim() could give now.
-    [[nodiscard]] std::size_t largest_claimable() const {
-        std::lock_guard lock(mutex_);
-        return granules_.largest_claimable();
-    }
-    // Gives back a span from claim() (or whole granules of one) with nothing mapped in it: address
-    // space only. It may be claimed again.
-    void unclaim(void* at, std::size_t bytes) noexcept {
-        std::lock_guard lock(mutex_);
-        granules_.unclaim(reinterpret_cast<std::uintptr_t>(at), bytes);
-    }
     // Waits for all work of the device, so that memory unmapped afterwards is used by none.
     void synchronize() {
         const detail::device_scope scope(device_);
         detail::check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-    }
-
-    [[nodiscard]] bool is_mapped(const void* pointer) const {
-        std::lock_guard lock(mutex_);
-        return granules_.is_mapped(reinterpret_cast<std::uintptr_t>(pointer));
-    }
-    [[nodiscard]] std::size_t mapped_bytes() const {
-        std::lock_guard lock(mutex_);
-        return granules_.mapped_bytes();
-    }
-    [[nodiscard]] std::size_t peak_mapped_bytes() const {
-        std::lock_guard lock(mutex_);
-        return granules_.peak_mapped_bytes();
-    }
-    void reset_peak_mapped_bytes() {
-        std::lock_guard lock(mutex_);
-        granules_.reset_peak_mapped_bytes();
-    }
-    [[nodiscard]] std::size_t map_calls() const {
-        std::lock_guard lock(mutex_);
-        return granules_.map_calls();
-    }
-    [[nodiscard]] std::size_t unmap_calls() const {
-        std::lock_guard lock(mutex_);
-        return granules_.unmap_calls();
     }
 
     // The resource face: a block of whole granules, mapped, in the smallest hole that fits.
@@ -268,7 +209,7 @@ public:
         if (bytes == 0) return nullptr;
         const auto rounded = checked_round_up(bytes, granularity_);
         std::lock_guard lock(mutex_);
-        if (!rounded || !granules_.room_for(*rounded, physical_limit_.load())) {
+        if (!rounded || !granules_.room_for(*rounded, physical_limit())) {
             throw out_of_memory(name, figures(bytes, alignment, false));
         }
         const auto at = granules_.find_unmapped(*rounded, alignment);
@@ -333,22 +274,6 @@ public:
         return descriptor;
     }
 
-    // Whether `pointer` lies inside a live block from allocate.
-    [[nodiscard]] bool owns(const void* pointer) const {
-        std::lock_guard lock(mutex_);
-        return granules_.in_block(reinterpret_cast<std::uintptr_t>(pointer));
-    }
-    [[nodiscard]] std::size_t live_allocations() const {
-        std::lock_guard lock(mutex_);
-        return granules_.block_count();
-    }
-
-    void check_invariants() const {
-        std::lock_guard lock(mutex_);
-        granules_.check_invariants();
-        POOLKIT_VERIFY(granules_.mapped_bytes() <= std::max(physical_limit_.load(), over_limit_), "mapped past the physical limit");
-    }
-
     friend bool operator==(const cuda_vmm_resource& a, const cuda_vmm_resource& b) noexcept { return &a == &b; }
     friend constexpr void get_property(const cuda_vmm_resource&, device_accessible) noexcept {}
 
@@ -391,7 +316,7 @@ private:
     // the figures of out_of_memory.
     void map_locked(std::uintptr_t at, std::size_t bytes, mapping kind, std::size_t alignment, std::size_t asked = 0) {
         if (asked == 0) asked = bytes;
-        if (!granules_.room_for(bytes, physical_limit_.load())) throw out_of_memory(name, figures(asked, alignment, false));
+        if (!granules_.room_for(bytes, physical_limit())) throw out_of_memory(name, figures(asked, alignment, false));
         const detail::device_scope scope(device_);
         scope.check();
         const std::size_t piece = kind == mapping::whole ? bytes : granularity_;
@@ -459,7 +384,7 @@ private:
     memory_figures figures(std::size_t bytes, std::size_t alignment, bool device_refused) const noexcept {
         memory_figures result = memory_figures::request(bytes, alignment);
         result.reserved_bytes = granules_.mapped_bytes();
-        result.limit_bytes = physical_limit_.load();
+        result.limit_bytes = physical_limit();
         std::size_t free_bytes = 0;
         std::size_t total_bytes = 0;
         if (device_refused && cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) result.available_bytes = free_bytes;
@@ -470,13 +395,8 @@ private:
     const detail::cuda_driver* driver_;
     int device_ = 0;
     std::size_t granularity_ = 0;
-    std::size_t device_bytes_ = 0;  // the device's memory, as cudaMemGetInfo reports its total
-    std::atomic<std::size_t> physical_limit_{0};  // most bytes mapped at once; read without the lock
-    std::size_t over_limit_ = 0;  // mapped when the limit was set below that (else 0)
     CUmemAllocationProp properties_{};  // of every granule: pinned device memory on device_
     std::vector<CUmemAccessDesc> access_;  // read-write for device_, then each peer
-    mutable std::mutex mutex_;
-    detail::granule_map granules_{0, 0, 1};  // guarded by mutex_; the reservation once constructed
 };
 
 static_assert(virtual_memory<cuda_vmm_resource>);

@@ -2,7 +2,7 @@
 // address space that is never touched, whose granules are "mapped" by counting them — so that
 // tests, fuzzers and poolkit-replay measure compositions over cuda_vmm_resource exactly on a CPU.
 //
-// It models virtual_memory (virtual_memory.hpp says what map and unmap mean) with the same
+// It models virtual_memory (core/virtual_memory.hpp says what map and unmap mean) with the same
 // semantics as cuda_vmm_resource, and is also a resource: allocate takes the smallest hole of the
 // range that fits (then the lowest address), rounds the size up to whole granules, maps them whole
 // and returns them; deallocate unmaps them. The range is mmap'ed PROT_NONE and MAP_NORESERVE: it costs
@@ -21,7 +21,8 @@
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/errors.hpp>
-#include <poolkit/upstream/virtual_memory.hpp>
+#include <poolkit/core/virtual_memory.hpp>
+#include <poolkit/upstream/detail/granule_map.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -51,7 +52,7 @@ struct simulated_vmm_options {
     std::size_t physical_limit = 0;
 };
 
-class simulated_vmm_resource {
+class simulated_vmm_resource : public detail::locked_granules {
 public:
     static constexpr const char* name = "simulated_vmm_resource";
 
@@ -60,29 +61,13 @@ public:
     // Throws std::invalid_argument for a granularity that is not a power of two or a capacity of
     // 0 (or one that overflows), std::system_error when the address space cannot be reserved.
     explicit simulated_vmm_resource(simulated_vmm_options options)
-        : options_(validated(options)),
-          physical_limit_(options_.physical_limit),
-          reservation_(options_),
-          granules_(reservation_.base(options_.granularity), options_.capacity, options_.granularity) {}
+        : locked_granules(name), options_(validated(options)), reservation_(options_) {
+        adopt(detail::granule_map(reservation_.base(options_.granularity), options_.capacity, options_.granularity), options_.capacity,
+              options_.physical_limit);
+    }
 
     simulated_vmm_resource(const simulated_vmm_resource&) = delete;
     simulated_vmm_resource& operator=(const simulated_vmm_resource&) = delete;
-
-    // virtual_memory: the reserved range and its granules.
-    [[nodiscard]] std::byte* base() const noexcept { return reinterpret_cast<std::byte*>(granules_.base()); }
-    [[nodiscard]] std::size_t capacity() const noexcept { return granules_.capacity(); }
-    [[nodiscard]] std::size_t granularity() const noexcept { return granules_.granularity(); }
-    [[nodiscard]] std::size_t physical_limit() const noexcept { return physical_limit_.load(std::memory_order_relaxed); }
-    // Sets the most bytes mapped at once, rounded down to whole granules and at most the capacity
-    // (0: the capacity). Below what is mapped now, maps fail until enough is unmapped
-    // (torch.cuda.set_per_process_memory_fraction).
-    void set_physical_limit(std::size_t bytes) {
-        std::lock_guard lock(mutex_);
-        options_.physical_limit =
-            bytes == 0 || bytes > granules_.capacity() ? granules_.capacity() : align_down(bytes, granules_.granularity());
-        physical_limit_.store(options_.physical_limit, std::memory_order_relaxed);
-        over_limit_ = granules_.mapped_bytes() > options_.physical_limit ? granules_.mapped_bytes() : 0;
-    }
 
     // Backs [at, at + bytes) (whole granules, inside the range, none mapped; 0 bytes does nothing).
     // Throws std::invalid_argument for a range that breaks those rules, out_of_memory past the
@@ -104,51 +89,8 @@ public:
         granules_.mark_unmapped(address, bytes);
     }
 
-    // A span of `bytes` (rounded up to whole granules) of the range, unmapped, that allocate never
-    // uses: a strategy maps and unmaps inside it itself, and gives it back with unclaim(). Taken from
-    // the top of the range. out_of_memory, saying the address space ran out, when no such span is left.
-    [[nodiscard]] std::byte* claim(std::size_t bytes) {
-        std::lock_guard lock(mutex_);
-        return reinterpret_cast<std::byte*>(granules_.claim_or_throw(bytes, name));
-    }
-    // The largest span claim() could give now.
-    [[nodiscard]] std::size_t largest_claimable() const {
-        std::lock_guard lock(mutex_);
-        return granules_.largest_claimable();
-    }
-    // Gives back a span from claim() (or whole granules of one) with nothing mapped in it: address
-    // space only. It may be claimed again.
-    void unclaim(void* at, std::size_t bytes) noexcept {
-        std::lock_guard lock(mutex_);
-        granules_.unclaim(reinterpret_cast<std::uintptr_t>(at), bytes);
-    }
     // Nothing runs on simulated memory: every unmap is safe at once.
     void synchronize() noexcept {}
-
-    [[nodiscard]] bool is_mapped(const void* pointer) const {
-        std::lock_guard lock(mutex_);
-        return granules_.is_mapped(reinterpret_cast<std::uintptr_t>(pointer));
-    }
-    [[nodiscard]] std::size_t mapped_bytes() const {
-        std::lock_guard lock(mutex_);
-        return granules_.mapped_bytes();
-    }
-    [[nodiscard]] std::size_t peak_mapped_bytes() const {
-        std::lock_guard lock(mutex_);
-        return granules_.peak_mapped_bytes();
-    }
-    void reset_peak_mapped_bytes() {
-        std::lock_guard lock(mutex_);
-        granules_.reset_peak_mapped_bytes();
-    }
-    [[nodiscard]] std::size_t map_calls() const {
-        std::lock_guard lock(mutex_);
-        return granules_.map_calls();
-    }
-    [[nodiscard]] std::size_t unmap_calls() const {
-        std::lock_guard lock(mutex_);
-        return granules_.unmap_calls();
-    }
 
     // The resource face: a block of whole granules, mapped, in the smallest hole that fits.
     void* allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
@@ -187,24 +129,11 @@ public:
     }
     POOLKIT_CUDA_MR_MEMBERS(simulated_vmm_resource);
 
-    // Whether `pointer` lies inside a live block from allocate.
-    [[nodiscard]] bool owns(const void* pointer) const {
-        std::lock_guard lock(mutex_);
-        return granules_.in_block(reinterpret_cast<std::uintptr_t>(pointer));
-    }
-    [[nodiscard]] std::size_t live_allocations() const {
-        std::lock_guard lock(mutex_);
-        return granules_.block_count();
-    }
-    [[nodiscard]] simulated_vmm_options options() const {
-        std::lock_guard lock(mutex_);
-        return options_;
-    }
-
-    void check_invariants() const {
-        std::lock_guard lock(mutex_);
-        granules_.check_invariants();
-        POOLKIT_VERIFY(granules_.mapped_bytes() <= std::max(options_.physical_limit, over_limit_), "mapped past the physical limit");
+    // As constructed, with the physical limit in force now.
+    [[nodiscard]] simulated_vmm_options options() const noexcept {
+        simulated_vmm_options current = options_;
+        current.physical_limit = physical_limit();
+        return current;
     }
 
     friend bool operator==(const simulated_vmm_resource& a, const simulated_vmm_resource& b) noexcept { return &a == &b; }
@@ -253,15 +182,14 @@ private:
         const auto address = reinterpret_cast<std::uintptr_t>(at);
         std::lock_guard lock(mutex_);
         granules_.check_map(address, bytes, name);
-        if (!granules_.room_for(bytes, options_.physical_limit))
-            throw out_of_memory(name, physical_figures(bytes, granules_.granularity()));
+        if (!granules_.room_for(bytes, physical_limit())) throw out_of_memory(name, physical_figures(bytes, granules_.granularity()));
         (granules_.*mark)(address, bytes);
     }
 
     void* allocate_locked(std::size_t bytes, std::size_t alignment) {
         const auto rounded = checked_round_up(bytes, granules_.granularity());
         if (!rounded) throw out_of_memory(name, physical_figures(bytes, alignment));
-        if (!granules_.room_for(*rounded, options_.physical_limit)) throw out_of_memory(name, physical_figures(bytes, alignment));
+        if (!granules_.room_for(*rounded, physical_limit())) throw out_of_memory(name, physical_figures(bytes, alignment));
         const auto at = granules_.find_unmapped(*rounded, alignment);
         if (!at) {
             memory_figures figures = memory_figures::request(bytes, alignment);
@@ -282,16 +210,12 @@ private:
     memory_figures physical_figures(std::size_t bytes, std::size_t alignment) const noexcept {
         memory_figures figures = memory_figures::request(bytes, alignment);
         figures.reserved_bytes = granules_.mapped_bytes();
-        figures.limit_bytes = options_.physical_limit;
+        figures.limit_bytes = physical_limit();
         return figures;
     }
 
-    simulated_vmm_options options_;
-    std::atomic<std::size_t> physical_limit_;  // options_.physical_limit, read without the lock
-    std::size_t over_limit_ = 0;  // mapped when the limit was set below that (else 0)
+    simulated_vmm_options options_;  // as constructed; the limit in force is physical_limit()
     host_reservation reservation_;
-    mutable std::mutex mutex_;
-    detail::granule_map granules_;  // guarded by mutex_
 };
 
 static_assert(virtual_memory<simulated_vmm_resource>);
