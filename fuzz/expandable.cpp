@@ -1,6 +1,7 @@
 // Fuzzes expandable over simulated virtual memory with small granules, spans and a tight physical
 // limit, so that claiming spans, mapping, mapping ahead, trimming the cache, raising the peak
-// slack, coalescing across a span, alignment padding and physical exhaustion all happen often.
+// slack, coalescing across a span, alignment padding and physical exhaustion all happen often,
+// under both mapping policies.
 // After the steps every block is freed, release() unmaps everything, and the virtual memory must
 // hold no mapped granule.
 // Mapping costs a bookkeeping step per piece (granule to 8 granules), so the sizes are kept to a few
@@ -17,12 +18,17 @@
 
 #include <cstdlib>
 
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+namespace {
+
+// One input under one mapping policy: follow_live with options drawn from the input's size, or
+// keep_mapped (PyTorch's expandable_segments), which unmaps only for the physical limit.
+template <class Policy>
+void run(const std::uint8_t* data, std::size_t size) {
     constexpr std::size_t granule = std::size_t{64} << 10;
     poolkit::simulated_vmm_resource memory{
         {.capacity = std::size_t{1} << 30, .granularity = granule, .physical_limit = std::size_t{16} << 20}};
     {
-        poolkit::expandable<poolkit::ref<poolkit::simulated_vmm_resource>> pool{
+        poolkit::expandable<poolkit::ref<poolkit::simulated_vmm_resource>, Policy> pool{
             memory,
             {.span_bytes = std::size_t{8} << 20,
              .small_size = std::size_t{16} << 10,
@@ -38,5 +44,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (pool.live_bytes() != 0 || pool.reserved_bytes() != 0) std::abort();
     }
     if (memory.mapped_bytes() != 0) std::abort();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    if (size % 11 == 0) {
+        run<poolkit::keep_mapped>(data, size);
+    } else {
+        run<poolkit::follow_live>(data, size);
+    }
     return 0;
 }

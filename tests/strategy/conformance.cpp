@@ -15,6 +15,8 @@
 #include <poolkit/upstream/simulated_resource.hpp>
 #include <poolkit/upstream/simulated_vmm_resource.hpp>
 
+#include <type_traits>
+
 namespace {
 
 using namespace poolkit;
@@ -127,16 +129,19 @@ struct fallback_fixture : host_touch {
 };
 
 // Over simulated virtual memory: blocks are addresses whose granules are mapped, never touched.
-struct expandable_fixture : no_touch {
-    static constexpr const char* name = "expandable<ref<simulated_vmm_resource>>";
+// Under each mapping policy.
+template <class Policy>
+struct expandable_fixture_of : no_touch {
+    static constexpr const char* name = std::is_same_v<Policy, follow_live> ? "expandable<ref<simulated_vmm_resource>>"
+                                                                            : "expandable<ref<simulated_vmm_resource>, keep_mapped>";
     static constexpr bool stateless = false;
     simulated_vmm_resource memory_{
         {.capacity = std::size_t{16} << 30, .granularity = std::size_t{64} << 10, .physical_limit = std::size_t{128} << 20}};
-    expandable<ref<simulated_vmm_resource>> resource_{memory_, {.span_bytes = std::size_t{64} << 20}};
+    expandable<ref<simulated_vmm_resource>, Policy> resource_{memory_, {.span_bytes = std::size_t{64} << 20}};
     instrumented<>* upstream() { return nullptr; }
     auto& resource() { return resource_; }
     void exhaust_setup() {}  // the physical limit: 128 MiB
-    ~expandable_fixture() {
+    ~expandable_fixture_of() {
         resource_.check_invariants();
         resource_.release();
         CHECK(memory_.mapped_bytes() == 0);
@@ -148,4 +153,4 @@ struct expandable_fixture : no_touch {
 TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture, size_classes_fixture, size_classes_simulated_fixture,
                           fixed_size_fixture, fixed_size_simulated_fixture, buddy_fixture, buddy_simulated_fixture, monotonic_fixture,
                           monotonic_simulated_fixture, exact_cache_fixture, exact_cache_simulated_fixture, segregator_fixture,
-                          fallback_fixture, expandable_fixture);
+                          fallback_fixture, expandable_fixture_of<follow_live>, expandable_fixture_of<keep_mapped>);

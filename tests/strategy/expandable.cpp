@@ -210,7 +210,8 @@ namespace {
 // next round's blocks): blocks land elsewhere each round and granules move. Without, every round
 // allocates and frees the first round's blocks. Returns the granules unmapped in the last half of
 // the rounds.
-std::size_t remapped_in_rounds(pool_type& pool, checked_memory& memory, bool varying) {
+template <class Pool>
+std::size_t remapped_in_rounds(Pool& pool, checked_memory& memory, bool varying) {
     std::mt19937_64 random(7);
     std::vector<std::size_t> sizes;
     for (int i = 0; i < 24; ++i) sizes.push_back((2 + random() % 30) * MiB + 512 * (random() % 1000));
@@ -269,6 +270,78 @@ TEST_CASE("a workload that repeats its shapes stops remapping and never raises t
     pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .max_peak_slack = 0.2}};
     CHECK(remapped_in_rounds(pool, memory, false) == 0);
     CHECK(pool.peak_slack() == 0);
+}
+
+TEST_CASE("keep_mapped, PyTorch expandable_segments' policy: nothing is unmapped until release() or the physical limit") {
+    checked_memory follow_memory{memory_options()};
+    pool_type follow{follow_memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0}};
+    remapped_in_rounds(follow, follow_memory, true);
+
+    checked_memory memory{memory_options()};
+    expandable<ref<checked_memory>, keep_mapped> pool{memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0}};
+    CHECK(remapped_in_rounds(pool, memory, true) == 0);
+    CHECK(memory.unmapped_bytes() == 0);
+    MESSAGE("peak mapped " << pool.peak_reserved_bytes() / MiB << " MiB keeping everything mapped, " << follow.peak_reserved_bytes() / MiB
+                           << " MiB following live memory");
+    CHECK(pool.peak_reserved_bytes() >= follow.peak_reserved_bytes());
+    CHECK(pool.reserved_bytes() == pool.peak_reserved_bytes());  // the whole peak stays mapped
+    CHECK(pool.cached_bytes() == pool.reserved_bytes());
+    memory.begin();
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+    CHECK(memory.unsynchronized_unmaps == 0);
+
+    // At the physical limit the cache goes, policy or not: small blocks fill it, are freed, and a
+    // large block then needs their granules.
+    checked_memory full{memory_options(64 * MiB)};
+    expandable<ref<checked_memory>, keep_mapped> tight{full, {.span_bytes = std::size_t{4} << 30}};
+    std::vector<void*> small;
+    for (int i = 0; i < 64; ++i) small.push_back(tight.allocate(MiB));
+    CHECK(full.mapped_bytes() == 64 * MiB);
+    for (void* block : small) tight.deallocate(block, MiB);
+    CHECK(full.unmapped_bytes() == 0);
+    full.begin();
+    void* large = tight.allocate(32 * MiB);
+    CHECK(full.unmapped_bytes() >= 32 * MiB);
+    CHECK(full.unsynchronized_unmaps == 0);
+    tight.deallocate(large, 32 * MiB);
+    tight.check_invariants();
+}
+
+TEST_CASE("a mapping policy of one's own is asked before each mapping, told of each allocation and unmap, and caps the cache") {
+    // Unmaps everything cached before any mapping, maps one granule ahead, caches 4 MiB at most.
+    struct eager {
+        explicit eager(const expandable_options&) noexcept {}
+        std::size_t unmap_first(const mapping_state&) const noexcept { return std::numeric_limits<std::size_t>::max(); }
+        std::size_t map_ahead(const mapping_state& state) const noexcept { return state.granularity; }
+        void allocated() noexcept { ++allocations; }
+        void unmapped(std::size_t bytes, const mapping_state&) noexcept { unmapped_bytes += bytes; }
+        std::size_t most_cached_bytes() const noexcept { return 4 * MiB; }
+        std::size_t allocations = 0;
+        std::size_t unmapped_bytes = 0;
+    };
+    static_assert(mapping_policy<eager>);
+    checked_memory memory{memory_options()};
+    expandable<ref<checked_memory>, eager> pool{memory, {.span_bytes = std::size_t{1} << 30}};
+    void* a = pool.allocate(8 * MiB);
+    CHECK(pool.reserved_bytes() == 10 * MiB);  // the block and one granule ahead
+    void* b = pool.allocate(2 * MiB);  // in the granule mapped ahead: no mapping
+    CHECK(pool.reserved_bytes() == 10 * MiB);
+    memory.begin();
+    pool.deallocate(a, 8 * MiB);
+    CHECK(pool.cached_bytes() == 4 * MiB);  // trimmed to the policy's cap
+    CHECK(pool.policy().unmapped_bytes == 0);  // not for a mapping: the policy is not told
+    memory.begin();
+    void* c = pool.allocate(20 * MiB);  // needs mapping: the cache goes first
+    CHECK(pool.policy().unmapped_bytes == 4 * MiB);
+    CHECK(pool.policy().allocations == 3);
+    CHECK(memory.unsynchronized_unmaps == 0);
+    memory.begin();
+    pool.deallocate(b, 2 * MiB);
+    pool.deallocate(c, 20 * MiB);
+    CHECK(pool.cached_bytes() <= 4 * MiB);
+    CHECK(memory.unsynchronized_unmaps == 0);
+    pool.check_invariants();
 }
 
 TEST_CASE("a growing workload maps ahead within the budget, so most growth needs no map call") {

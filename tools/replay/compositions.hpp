@@ -131,20 +131,24 @@ run_figures measure_over(const trace& t, const run_settings& settings, Upstream&
 
 inline constexpr std::size_t MiB = std::size_t{1} << 20;
 
+template <class Upstream>
+using keep_mapped_expandable = expandable<Upstream, keep_mapped>;
+
 // The expandable preset's shape over the virtual memory that `make_memory()` returns (as a
-// unique_ptr): reserved is what is mapped, upstream calls are map calls. Two of them: the preset's
-// defaults (mapped memory follows live memory), and with a peak slack that rises where that
-// remaps often.
+// unique_ptr): reserved is what is mapped, upstream calls are map calls. Three of them: the
+// preset's defaults (mapped memory follows live memory), with a peak slack that rises where that
+// remaps often, and with PyTorch expandable_segments' policy (nothing unmapped).
 template <class Events, class MakeMemory>
 std::vector<composition> expandable_compositions(MakeMemory make_memory) {
-    const auto make = [make_memory](std::string name, std::string description, expandable_options options) {
+    const auto make = [make_memory]<template <class...> class Lane = expandable>(std::string name, std::string description,
+                                                                                 expandable_options options) {
         return composition{
             std::move(name), std::move(description), [make_memory, options](const trace& t, const run_settings& s) {
                 auto memory = make_memory();
                 using memory_type = typename decltype(memory)::element_type;
                 run_figures figures;
                 {
-                    stream_ordered<ref<memory_type>, lanes<expandable>, Events> pool{std::in_place, ref<memory_type>(*memory), options};
+                    stream_ordered<ref<memory_type>, lanes<Lane>, Events> pool{std::in_place, ref<memory_type>(*memory), options};
                     figures = measure_replay(
                         t, s, pool, [&memory] { return memory->mapped_bytes(); },
                         [&memory] { return std::optional<std::size_t>(memory->map_calls()); });
@@ -164,7 +168,12 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                  "the expandable preset with max_peak_slack = 0.2 and mapping_bytes = 32 MiB: up to 20% more kept mapped where "
                  "shapes vary so much that following live memory remaps often, and large blocks mapped in 32 MiB physical "
                  "allocations (a sixteenth of the driver calls)",
-                 adaptive)};
+                 adaptive),
+            make.template operator()<keep_mapped_expandable>(
+                "expandable/keep_mapped",
+                "the expandable preset with PyTorch expandable_segments' policy (keep_mapped): granules stay mapped until "
+                "empty_cache or a failed map, nothing mapped ahead",
+                expandable_options{})};
 }
 
 // Every composition over the upstream that `make_upstream()` returns (as a unique_ptr), in the

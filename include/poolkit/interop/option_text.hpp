@@ -14,7 +14,7 @@
 #pragma once
 
 #include <poolkit/strategy/caching_pool.hpp>
-#include <poolkit/strategy/expandable.hpp>
+#include <poolkit/strategy/expandable_options.hpp>
 
 #include <charconv>
 #include <cstddef>
@@ -88,7 +88,7 @@ inline std::span<const text_option<caching_options>> text_options<caching_option
     return all;
 }
 
-// expandable_options (strategy/expandable.hpp).
+// expandable_options (strategy/expandable_options.hpp).
 template <>
 inline std::span<const text_option<expandable_options>> text_options<expandable_options>() {
     using o = expandable_options;

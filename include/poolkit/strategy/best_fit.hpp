@@ -31,6 +31,7 @@
 #include <poolkit/strategy/detail/chunks.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>
+#include <poolkit/strategy/detail/tiling.hpp>
 #include <poolkit/strategy/growth.hpp>
 
 #include <algorithm>
@@ -195,37 +196,11 @@ public:
     // it recorded is used whatever `bytes` says. Complexity O(log n).
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
-        const auto found = live_.find(reinterpret_cast<std::uintptr_t>(pointer), by_address{});
-        POOLKIT_ASSERT(found != live_.end(), "deallocate of a pointer best_fit did not hand out (or freed twice)");
-        if (found == live_.end()) return;
-        block* freed = &*found;
-        POOLKIT_ASSERT(checked_align_up(bytes, options_.granularity) == align_up(freed->requested, options_.granularity),
-                       "deallocate with a size other than the one allocated");
-        POOLKIT_ASSERT(is_aligned(pointer, alignment), "deallocate with an alignment the block does not have");
-        static_cast<void>(bytes);
-        static_cast<void>(alignment);
-        live_.erase(found);
+        block* freed = detail::take_live<by_address>(live_, pointer, bytes, alignment, options_.granularity,
+                                                     "deallocate of a pointer best_fit did not hand out (or freed twice)");
+        if (freed == nullptr) return;
         live_bytes_ -= freed->bytes;
-        freed->free = true;
-        auto& blocks = freed->owner->blocks;
-        const auto position = blocks.iterator_to(*freed);
-        if (const auto next = std::next(position); next != blocks.end() && next->free) {
-            block* absorbed = &*next;
-            free_.erase(free_.iterator_to(*absorbed));
-            blocks.erase(next);
-            freed->bytes += absorbed->bytes;
-            blocks_.destroy(absorbed);
-        }
-        if (position != blocks.begin()) {
-            if (const auto previous = std::prev(position); previous->free) {
-                block* survivor = &*previous;
-                free_.erase(free_.iterator_to(*survivor));
-                survivor->bytes += freed->bytes;
-                blocks.erase(position);
-                blocks_.destroy(freed);
-                freed = survivor;
-            }
-        }
+        freed = &detail::coalesce(freed->owner->blocks, *freed, blocks_, [this](block& b) { free_.erase(free_.iterator_to(b)); });
         free_.insert(*freed);
     }
     POOLKIT_CUDA_MR_MEMBERS(best_fit);
@@ -363,30 +338,9 @@ private:
     // `bytes`, splitting off the padding before it and, when large enough, the remainder after
     // it. Strong guarantee: the nodes are made before anything changes.
     void* carve(block& b, std::uintptr_t start, std::size_t rounded, std::size_t bytes) {
-        const std::size_t padding = start - b.address;
-        const std::size_t remainder = b.bytes - padding - rounded;
-        block* front = padding > 0 ? blocks_.make(b.address, padding, b.owner) : nullptr;
-        block* back = nullptr;
-        if (remainder >= options_.minimum_split) {
-            try {
-                back = blocks_.make(start + rounded, remainder, b.owner);
-            } catch (...) {
-                if (front) blocks_.destroy(front);
-                throw;
-            }
-        }
-        free_.erase(free_.iterator_to(b));
-        auto& blocks = b.owner->blocks;
-        if (front) {
-            blocks.insert(blocks.iterator_to(b), *front);
-            free_.insert(*front);
-        }
-        if (back) {
-            blocks.insert(std::next(blocks.iterator_to(b)), *back);
-            free_.insert(*back);
-        }
-        b.address = start;
-        b.bytes -= padding + (back ? remainder : 0);
+        detail::split_around(
+            b.owner->blocks, b, start, rounded, options_.minimum_split, blocks_, [this](block& f) { free_.erase(free_.iterator_to(f)); },
+            [this](block& f) { free_.insert(f); });
         b.requested = bytes;
         b.free = false;
         live_.insert(b);

@@ -1,4 +1,4 @@
-// expandable<Upstream>: a coalescing best-fit pool over spans of virtual address space whose
+// expandable<Upstream, Policy>: a coalescing best-fit pool over spans of virtual address space whose
 // granules are backed by physical memory only while a block needs them (CUDA's virtual memory
 // management; PyTorch's expandable_segments).
 //
@@ -9,23 +9,16 @@
 // go to spans of their own, so that a few live small blocks pin few granules. A block's granules
 // are mapped when it is placed. A small request takes a placement that needs no mapping among the
 // best-fitting free blocks; a large one the placement that maps fewest granules in any free block
-// that fits, smallest block first: each granule it maps is one the budget below unmaps elsewhere
-// (a third fewer granules remapped per warm pass of the bundled BERT trace than best fit, 80%
-// fewer on GPT-2: docs/virtual_memory.md). A free block keeps its wholly free granules
-// mapped (the cache) until the policy unmaps them:
-//   - before new granules are mapped, cached granules are unmapped (oldest freed first, no more
-//     than needed), until the mapped bytes stay within the larger of the peak of live bytes so far (times 1 + the peak
-//     slack) and the live bytes after the request times (1 + options.cache_fraction) — so mapped
-//     memory follows live memory; what the bound leaves without the slack is mapped ahead, beside
-//     the new block, so that a growing workload needs few map calls. The slack is
-//     options.peak_slack (0); given a larger options.max_peak_slack, it rises towards it while
-//     those unmaps come often (more than one granule per options.allocations_per_remap
-//     allocations, over windows of a quarter of the peak): where shapes vary so much that
-//     following live memory would remap on most calls, the pool keeps that much more mapped
-//     instead (bundled traces, max_peak_slack 0.2: GPT-2 stays at 1.020 and stops remapping,
-//     BERT settles at 1.20 with a sixteenth of the remaps; docs/virtual_memory.md);
-//   - at a free, while the cache exceeds options.max_cached_bytes;
-//   - all of them on release().
+// that fits, smallest block first: each granule it maps may be one unmapped elsewhere (a third
+// fewer granules remapped per warm pass of the bundled BERT trace than best fit, 80% fewer on
+// GPT-2: docs/virtual_memory.md). A free block keeps its wholly free granules mapped (the cache)
+// until the mapping policy (strategy/mapping_policy.hpp) has them unmapped:
+//   - before new granules are mapped, as many cached bytes as the policy says (oldest freed
+//     first), and then as many ahead of the new block as it says. follow_live, the default, keeps
+//     mapped memory near live memory; keep_mapped unmaps nothing (PyTorch's expandable_segments);
+//   - at a free, while the cache exceeds the policy's most_cached_bytes();
+//   - all of them on release(), and whatever the policy says, as many as the upstream's physical
+//     limit needs before a map, and all of them when a map fails (then the map is tried again).
 // Each granule is a physical allocation of its own, so any wholly free granule can be unmapped;
 // with options.mapping_bytes larger, a large span maps in allocations of that size (at 32 MiB the
 // driver's cost per GiB falls more than tenfold: docs/costs.md), and only allocations wholly
@@ -62,8 +55,11 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/virtual_memory.hpp>
 #include <poolkit/core/walk.hpp>
-#include <poolkit/strategy/detail/intrusive.hpp>
+#include <poolkit/strategy/detail/expandable_parts.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>
+#include <poolkit/strategy/detail/tiling.hpp>
+#include <poolkit/strategy/expandable_options.hpp>
+#include <poolkit/strategy/mapping_policy.hpp>
 
 #include <algorithm>
 #include <bit>
@@ -81,246 +77,24 @@
 
 namespace poolkit {
 
-struct expandable_options {
-    // Address space claimed at a time, rounded up to whole granules; a larger request claims a
-    // span of its own size. 0: an eighth of the physical limit, at least 1 GiB.
-    std::size_t span_bytes = 0;
-    // Requests up to this many bytes are placed in small spans, apart from the large blocks.
-    std::size_t small_size = std::size_t{1} << 20;
-    // Address space of each small span; 0: an eighth of span_bytes.
-    std::size_t small_span_bytes = 0;
-    // Block sizes round up to this power of two.
-    std::size_t rounding = 512;
-    // How far mapped memory may exceed live memory while it grows past its peak (mapped ahead).
-    double cache_fraction = 0.02;
-    // How far mapped memory may stay above the peak of live memory before the cache is unmapped
-    // for new mappings, at first: more slack, fewer remaps when shapes vary, a larger footprint.
-    double peak_slack = 0;
-    // The most the pool raises peak_slack to while following live memory costs many remaps: each
-    // time it has unmapped a quarter of its peak live bytes' worth of granules for new mappings in
-    // fewer than allocations_per_remap allocations per granule, the slack grows a quarter of the
-    // way from peak_slack to this. Never below peak_slack; equal to it (the default), mapped
-    // memory follows live memory whatever it costs. 0.2 suits workloads whose shapes vary widely
-    // and whose speed matters more than the last fifth of memory (docs/virtual_memory.md).
-    double max_peak_slack = 0;
-    std::size_t allocations_per_remap = 100;
-    // Bytes of each physical allocation of a large span, aligned to it within the span: 0 or a
-    // power of two; at most a granule means a granule. The driver charges per allocation mapped
-    // and unmapped, whatever its size, so larger ones cut the cost of remapping many times over
-    // (docs/costs.md), but an allocation is unmapped only when all of it is free: a live block
-    // pins every allocation it touches. Larger pays where the peak slack leaves room for that
-    // (docs/virtual_memory.md).
-    std::size_t mapping_bytes = 0;
-    // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
-    std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
-    // Free blocks for small requests (best fit first, at most 64) compared for a placement that
-    // needs no mapping; large requests compare every free block that fits.
-    int candidates = 8;
-
-    // Throws std::invalid_argument naming the option and its rule, for the memory's granularity:
-    // rounding a power of two of at most a granule; cache_fraction, peak_slack and max_peak_slack
-    // finite and at least 0; mapping_bytes 0 or a power of two; sizes at most 2^48 bytes.
-    void validate(std::size_t granularity) const {
-        if (!is_power_of_two(rounding) || rounding > granularity) {
-            throw std::invalid_argument("poolkit: expandable_options.rounding must be a power of two of at most a granule (" +
-                                        std::to_string(granularity) + " bytes)");
-        }
-        for (const auto& [name, value] : {std::pair{"cache_fraction", cache_fraction}, std::pair{"peak_slack", peak_slack},
-                                          std::pair{"max_peak_slack", max_peak_slack}}) {
-            if (!std::isfinite(value) || value < 0) {
-                throw std::invalid_argument(std::string("poolkit: expandable_options.") + name + " must be a finite number of at least 0");
-            }
-        }
-        if (mapping_bytes != 0 && !is_power_of_two(mapping_bytes)) {
-            throw std::invalid_argument("poolkit: expandable_options.mapping_bytes must be 0 or a power of two");
-        }
-        constexpr std::size_t most_address_bytes = std::size_t{1} << 48;
-        for (const auto& [name, value] : {std::pair{"span_bytes", span_bytes}, std::pair{"small_span_bytes", small_span_bytes},
-                                          std::pair{"small_size", small_size}, std::pair{"mapping_bytes", mapping_bytes}}) {
-            if (value > most_address_bytes) {
-                throw std::invalid_argument(std::string("poolkit: expandable_options.") + name + " must be at most 2^48 bytes (256 TiB)");
-            }
-        }
-    }
-};
-
-namespace detail::expandable_parts {
-
-struct by_size_tag;
-struct in_span_tag;
-struct cached_tag;
-struct span;
-
-// A block of a span, free or live: in the free multiset of its kind or the live set (they share
-// a hook), always in its span's address-ordered list, and in the cached list while it is free
-// with mapped granules wholly inside it.
-struct block : intrusive::set_hook<by_size_tag>, intrusive::list_hook<in_span_tag>, intrusive::list_hook<cached_tag> {
-    block(std::uintptr_t address_, std::size_t bytes_, span* owner_) noexcept : address(address_), bytes(bytes_), owner(owner_) {}
-    std::uintptr_t address;
-    std::size_t bytes;
-    std::size_t requested = 0;  // live: the bytes asked for
-    std::size_t cached = 0;  // free: mapped granules wholly inside it
-    span* owner;
-    bool free = true;
-    [[nodiscard]] std::uintptr_t end() const noexcept { return address + bytes; }
-};
-
-struct by_size {
-    struct key {
-        std::size_t bytes;
-        std::uintptr_t address;
-    };
-    template <class A, class B>
-    bool operator()(const A& a, const B& b) const noexcept {
-        return a.bytes < b.bytes || (a.bytes == b.bytes && a.address < b.address);
-    }
-};
-
-struct by_address {
-    bool operator()(const block& a, const block& b) const noexcept { return a.address < b.address; }
-    bool operator()(const block& a, std::uintptr_t b) const noexcept { return a.address < b; }
-    bool operator()(std::uintptr_t a, const block& b) const noexcept { return a < b.address; }
-};
-
-using block_list = intrusive::list<block, in_span_tag>;
-using cached_list = intrusive::list<block, cached_tag>;
-using free_blocks = intrusive::multiset<block, by_size_tag, by_size>;
-using live_blocks = intrusive::set<block, by_size_tag, by_address>;
-
-// A span of claimed address space: its blocks tile it; one bit per granule says it is mapped,
-// another that a physical allocation starts there. An allocation runs from its start to the next
-// start or unmapped granule, and can only be unmapped whole (virtual_memory's map_whole).
-struct span {
-    span(std::uintptr_t address_, std::size_t bytes_, std::size_t granularity, bool small_)
-        : address(address_), bytes(bytes_), small(small_), mapped((bytes_ / granularity + 63) / 64, 0), starts(mapped.size(), 0) {}
-    std::uintptr_t address;
-    std::size_t bytes;
-    bool small;
-    block_list blocks;
-    std::vector<std::uint64_t> mapped;
-    std::vector<std::uint64_t> starts;  // a subset of mapped
-    std::size_t mapped_end = 0;  // no granule at or past this one was ever mapped
-
-    [[nodiscard]] std::size_t granules() const noexcept { return mapped.size() * 64; }
-    [[nodiscard]] bool starts_at(std::size_t granule) const noexcept { return (starts[granule / 64] >> (granule % 64)) & 1u; }
-
-    // Records [first, last) as mapped, one allocation per granule (each = false) or one in all.
-    void set_mapped(std::size_t first, std::size_t last, bool each) noexcept {
-        set(mapped, first, last, true);
-        if (each) {
-            set(starts, first, last, true);
-        } else {
-            set(starts, first, first + 1, true);
-        }
-        mapped_end = std::max(mapped_end, last);
-    }
-    void set_unmapped(std::size_t first, std::size_t last) noexcept {
-        set(mapped, first, last, false);
-        set(starts, first, last, false);
-    }
-
-    // The granules [from, to) of [first, last) that hold only allocations wholly inside [first,
-    // last): those an unmap of [first, last) may give back. Allocations reaching past either end
-    // are left out.
-    [[nodiscard]] std::pair<std::size_t, std::size_t> whole_within(std::size_t first, std::size_t last) const noexcept {
-        std::size_t from = first;
-        if (from < last && bit(from) && !starts_at(from)) {
-            from = first_of(from + 1, last, [this](std::size_t w) { return starts[w] | ~mapped[w]; });
-        }
-        std::size_t to = last;
-        if (to > from && to < granules() && bit(to) && !starts_at(to)) {
-            to = last_start(from, to);
-        }
-        return {from, std::max(from, to)};
-    }
-
-    [[nodiscard]] bool bit(std::size_t granule) const noexcept { return (mapped[granule / 64] >> (granule % 64)) & 1u; }
-
-    // Granules in [first, last) whose bit is `value`.
-    [[nodiscard]] std::size_t count(std::size_t first, std::size_t last, bool value) const noexcept {
-        std::size_t ones = 0;
-        for (std::size_t g = first, end = std::min(last, mapped_end); g < end;) {
-            const std::size_t word = g / 64, offset = g % 64;
-            const std::size_t take = std::min<std::size_t>(64 - offset, end - g);
-            std::uint64_t bits = mapped[word] >> offset;
-            if (take < 64) bits &= (std::uint64_t{1} << take) - 1;
-            ones += static_cast<std::size_t>(std::popcount(bits));
-            g += take;
-        }
-        return value ? ones : (last - first) - ones;
-    }
-
-    static void set(std::vector<std::uint64_t>& bits, std::size_t first, std::size_t last, bool value) noexcept {
-        for (std::size_t g = first; g < last;) {
-            const std::size_t word = g / 64, offset = g % 64;
-            const std::size_t take = std::min<std::size_t>(64 - offset, last - g);
-            const std::uint64_t mask = (take < 64 ? ((std::uint64_t{1} << take) - 1) : ~std::uint64_t{0}) << offset;
-            bits[word] = value ? (bits[word] | mask) : (bits[word] & ~mask);
-            g += take;
-        }
-    }
-
-    // Calls f(first, last) for each maximal run of granules in [first, last) whose bit is `value`.
-    template <class F>
-    void for_each_run(std::size_t first, std::size_t last, bool value, F&& f) const {
-        if (value) last = std::min(last, mapped_end);  // nothing is mapped past mapped_end
-        std::size_t g = first;
-        while (g < last) {
-            g = next(g, last, value);
-            const std::size_t run = g;
-            g = next(g, last, !value);
-            if (run < g) f(run, g);
-        }
-    }
-
-    // The first granule in [g, last) whose mapped bit is `value`, or last.
-    [[nodiscard]] std::size_t next(std::size_t g, std::size_t last, bool value) const noexcept {
-        return value ? first_of(g, last, [this](std::size_t w) { return mapped[w]; })
-                     : first_of(g, last, [this](std::size_t w) { return ~mapped[w]; });
-    }
-
-    // The first granule in [g, last) whose bit in word(index) is set, or last: a word at a time.
-    template <class Word>
-    [[nodiscard]] static std::size_t first_of(std::size_t g, std::size_t last, Word word) noexcept {
-        while (g < last) {
-            const std::uint64_t bits = word(g / 64) >> (g % 64);
-            if (bits != 0) return std::min(last, g + static_cast<std::size_t>(std::countr_zero(bits)));
-            g = (g / 64 + 1) * 64;
-        }
-        return last;
-    }
-
-    // The last granule in [first, last) where an allocation starts, or first when none does.
-    [[nodiscard]] std::size_t last_start(std::size_t first, std::size_t last) const noexcept {
-        while (last > first) {
-            const std::size_t top = last - 1;
-            std::uint64_t bits = starts[top / 64] & (~std::uint64_t{0} >> (63 - top % 64));
-            if (bits != 0) return std::max(first, (top / 64) * 64 + 63 - static_cast<std::size_t>(std::countl_zero(bits)));
-            last = (top / 64) * 64;
-        }
-        return first;
-    }
-};
-
-}  // namespace detail::expandable_parts
-
-template <class Upstream>
+template <class Upstream, mapping_policy Policy = follow_live>
     requires virtual_memory<typename detail::referent<Upstream>::type>
-class expandable : public forward_properties<expandable<Upstream>, Upstream> {
+class expandable : public forward_properties<expandable<Upstream, Policy>, Upstream> {
 public:
     using upstream_type = Upstream;
     using options_type = expandable_options;
+    using policy_type = Policy;
 
     expandable()
         requires std::default_initializable<Upstream>
         : expandable(Upstream{}, expandable_options{}) {}
 
-    explicit expandable(Upstream upstream, expandable_options options = {}) : upstream_(std::move(upstream)), options_(options) {
+    explicit expandable(Upstream upstream, expandable_options options = {})
+        : upstream_(std::move(upstream)), options_(options), policy_(options_) {
         granularity_ = memory().granularity();
         options_.validate(granularity_);
         options_.max_peak_slack = std::max(options_.max_peak_slack, options_.peak_slack);
         options_.allocations_per_remap = std::max<std::size_t>(options_.allocations_per_remap, 1);
-        slack_ = options_.peak_slack;
         mapping_granules_ = std::max<std::size_t>(1, options_.mapping_bytes / granularity_);
         options_.candidates = std::clamp(options_.candidates, 1, max_candidates);
         if (options_.span_bytes == 0) options_.span_bytes = std::max(limit_of(memory()) / 8, std::size_t{1} << 30);
@@ -367,7 +141,7 @@ public:
             throw out_of_memory("expandable", figures(bytes, alignment));
         }
         const placement found = find(*rounded, alignment);
-        ++allocations_;
+        policy_.allocated();
         if (found.where != nullptr && found.unmapped == 0) return carve(*found.where, found.start, *rounded, bytes);
         return map_and_carve(found, bytes, *rounded, alignment);
     }
@@ -401,42 +175,16 @@ public:
     // of the block.
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
-        const auto found = live_.find(reinterpret_cast<std::uintptr_t>(pointer), by_address{});
-        POOLKIT_ASSERT(found != live_.end(), "deallocate of a pointer expandable did not hand out (or freed twice)");
-        if (found == live_.end()) return;
-        block* freed = &*found;
-        POOLKIT_ASSERT(checked_align_up(bytes, options_.rounding) == align_up(freed->requested, options_.rounding),
-                       "deallocate with a size other than the one allocated");
-        POOLKIT_ASSERT(is_aligned(pointer, alignment), "deallocate with an alignment the block does not have");
-        static_cast<void>(bytes);
-        static_cast<void>(alignment);
-        live_.erase(found);
+        block* freed = detail::take_live<by_address>(live_, pointer, bytes, alignment, options_.rounding,
+                                                     "deallocate of a pointer expandable did not hand out (or freed twice)");
+        if (freed == nullptr) return;
         live_bytes_ -= freed->bytes;
-        freed->free = true;
         freed->requested = 0;
-        auto& blocks = freed->owner->blocks;
-        const auto position = blocks.iterator_to(*freed);
-        if (const auto next = std::next(position); next != blocks.end() && next->free) {
-            block* absorbed = &*next;
-            forget_free(*absorbed);
-            blocks.erase(next);
-            freed->bytes += absorbed->bytes;
-            blocks_.destroy(absorbed);
-        }
-        if (position != blocks.begin()) {
-            if (const auto previous = std::prev(position); previous->free) {
-                block* survivor = &*previous;
-                forget_free(*survivor);
-                survivor->bytes += freed->bytes;
-                blocks.erase(position);
-                blocks_.destroy(freed);
-                freed = survivor;
-            }
-        }
+        freed = &detail::coalesce(freed->owner->blocks, *freed, blocks_, [this](block& b) { forget_free(b); });
         file_free(*freed);
-        if (cached_granules_ * granularity_ > options_.max_cached_bytes) {
+        if (const std::size_t most = policy_.most_cached_bytes(); cached_bytes() > most) {
             try {
-                trim(cached_granules_ * granularity_ - options_.max_cached_bytes);
+                trim(cached_bytes() - most);
             } catch (...) {
                 POOLKIT_ASSERT(false, "expandable could not wait for the device before unmapping");
             }
@@ -554,8 +302,13 @@ public:
     [[nodiscard]] std::size_t map_calls() const noexcept { return map_calls_; }
     [[nodiscard]] std::size_t unmap_calls() const noexcept { return unmap_calls_; }
     [[nodiscard]] const expandable_options& options() const noexcept { return options_; }
-    // The slack in force: options().peak_slack, raised towards options().max_peak_slack by remaps.
-    [[nodiscard]] double peak_slack() const noexcept { return slack_; }
+    [[nodiscard]] const Policy& policy() const noexcept { return policy_; }
+    // The policy's peak slack in force, where it has one (follow_live).
+    [[nodiscard]] double peak_slack() const noexcept
+        requires requires(const Policy& p) { p.peak_slack(); }
+    {
+        return policy_.peak_slack();
+    }
 
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
@@ -739,29 +492,20 @@ private:
             found = {&fresh, start, unmapped_under(*fresh.owner, start, rounded)};
         }
         const std::size_t needed = found.unmapped * granularity_;
-        const std::size_t live_after = live_bytes_ + rounded;
-        // Mapped memory may reach the peak of live memory so far (and the slack), or the live bytes
-        // after this request and a fraction more: the fraction is what a growing workload maps ahead.
-        const double budget = std::max(static_cast<double>(peak_live_bytes_) * (1.0 + slack_),
-                                       static_cast<double>(live_after) * (1.0 + options_.cache_fraction));
-        // Nor may it pass what the upstream can still map (it may serve other pools too).
-        double excess = static_cast<double>(reserved_bytes() + needed) - budget;
-        if (const std::size_t left = physical_left(); needed > left) {
-            excess = std::max(excess, static_cast<double>(needed - left));
-        }
+        const auto state = [&] { return mapping_state{live_bytes_ + rounded, peak_live_bytes_, reserved_bytes(), needed, granularity_}; };
+        // The policy's unmaps, and as many more as the upstream's physical limit needs (it may
+        // serve other pools too).
+        std::size_t excess = policy_.unmap_first(state());
+        if (const std::size_t left = physical_left(); needed > left) excess = std::max(excess, needed - left);
         if (excess > 0 && cached_granules_ > 0) {
-            const std::size_t before = mapped_granules_;
-            trim(static_cast<std::size_t>(std::ceil(excess)), keep_under(found, rounded));
-            note_remapped(before - mapped_granules_);
+            const std::size_t before = reserved_bytes();
+            trim(excess, keep_under(found, rounded));
+            policy_.unmapped(before - reserved_bytes(), state());
         }
-        // What the budget leaves, without the peak slack (which only spares remaps), is mapped
-        // ahead, into the free space beside the block, so that the next requests of a growing
-        // workload need no map call of their own.
-        const double ahead_budget =
-            std::max(static_cast<double>(peak_live_bytes_), static_cast<double>(live_after) * (1.0 + options_.cache_fraction));
-        const double headroom = std::min(ahead_budget - static_cast<double>(reserved_bytes() + needed),
-                                         static_cast<double>(physical_left()) - static_cast<double>(needed));
-        const std::size_t ahead = headroom > 0 ? align_down(static_cast<std::size_t>(headroom), granularity_) : 0;
+        // What the policy would map ahead, into the free space beside the block, so that the next
+        // requests of a growing workload need no map call of their own; never past the limit.
+        const std::size_t left = physical_left();
+        const std::size_t ahead = left > needed ? align_down(std::min(policy_.map_ahead(state()), left - needed), granularity_) : 0;
         const block& where = *found.where;
         std::uintptr_t first = found.start, last = found.start + rounded;
         if (ahead > 0 && last < where.end()) {
@@ -803,22 +547,6 @@ private:
         const std::size_t limit = limit_of(memory());
         const std::size_t mapped = memory().mapped_bytes();
         return limit > mapped ? limit - mapped : 0;
-    }
-
-    // `granules` were just unmapped to make room for new mappings under the budget. Over windows
-    // of a quarter of the peak's granules so unmapped, a window reached in fewer than
-    // allocations_per_remap allocations per granule raises the slack: the workload's shapes vary
-    // so much that following live memory costs more in driver calls and device waits than the
-    // memory it saves.
-    void note_remapped(std::size_t granules) noexcept {
-        remapped_granules_ += granules;
-        const std::size_t window = std::max<std::size_t>(16, peak_live_bytes_ / granularity_ / 4);
-        if (remapped_granules_ < window) return;
-        if (allocations_ / options_.allocations_per_remap < remapped_granules_) {
-            slack_ = std::min(options_.max_peak_slack, slack_ + (options_.max_peak_slack - options_.peak_slack) / 4);
-        }
-        remapped_granules_ = 0;
-        allocations_ = 0;
     }
 
     // Maps the unmapped granules under [start, start + bytes) of `s`: one map call per run, a
@@ -1018,30 +746,8 @@ private:
     // it mapped) for a request of `bytes`, splitting off the free space before and after it.
     // Strong guarantee: the nodes are made before anything changes.
     void* carve(block& b, std::uintptr_t start, std::size_t rounded, std::size_t bytes) {
-        const std::size_t padding = start - b.address;
-        const std::size_t remainder = b.bytes - padding - rounded;
-        block* front = padding > 0 ? blocks_.make(b.address, padding, b.owner) : nullptr;
-        block* back = nullptr;
-        if (remainder > 0) {
-            try {
-                back = blocks_.make(start + rounded, remainder, b.owner);
-            } catch (...) {
-                if (front) blocks_.destroy(front);
-                throw;
-            }
-        }
-        forget_free(b);
-        auto& blocks = b.owner->blocks;
-        if (front) {
-            blocks.insert(blocks.iterator_to(b), *front);
-            file_free(*front);
-        }
-        if (back) {
-            blocks.insert(std::next(blocks.iterator_to(b)), *back);
-            file_free(*back);
-        }
-        b.address = start;
-        b.bytes = rounded;
+        detail::split_around(
+            b.owner->blocks, b, start, rounded, 1, blocks_, [this](block& f) { forget_free(f); }, [this](block& f) { file_free(f); });
         b.requested = bytes;
         b.free = false;
         live_.insert(b);
@@ -1056,6 +762,7 @@ private:
 
     Upstream upstream_;
     expandable_options options_;
+    Policy policy_;
     std::size_t granularity_ = 0;
     std::size_t mapping_granules_ = 1;  // granules per physical allocation of a large span
     // Declared before the indexes, so that the indexes go first on destruction.
@@ -1074,9 +781,6 @@ private:
     std::size_t cached_granules_ = 0;
     std::size_t map_calls_ = 0;
     std::size_t unmap_calls_ = 0;
-    double slack_ = 0;  // the peak slack in force
-    std::size_t remapped_granules_ = 0;  // unmapped for new mappings in this window
-    std::size_t allocations_ = 0;  // allocate calls in this window
 };
 
 }  // namespace poolkit

@@ -1,0 +1,177 @@
+// The bookkeeping nodes of expandable (strategy/expandable.hpp): its blocks, their indexes, and
+// the spans of address space they tile, each with a bit per granule for mapped and one for where a
+// physical allocation starts.
+#pragma once
+
+#include <poolkit/strategy/detail/intrusive.hpp>
+
+#include <algorithm>
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace poolkit {
+
+namespace detail::expandable_parts {
+
+struct by_size_tag;
+struct in_span_tag;
+struct cached_tag;
+struct span;
+
+// A block of a span, free or live: in the free multiset of its kind or the live set (they share
+// a hook), always in its span's address-ordered list, and in the cached list while it is free
+// with mapped granules wholly inside it.
+struct block : intrusive::set_hook<by_size_tag>, intrusive::list_hook<in_span_tag>, intrusive::list_hook<cached_tag> {
+    block(std::uintptr_t address_, std::size_t bytes_, span* owner_) noexcept : address(address_), bytes(bytes_), owner(owner_) {}
+    std::uintptr_t address;
+    std::size_t bytes;
+    std::size_t requested = 0;  // live: the bytes asked for
+    std::size_t cached = 0;  // free: mapped granules wholly inside it
+    span* owner;
+    bool free = true;
+    [[nodiscard]] std::uintptr_t end() const noexcept { return address + bytes; }
+};
+
+struct by_size {
+    struct key {
+        std::size_t bytes;
+        std::uintptr_t address;
+    };
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const noexcept {
+        return a.bytes < b.bytes || (a.bytes == b.bytes && a.address < b.address);
+    }
+};
+
+struct by_address {
+    bool operator()(const block& a, const block& b) const noexcept { return a.address < b.address; }
+    bool operator()(const block& a, std::uintptr_t b) const noexcept { return a.address < b; }
+    bool operator()(std::uintptr_t a, const block& b) const noexcept { return a < b.address; }
+};
+
+using block_list = intrusive::list<block, in_span_tag>;
+using cached_list = intrusive::list<block, cached_tag>;
+using free_blocks = intrusive::multiset<block, by_size_tag, by_size>;
+using live_blocks = intrusive::set<block, by_size_tag, by_address>;
+
+// A span of claimed address space: its blocks tile it; one bit per granule says it is mapped,
+// another that a physical allocation starts there. An allocation runs from its start to the next
+// start or unmapped granule, and can only be unmapped whole (virtual_memory's map_whole).
+struct span {
+    span(std::uintptr_t address_, std::size_t bytes_, std::size_t granularity, bool small_)
+        : address(address_), bytes(bytes_), small(small_), mapped((bytes_ / granularity + 63) / 64, 0), starts(mapped.size(), 0) {}
+    std::uintptr_t address;
+    std::size_t bytes;
+    bool small;
+    block_list blocks;
+    std::vector<std::uint64_t> mapped;
+    std::vector<std::uint64_t> starts;  // a subset of mapped
+    std::size_t mapped_end = 0;  // no granule at or past this one was ever mapped
+
+    [[nodiscard]] std::size_t granules() const noexcept { return mapped.size() * 64; }
+    [[nodiscard]] bool starts_at(std::size_t granule) const noexcept { return (starts[granule / 64] >> (granule % 64)) & 1u; }
+
+    // Records [first, last) as mapped, one allocation per granule (each = false) or one in all.
+    void set_mapped(std::size_t first, std::size_t last, bool each) noexcept {
+        set(mapped, first, last, true);
+        if (each) {
+            set(starts, first, last, true);
+        } else {
+            set(starts, first, first + 1, true);
+        }
+        mapped_end = std::max(mapped_end, last);
+    }
+    void set_unmapped(std::size_t first, std::size_t last) noexcept {
+        set(mapped, first, last, false);
+        set(starts, first, last, false);
+    }
+
+    // The granules [from, to) of [first, last) that hold only allocations wholly inside [first,
+    // last): those an unmap of [first, last) may give back. Allocations reaching past either end
+    // are left out.
+    [[nodiscard]] std::pair<std::size_t, std::size_t> whole_within(std::size_t first, std::size_t last) const noexcept {
+        std::size_t from = first;
+        if (from < last && bit(from) && !starts_at(from)) {
+            from = first_of(from + 1, last, [this](std::size_t w) { return starts[w] | ~mapped[w]; });
+        }
+        std::size_t to = last;
+        if (to > from && to < granules() && bit(to) && !starts_at(to)) {
+            to = last_start(from, to);
+        }
+        return {from, std::max(from, to)};
+    }
+
+    [[nodiscard]] bool bit(std::size_t granule) const noexcept { return (mapped[granule / 64] >> (granule % 64)) & 1u; }
+
+    // Granules in [first, last) whose bit is `value`.
+    [[nodiscard]] std::size_t count(std::size_t first, std::size_t last, bool value) const noexcept {
+        std::size_t ones = 0;
+        for (std::size_t g = first, end = std::min(last, mapped_end); g < end;) {
+            const std::size_t word = g / 64, offset = g % 64;
+            const std::size_t take = std::min<std::size_t>(64 - offset, end - g);
+            std::uint64_t bits = mapped[word] >> offset;
+            if (take < 64) bits &= (std::uint64_t{1} << take) - 1;
+            ones += static_cast<std::size_t>(std::popcount(bits));
+            g += take;
+        }
+        return value ? ones : (last - first) - ones;
+    }
+
+    static void set(std::vector<std::uint64_t>& bits, std::size_t first, std::size_t last, bool value) noexcept {
+        for (std::size_t g = first; g < last;) {
+            const std::size_t word = g / 64, offset = g % 64;
+            const std::size_t take = std::min<std::size_t>(64 - offset, last - g);
+            const std::uint64_t mask = (take < 64 ? ((std::uint64_t{1} << take) - 1) : ~std::uint64_t{0}) << offset;
+            bits[word] = value ? (bits[word] | mask) : (bits[word] & ~mask);
+            g += take;
+        }
+    }
+
+    // Calls f(first, last) for each maximal run of granules in [first, last) whose bit is `value`.
+    template <class F>
+    void for_each_run(std::size_t first, std::size_t last, bool value, F&& f) const {
+        if (value) last = std::min(last, mapped_end);  // nothing is mapped past mapped_end
+        std::size_t g = first;
+        while (g < last) {
+            g = next(g, last, value);
+            const std::size_t run = g;
+            g = next(g, last, !value);
+            if (run < g) f(run, g);
+        }
+    }
+
+    // The first granule in [g, last) whose mapped bit is `value`, or last.
+    [[nodiscard]] std::size_t next(std::size_t g, std::size_t last, bool value) const noexcept {
+        return value ? first_of(g, last, [this](std::size_t w) { return mapped[w]; })
+                     : first_of(g, last, [this](std::size_t w) { return ~mapped[w]; });
+    }
+
+    // The first granule in [g, last) whose bit in word(index) is set, or last: a word at a time.
+    template <class Word>
+    [[nodiscard]] static std::size_t first_of(std::size_t g, std::size_t last, Word word) noexcept {
+        while (g < last) {
+            const std::uint64_t bits = word(g / 64) >> (g % 64);
+            if (bits != 0) return std::min(last, g + static_cast<std::size_t>(std::countr_zero(bits)));
+            g = (g / 64 + 1) * 64;
+        }
+        return last;
+    }
+
+    // The last granule in [first, last) where an allocation starts, or first when none does.
+    [[nodiscard]] std::size_t last_start(std::size_t first, std::size_t last) const noexcept {
+        while (last > first) {
+            const std::size_t top = last - 1;
+            std::uint64_t bits = starts[top / 64] & (~std::uint64_t{0} >> (63 - top % 64));
+            if (bits != 0) return std::max(first, (top / 64) * 64 + 63 - static_cast<std::size_t>(std::countl_zero(bits)));
+            last = (top / 64) * 64;
+        }
+        return first;
+    }
+};
+
+}  // namespace detail::expandable_parts
+
+}  // namespace poolkit

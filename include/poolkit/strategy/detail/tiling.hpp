@@ -1,0 +1,96 @@
+// Blocks that tile a range in an address-ordered intrusive list: best_fit's chunks, expandable's
+// spans. Both split a free block around a placement and merge a freed block with its free
+// neighbours the same way; what differs is their indexes, which they pass in as two callables:
+// forget(block&) takes a free block out of them, file(block&) puts one in. A block has address,
+// bytes, requested and free; `nodes` is the node_pool its nodes come from.
+#pragma once
+
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/assert.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+
+namespace poolkit::detail {
+
+// Splits free block `b` of `blocks` around [start, start + rounded), which lies inside it: the
+// space before becomes a free block; the space after becomes one when it is at least
+// `min_remainder` bytes (else it stays in `b`). `b` leaves the indexes (forget) and is left holding
+// the placement, for the caller to make live; the new free blocks are filed. Strong guarantee:
+// the nodes are made before anything changes.
+template <class List, class Block, class Nodes, class Forget, class File>
+void split_around(List& blocks, Block& b, std::uintptr_t start, std::size_t rounded, std::size_t min_remainder, Nodes& nodes,
+                  Forget&& forget, File&& file) {
+    const std::size_t padding = start - b.address;
+    const std::size_t remainder = b.bytes - padding - rounded;
+    Block* front = padding > 0 ? nodes.make(b.address, padding, b.owner) : nullptr;
+    Block* back = nullptr;
+    if (remainder > 0 && remainder >= min_remainder) {
+        try {
+            back = nodes.make(start + rounded, remainder, b.owner);
+        } catch (...) {
+            if (front) nodes.destroy(front);
+            throw;
+        }
+    }
+    forget(b);
+    if (front) {
+        blocks.insert(blocks.iterator_to(b), *front);
+        file(*front);
+    }
+    if (back) {
+        blocks.insert(std::next(blocks.iterator_to(b)), *back);
+        file(*back);
+    }
+    b.address = start;
+    b.bytes -= padding + (back ? remainder : 0);
+}
+
+// Takes the live block at `pointer` out of `live` (a set searched by address with ByAddress) for a
+// deallocate(pointer, bytes, alignment) of blocks rounded to `rounding`, and marks it free. Asserts
+// that `live` holds it (else says `who` did not hand it out) and that bytes and alignment are
+// those it was allocated with; with assertions off, a pointer it does not know gives nullptr, and
+// the recorded size holds whatever `bytes` says.
+template <class ByAddress, class Live>
+auto* take_live(Live& live, void* pointer, std::size_t bytes, std::size_t alignment, std::size_t rounding, const char* who) noexcept {
+    const auto found = live.find(reinterpret_cast<std::uintptr_t>(pointer), ByAddress{});
+    POOLKIT_ASSERT(found != live.end(), who);
+    if (found == live.end()) return static_cast<decltype(&*found)>(nullptr);
+    auto* freed = &*found;
+    POOLKIT_ASSERT(checked_align_up(bytes, rounding) == align_up(freed->requested, rounding),
+                   "deallocate with a size other than the one allocated");
+    POOLKIT_ASSERT(is_aligned(pointer, alignment), "deallocate with an alignment the block does not have");
+    static_cast<void>(bytes);
+    static_cast<void>(alignment);
+    static_cast<void>(rounding);
+    live.erase(found);
+    freed->free = true;
+    return freed;
+}
+
+// Merges `freed` (marked free, in no index) with the free blocks beside it in `blocks`, taking
+// them out of the indexes (forget) and returning their nodes. Returns the block that now holds the
+// merged range — `freed` or its lower neighbour — in no index yet.
+template <class List, class Block, class Nodes, class Forget>
+Block& coalesce(List& blocks, Block& freed, Nodes& nodes, Forget&& forget) noexcept {
+    const auto position = blocks.iterator_to(freed);
+    if (const auto next = std::next(position); next != blocks.end() && next->free) {
+        Block* absorbed = &*next;
+        forget(*absorbed);
+        blocks.erase(next);
+        freed.bytes += absorbed->bytes;
+        nodes.destroy(absorbed);
+    }
+    if (position == blocks.begin()) return freed;
+    const auto previous = std::prev(position);
+    if (!previous->free) return freed;
+    Block& survivor = *previous;
+    forget(survivor);
+    survivor.bytes += freed.bytes;
+    blocks.erase(position);
+    nodes.destroy(&freed);
+    return survivor;
+}
+
+}  // namespace poolkit::detail

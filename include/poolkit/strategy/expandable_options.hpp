@@ -1,0 +1,81 @@
+// expandable_options: what expandable<Upstream, Policy> (strategy/expandable.hpp) is built with —
+// its address space and placement, and the figures its mapping policy reads.
+#pragma once
+
+#include <poolkit/core/alignment.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace poolkit {
+
+struct expandable_options {
+    // Address space claimed at a time, rounded up to whole granules; a larger request claims a
+    // span of its own size. 0: an eighth of the physical limit, at least 1 GiB.
+    std::size_t span_bytes = 0;
+    // Requests up to this many bytes are placed in small spans, apart from the large blocks.
+    std::size_t small_size = std::size_t{1} << 20;
+    // Address space of each small span; 0: an eighth of span_bytes.
+    std::size_t small_span_bytes = 0;
+    // Block sizes round up to this power of two.
+    std::size_t rounding = 512;
+    // The rest are read by the mapping policies (strategy/mapping_policy.hpp): follow_live reads them
+    // all, keep_mapped none.
+    // How far mapped memory may exceed live memory while it grows past its peak (mapped ahead).
+    double cache_fraction = 0.02;
+    // How far mapped memory may stay above the peak of live memory before the cache is unmapped
+    // for new mappings, at first: more slack, fewer remaps when shapes vary, a larger footprint.
+    double peak_slack = 0;
+    // The most the pool raises peak_slack to while following live memory costs many remaps: each
+    // time it has unmapped a quarter of its peak live bytes' worth of granules for new mappings in
+    // fewer than allocations_per_remap allocations per granule, the slack grows a quarter of the
+    // way from peak_slack to this. Never below peak_slack; equal to it (the default), mapped
+    // memory follows live memory whatever it costs. 0.2 suits workloads whose shapes vary widely
+    // and whose speed matters more than the last fifth of memory (docs/virtual_memory.md).
+    double max_peak_slack = 0;
+    std::size_t allocations_per_remap = 100;
+    // Bytes of each physical allocation of a large span, aligned to it within the span: 0 or a
+    // power of two; at most a granule means a granule. The driver charges per allocation mapped
+    // and unmapped, whatever its size, so larger ones cut the cost of remapping many times over
+    // (docs/costs.md), but an allocation is unmapped only when all of it is free: a live block
+    // pins every allocation it touches. Larger pays where the peak slack leaves room for that
+    // (docs/virtual_memory.md).
+    std::size_t mapping_bytes = 0;
+    // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
+    std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
+    // Free blocks for small requests (best fit first, at most 64) compared for a placement that
+    // needs no mapping; large requests compare every free block that fits.
+    int candidates = 8;
+
+    // Throws std::invalid_argument naming the option and its rule, for the memory's granularity:
+    // rounding a power of two of at most a granule; cache_fraction, peak_slack and max_peak_slack
+    // finite and at least 0; mapping_bytes 0 or a power of two; sizes at most 2^48 bytes.
+    void validate(std::size_t granularity) const {
+        if (!is_power_of_two(rounding) || rounding > granularity) {
+            throw std::invalid_argument("poolkit: expandable_options.rounding must be a power of two of at most a granule (" +
+                                        std::to_string(granularity) + " bytes)");
+        }
+        for (const auto& [name, value] : {std::pair{"cache_fraction", cache_fraction}, std::pair{"peak_slack", peak_slack},
+                                          std::pair{"max_peak_slack", max_peak_slack}}) {
+            if (!std::isfinite(value) || value < 0) {
+                throw std::invalid_argument(std::string("poolkit: expandable_options.") + name + " must be a finite number of at least 0");
+            }
+        }
+        if (mapping_bytes != 0 && !is_power_of_two(mapping_bytes)) {
+            throw std::invalid_argument("poolkit: expandable_options.mapping_bytes must be 0 or a power of two");
+        }
+        constexpr std::size_t most_address_bytes = std::size_t{1} << 48;
+        for (const auto& [name, value] : {std::pair{"span_bytes", span_bytes}, std::pair{"small_span_bytes", small_span_bytes},
+                                          std::pair{"small_size", small_size}, std::pair{"mapping_bytes", mapping_bytes}}) {
+            if (value > most_address_bytes) {
+                throw std::invalid_argument(std::string("poolkit: expandable_options.") + name + " must be at most 2^48 bytes (256 TiB)");
+            }
+        }
+    }
+};
+
+}  // namespace poolkit
