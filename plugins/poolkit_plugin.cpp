@@ -281,11 +281,6 @@ struct caching_parts {
     // The most bytes reserved at once (no_limit: none).
     void set_limit(std::size_t bytes) { cap.set_limit(bytes); }
 
-    [[nodiscard]] stats_map memory_stats() const { return users.memory_stats(); }
-    void reset_peak() {
-        users.reset_peak();
-        reserved.reset_peak();
-    }
     // The pool's own chunks and blocks, read under its lock.
     template <class Action>
     decltype(auto) walk(Action&& action) const {
@@ -293,8 +288,8 @@ struct caching_parts {
     }
 };
 
-// Reserved bytes are the mapped ones and device allocs and frees the map and unmap calls of the
-// virtual memory (which has its own lock); there are no segment.* counts.
+// Reserved figures are the virtual memory's, which statistics<> reads below the pool (mapped
+// bytes, map and unmap calls; the memory has its own lock); there are no segment.* counts.
 struct expandable_parts {
     history events;  // what users and the mappings saw (record_history); first made, last gone
     backend::virtual_memory vm;
@@ -315,18 +310,6 @@ struct expandable_parts {
     [[nodiscard]] const backend::virtual_memory& memory() const { return vm; }
     [[nodiscard]] backend::virtual_memory& memory() { return vm; }
 
-    [[nodiscard]] stats_map memory_stats() const {
-        stats_map stats = users.memory_stats();
-        stats["reserved_bytes.all.current"] = static_cast<std::int64_t>(memory().mapped_bytes());
-        stats["reserved_bytes.all.peak"] = static_cast<std::int64_t>(memory().peak_mapped_bytes());
-        stats["num_device_alloc"] = static_cast<std::int64_t>(memory().map_calls());
-        stats["num_device_free"] = static_cast<std::int64_t>(memory().unmap_calls());
-        return stats;
-    }
-    void reset_peak() {
-        users.reset_peak();
-        memory().reset_peak_mapped_bytes();
-    }
     // Spans cut to their mapped granules (observe/mapped_walk.hpp), read under the pool's lock.
     template <class Action>
     decltype(auto) walk(Action&& action) const {
@@ -365,11 +348,11 @@ public:
     }
     void set_limit(std::size_t bytes) override { parts_.set_limit(bytes); }
     void release() override { parts_.users.upstream_resource().release(); }
-    void reset_peak() override { parts_.reset_peak(); }
-    [[nodiscard]] stats_map memory_stats() const override { return parts_.memory_stats(); }
+    void reset_peak() override { parts_.users.reset_peak(); }
+    [[nodiscard]] stats_map memory_stats() const override { return parts_.users.memory_stats(); }
     [[nodiscard]] std::string summary() const override {
         const auto figures = parts_.walk([](const auto& pool) { return fragmentation(pool); });
-        return memory_summary(parts_.memory_stats(), figures);
+        return memory_summary(parts_.users.memory_stats(), figures);
     }
     [[nodiscard]] std::string snapshot_json() const override {
         return parts_.walk([](const auto& pool) { return snapshot(pool); });

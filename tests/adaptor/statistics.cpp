@@ -3,12 +3,15 @@
 // scopes, OOM counting, forwarded capabilities, and exact counts under concurrent use.
 #include "../support/instrumented.hpp"
 
+#include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/statistics.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/size_classes.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
+#include <poolkit/presets.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
+#include <poolkit/upstream/simulated_vmm_resource.hpp>
 
 #include <doctest/doctest.h>
 
@@ -130,6 +133,42 @@ TEST_CASE("statistics: memory_stats() speaks PyTorch's keys, reserved comes from
     CHECK(alone.memory_stats().count("allocated_bytes.all.current") == 1);
     CHECK(find_statistics(outer).has_value());
     CHECK_FALSE(find_statistics(upstream).has_value());
+}
+
+TEST_CASE("statistics over a pool that maps virtual memory reports the mapped bytes as reserved, and resets their peak") {
+    simulated_vmm_resource memory{{.capacity = std::size_t{64} << 30, .granularity = 2 * MiB}};
+    statistics<expandable_allocator<ref<simulated_vmm_resource>, host_events>> pool{std::in_place, ref<simulated_vmm_resource>(memory)};
+    void* a = pool.allocate(10 * MiB);
+    void* b = pool.allocate(30 * MiB);
+    pool.deallocate(b, 30 * MiB);
+    auto stats = pool.memory_stats();
+    CHECK(stats.at("reserved_bytes.all.current") == static_cast<std::int64_t>(memory.mapped_bytes()));
+    CHECK(stats.at("reserved_bytes.all.peak") == static_cast<std::int64_t>(memory.peak_mapped_bytes()));
+    CHECK(stats.at("reserved_bytes.all.peak") >= static_cast<std::int64_t>(40 * MiB));
+    CHECK(stats.at("num_device_alloc") == static_cast<std::int64_t>(memory.map_calls()));
+    CHECK(stats.at("num_device_free") == static_cast<std::int64_t>(memory.unmap_calls()));
+    CHECK(stats.count("segment.all.current") == 0);  // a virtual memory has no segments
+    pool.upstream_resource().release();
+    pool.reset_peak();  // the peak of mapped bytes too, as torch.cuda.reset_peak_memory_stats() does
+    stats = pool.memory_stats();
+    CHECK(stats.at("reserved_bytes.all.peak") == stats.at("reserved_bytes.all.current"));
+    CHECK(stats.at("reserved_bytes.all.peak") < static_cast<std::int64_t>(40 * MiB));
+    CHECK(stats.at("allocated_bytes.all.peak") == stats.at("allocated_bytes.all.current"));
+    pool.deallocate(a, 10 * MiB);
+}
+
+TEST_CASE("statistics: reset_peak resets the reserved figures' peak of the statistics below") {
+    simulated_resource upstream;
+    statistics<ref<simulated_resource>> reserved{upstream};
+    statistics<best_fit<ref<statistics<ref<simulated_resource>>>>> outer{std::in_place, reserved};
+    void* a = outer.allocate(4 * MiB);
+    void* b = outer.allocate(40 * MiB);
+    outer.deallocate(b, 40 * MiB);
+    outer.upstream_resource().release();
+    CHECK(outer.memory_stats().at("reserved_bytes.all.peak") > outer.memory_stats().at("reserved_bytes.all.current"));
+    outer.reset_peak();
+    CHECK(outer.memory_stats().at("reserved_bytes.all.peak") == outer.memory_stats().at("reserved_bytes.all.current"));
+    outer.deallocate(a, 4 * MiB);
 }
 
 TEST_CASE("statistics: reset_peak and reset_accumulated") {

@@ -10,7 +10,9 @@
 // a strategy and its upstream (best_fit<ref<statistics<cuda_device_resource>>>) it sees what the
 // strategy reserves. memory_stats() reports both: the reserved figures (reserved_bytes.*,
 // segment.*, num_device_alloc/free, num_alloc_retries) come from the nearest statistics<> found
-// by walking upstream_resource() (and through ref<>), and are absent when there is none.
+// by walking upstream_resource() (and through ref<>); where there is none, from a virtual memory
+// below (reserved_bytes.all.current and .peak are its mapped bytes, num_device_alloc/free its map
+// and unmap calls); else they are absent. reset_peak() resets the peaks it reads there too.
 // push_scope()/pop_scope() measure a region: pop returns what was allocated and freed since the
 // matching push and the peak reached in between, then folds that peak into the enclosing one.
 // Complexity: O(1) per call on top of Upstream. Thread safety: with concurrent_counters (the
@@ -29,6 +31,7 @@
 #include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stack.hpp>
+#include <poolkit/core/virtual_memory.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -80,6 +83,27 @@ template <class R>
         return std::nullopt;
     });
 }
+
+namespace detail {
+// The reserved figures of a stack with no statistics<> below the strategy: what the virtual
+// memory it maps from (core/virtual_memory.hpp) says, now and at peak, and its map and unmap calls.
+struct mapped_figures {
+    std::int64_t current = 0;
+    std::int64_t peak = 0;
+    std::int64_t maps = 0;
+    std::int64_t unmaps = 0;
+};
+template <class R>
+std::optional<mapped_figures> find_mapped(const R& r) {
+    return find_in_stack(r, []<class Layer>(const Layer& layer) -> std::optional<mapped_figures> {
+        if constexpr (virtual_memory<Layer>) {
+            return mapped_figures{static_cast<std::int64_t>(layer.mapped_bytes()), static_cast<std::int64_t>(layer.peak_mapped_bytes()),
+                                  static_cast<std::int64_t>(layer.map_calls()), static_cast<std::int64_t>(layer.unmap_calls())};
+        }
+        return std::nullopt;
+    });
+}
+}  // namespace detail
 
 template <resource Upstream, class Counters>
 class statistics : public forwarding<statistics<Upstream, Counters>, Upstream> {
@@ -139,15 +163,32 @@ public:
             stats["num_device_alloc"] = reserved->allocations.allocated;
             stats["num_device_free"] = reserved->allocations.freed;
             stats["num_alloc_retries"] = reserved->ooms;  // each upstream refusal made the strategy retry or fail
+        } else if (const auto mapped = detail::find_mapped(upstream_)) {
+            stats["reserved_bytes.all.current"] = mapped->current;
+            stats["reserved_bytes.all.peak"] = mapped->peak;
+            stats["num_device_alloc"] = mapped->maps;
+            stats["num_device_free"] = mapped->unmaps;
         }
         return stats;
     }
 
-    // Every peak becomes its current value (torch.cuda.reset_peak_memory_stats()).
+    // Every peak becomes its current value (torch.cuda.reset_peak_memory_stats()): this layer's,
+    // and those of the reserved figures memory_stats() reads below it (a statistics<>, or a
+    // virtual memory's peak of mapped bytes).
     void reset_peak() noexcept {
         allocations_.reset_peak();
         allocated_bytes_.reset_peak();
         requested_bytes_.reset_peak();
+        static_cast<void>(find_in_stack(upstream_, []<class Layer>(Layer& layer) -> std::optional<bool> {
+            if constexpr (detail::is_statistics<std::remove_const_t<Layer>> && !std::is_const_v<Layer>) {
+                layer.reset_peak();
+                return true;
+            } else if constexpr (virtual_memory<std::remove_const_t<Layer>> && requires { layer.reset_peak_mapped_bytes(); }) {
+                layer.reset_peak_mapped_bytes();
+                return true;
+            }
+            return std::nullopt;
+        }));
     }
     // Totals allocated and freed and the OOM count restart at 0 (reset_accumulated_memory_stats()).
     void reset_accumulated() noexcept {

@@ -40,14 +40,14 @@ struct mapping_state {
 };
 
 template <class P>
-concept mapping_policy = std::constructible_from<P, const expandable_options&> &&
-                         requires(P& p, const P& cp, const mapping_state& state, std::size_t bytes) {
-                             { cp.unmap_first(state) } -> std::convertible_to<std::size_t>;
-                             { cp.map_ahead(state) } -> std::convertible_to<std::size_t>;
-                             p.allocated();
-                             p.unmapped(bytes, state);
-                             { cp.most_cached_bytes() } -> std::convertible_to<std::size_t>;
-                         };
+concept mapping_policy =
+    std::constructible_from<P, const expandable_options&> && requires(P& p, const P& cp, const mapping_state& state, std::size_t bytes) {
+        { cp.unmap_first(state) } -> std::convertible_to<std::size_t>;
+        { cp.map_ahead(state) } -> std::convertible_to<std::size_t>;
+        p.allocated();
+        p.unmapped(bytes, state);
+        { cp.most_cached_bytes() } -> std::convertible_to<std::size_t>;
+    };
 
 // Mapped memory follows live memory. Before new granules are mapped, the cache is unmapped until
 // the mapped bytes stay within the larger of the peak of live bytes so far (times 1 + the peak
