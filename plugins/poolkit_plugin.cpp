@@ -14,6 +14,7 @@
 #include <poolkit/adaptor/limiting.hpp>
 #include <poolkit/adaptor/recording.hpp>
 #include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/tracking.hpp>
 #include <poolkit/interop/option_text.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 #include <poolkit/observe/mapped_walk.hpp>
@@ -45,7 +46,6 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -165,68 +165,10 @@ std::string address_text(const void* pointer) {
     return std::string(text, end);
 }
 
-// The blocks one device's pool handed out and has not had back, by address, with the bytes asked
-// for. The C API checks every free and record_stream against them before the pool sees it, so
-// that a bad one (a pointer the pool did not hand out, one freed already, one inside a block, a
-// size other than the block's) is refused with the reason and changes nothing, in every build:
-// the pool would assert (ending the host process) or, without assertions, miscount its
-// statistics and keep a block for good. O(1) per call, in a hash map under a mutex of its own;
-// explaining a refusal is O(live blocks).
-class live_blocks {
-public:
-    explicit live_blocks(int device) noexcept : device_(device) {}
-
-    // Records a block; std::bad_alloc (nothing recorded) when there is no host memory for it.
-    void add(const void* pointer, std::size_t bytes) {
-        std::lock_guard lock(mutex_);
-        blocks_.emplace(reinterpret_cast<std::uintptr_t>(pointer), bytes);
-    }
-
-    // Forgets the block at `pointer`, which must have been allocated with `bytes`. Throws
-    // std::invalid_argument saying why, and forgets nothing, otherwise.
-    void remove(const void* pointer, std::size_t bytes) {
-        std::lock_guard lock(mutex_);
-        const auto found = blocks_.find(reinterpret_cast<std::uintptr_t>(pointer));
-        if (found == blocks_.end()) throw std::invalid_argument(not_live("free", pointer));
-        if (found->second != bytes) {
-            throw std::invalid_argument("poolkit: free of " + address_text(pointer) + " with " + std::to_string(bytes) +
-                                        " bytes on device " + std::to_string(device_) + ": the block was allocated with " +
-                                        std::to_string(found->second));
-        }
-        blocks_.erase(found);
-    }
-
-    // Runs `use()` while the block at `pointer` stays live (a free of it waits); throws
-    // std::invalid_argument saying why when `pointer` is not the start of a live block.
-    template <class Use>
-    void while_live(const void* pointer, const char* call, Use&& use) {
-        std::lock_guard lock(mutex_);
-        if (!blocks_.contains(reinterpret_cast<std::uintptr_t>(pointer))) throw std::invalid_argument(not_live(call, pointer));
-        use();
-    }
-
-private:
-    // Why `pointer` is no live block's start; under the lock.
-    std::string not_live(const char* call, const void* pointer) const {
-        const auto address = reinterpret_cast<std::uintptr_t>(pointer);
-        const std::string said = "poolkit: " + std::string(call) + " of " + address_text(pointer) + " on device " + std::to_string(device_);
-        for (const auto& [start, bytes] : blocks_) {
-            if (address > start && address - start < bytes) {
-                return said + ": inside the block at " + address_text(reinterpret_cast<const void*>(start)) + " (" + std::to_string(bytes) +
-                       " bytes), not its start";
-            }
-        }
-        return said + ": not a live block (never allocated there, or freed already)";
-    }
-
-    int device_;
-    mutable std::mutex mutex_;
-    std::unordered_map<std::uintptr_t, std::size_t> blocks_;  // address -> bytes asked for
-};
-
 // One device's allocator as the C API uses it, whichever kind it is. free and record_use throw
 // std::invalid_argument, changing nothing, for a pointer that is not a live block's start or a
-// size other than the block's (live_blocks).
+// size other than the block's: the pool would assert (ending the host process) or, without
+// assertions, miscount its statistics and keep a block for good.
 class device_pool {
 public:
     virtual ~device_pool() = default;
@@ -321,24 +263,15 @@ struct expandable_parts {
 template <class Parts>
 class device_pool_of final : public device_pool {
 public:
-    device_pool_of(const settings& s, int device) : parts_(s), recorded_(parts_.users, parts_.events), live_(device) {}
+    device_pool_of(const settings& s, int device)
+        : parts_(s), recorded_(parts_.users, parts_.events), live_(recorded_), where_(" on device " + std::to_string(device)) {}
 
-    void* allocate(std::size_t bytes, stream_ref stream) override {
-        void* pointer = recorded_.allocate_async(bytes, default_alignment, stream);
-        try {
-            live_.add(pointer, bytes);
-        } catch (...) {  // no host memory to record it: the block goes back
-            recorded_.deallocate_async(pointer, bytes, default_alignment, stream);
-            throw;
-        }
-        return pointer;
-    }
+    void* allocate(std::size_t bytes, stream_ref stream) override { return live_.allocate_async(bytes, default_alignment, stream); }
     void free(void* pointer, std::size_t bytes, stream_ref stream) override {
-        live_.remove(pointer, bytes);
-        recorded_.deallocate_async(pointer, bytes, default_alignment, stream);
+        live_.checked_deallocate_async(pointer, bytes, default_alignment, stream, where_);
     }
     void record_use(void* pointer, stream_ref stream) override {
-        live_.while_live(pointer, "record_stream", [&] { recorded_.record_use(pointer, stream); });
+        live_.while_outstanding(pointer, "record_stream", where_, [&] { recorded_.record_use(pointer, stream); });
     }
     void capture_into(stream_ref stream, std::uint64_t pool) override {
         parts_.users.upstream_resource().locked([&](auto& p) { p.capture_into(stream, pool); });
@@ -372,7 +305,10 @@ public:
 private:
     Parts parts_;
     recording<ref<decltype(Parts::users)>> recorded_;  // users' calls, into parts_.events
-    live_blocks live_;
+    // The blocks handed out and not had back: every free and record_stream is checked against
+    // them before the pool sees it, in every build.
+    tracking<ref<recording<ref<decltype(Parts::users)>>>> live_;
+    std::string where_;  // " on device N", for the messages of refused calls
 };
 
 // Why the last call into the C API on this thread failed, "" when it succeeded: a fixed buffer

@@ -9,6 +9,7 @@
 
 #include <doctest/doctest.h>
 
+#include <stdexcept>
 #include <string>
 
 namespace {
@@ -118,3 +119,53 @@ TEST_CASE("tracking: without assertions a bad deallocation never reaches the ups
     CHECK(upstream.errors().empty());
 }
 #endif
+
+TEST_CASE("tracking: checked frees refuse a bad free with the reason and change nothing") {
+    instrumented<> upstream;
+    tracking<ref<instrumented<>>> tracker{upstream};
+    auto* block = static_cast<char*>(tracker.allocate(3000));
+    const auto refused = [&](auto&& call) -> std::string {
+        try {
+            call();
+        } catch (const std::invalid_argument& e) {
+            return e.what();
+        }
+        return "";
+    };
+    const std::string inside = refused([&] { tracker.checked_deallocate(block + 512, 3000, default_alignment, " on device 0"); });
+    CHECK(inside.find(" on device 0: inside the block at ") != std::string::npos);
+    CHECK(inside.find("(3000 bytes), not its start") != std::string::npos);
+    const std::string size = refused([&] { tracker.checked_deallocate(block, 1000); });
+    CHECK(size.find("with 1000 bytes: the block was allocated with 3000") != std::string::npos);
+    const std::string foreign = refused([&] { tracker.checked_deallocate(block + (std::size_t{1} << 40), 3000); });
+    CHECK(foreign.find(": not a live block") != std::string::npos);
+    CHECK(tracker.live_blocks() == 1);  // nothing changed
+    CHECK(upstream.live_blocks() == 1);
+
+    int uses = 0;
+    tracker.while_outstanding(block, "record_stream", "", [&] { ++uses; });
+    CHECK(uses == 1);
+    const std::string use = refused([&] { tracker.while_outstanding(block + 8, "record_stream", "", [&] { ++uses; }); });
+    CHECK(use.find("record_stream of ") == 9);  // after "poolkit: "
+    CHECK(use.find("inside the block") != std::string::npos);
+    CHECK(uses == 1);
+
+    tracker.checked_deallocate(block, 3000);
+    CHECK(tracker.live_blocks() == 0);
+    CHECK(upstream.live_blocks() == 0);
+    const std::string twice = refused([&] { tracker.checked_deallocate(block, 3000); });
+    CHECK(twice.find("freed already") != std::string::npos);
+    CHECK(refused([&] { tracker.checked_deallocate(nullptr, 0); }).empty());
+}
+
+TEST_CASE("tracking: a checked stream-ordered free gives the block back on its stream") {
+    simulated_resource upstream;
+    tracking<ref<simulated_resource>> tracker{upstream};
+    const stream_ref stream{reinterpret_cast<stream_handle>(std::uintptr_t{0x700})};
+    void* block = tracker.allocate_async(4096, default_alignment, stream);
+    CHECK_THROWS_AS(tracker.checked_deallocate_async(block, 100, default_alignment, stream), std::invalid_argument);
+    CHECK(upstream.live_bytes() == 4096);
+    tracker.checked_deallocate_async(block, 4096, default_alignment, stream);
+    CHECK(upstream.live_bytes() == 0);
+    CHECK(tracker.live_blocks() == 0);
+}

@@ -6,7 +6,10 @@
 // POOLKIT_ENABLE_ASSERTS, a non-empty report goes to stderr (memory is not freed: it belongs to
 // Upstream). A deallocate of a pointer it does not know (foreign, or freed twice), or with another
 // size, is a failed POOLKIT_ASSERT; without assertions a pointer it does not know is not passed
-// on, and one with another size is passed on with the size it was allocated with.
+// on, and one with another size is passed on with the size it was allocated with. Where a bad
+// free must not end the process (a C API, a foreign runtime), checked_deallocate and
+// checked_deallocate_async refuse it instead: std::invalid_argument saying why, nothing changed;
+// while_outstanding runs a use of a block (record_use) only while it is outstanding.
 // Complexity: O(log n) per call in the live allocations, plus a backtrace() (a few µs) per
 // allocate when options.capture_backtraces is set. Thread safety: a mutex guards the records;
 // otherwise as Upstream. Alignment, stream semantics and exhaustion: Upstream's; when there is no
@@ -30,7 +33,9 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -146,6 +151,32 @@ public:
         return report;
     }
 
+    // deallocate, refusing a bad free: throws std::invalid_argument, changing nothing, when
+    // `pointer` is not the start of an outstanding allocation (inside one, never allocated here,
+    // or freed already) or `bytes` is not its size; the message names `pointer` and, after it,
+    // `where` (" on device 0", say). O(log n).
+    void checked_deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment, std::string_view where = {}) {
+        if (pointer == nullptr) return;
+        forget_checked(pointer, bytes, where);
+        this->give_back({bytes, alignment, allocation_kind::allocate}, pointer);
+    }
+    void checked_deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream, std::string_view where = {})
+        requires stream_resource<Upstream>
+    {
+        if (pointer == nullptr) return;
+        forget_checked(pointer, bytes, where);
+        this->give_back({bytes, alignment, allocation_kind::allocate_async, stream}, pointer);
+    }
+
+    // use(), while the allocation starting at `pointer` stays outstanding (a free of it waits);
+    // std::invalid_argument saying why, as checked_deallocate, naming `call`, when there is none.
+    template <class Use>
+    decltype(auto) while_outstanding(const void* pointer, std::string_view call, std::string_view where, Use&& use) {
+        std::lock_guard lock(mutex_);
+        if (!live_.contains(reinterpret_cast<std::uintptr_t>(pointer))) throw std::invalid_argument(not_outstanding(call, pointer, where));
+        return use();
+    }
+
     [[nodiscard]] const tracking_options& options() const noexcept { return options_; }
     [[nodiscard]] Upstream& upstream_resource() noexcept { return upstream_; }
     [[nodiscard]] const Upstream& upstream_resource() const noexcept { return upstream_; }
@@ -219,6 +250,40 @@ private:
         live_bytes_ -= bytes;
         live_.erase(found);
         return true;
+    }
+
+    // As forget, but a pointer that is not outstanding, or a size other than the one allocated,
+    // throws std::invalid_argument saying so, and nothing changes.
+    void forget_checked(void* pointer, std::size_t bytes, std::string_view where) {
+        std::lock_guard lock(mutex_);
+        const auto found = live_.find(reinterpret_cast<std::uintptr_t>(pointer));
+        if (found == live_.end()) throw std::invalid_argument(not_outstanding("free", pointer, where));
+        if (found->second.bytes != bytes) {
+            throw std::invalid_argument("poolkit: free of " + address_text(pointer) + " with " + std::to_string(bytes) + " bytes" +
+                                        std::string(where) + ": the block was allocated with " + std::to_string(found->second.bytes));
+        }
+        live_bytes_ -= bytes;
+        live_.erase(found);
+    }
+
+    // Why `pointer` is no outstanding allocation's start; under the lock. O(log n).
+    std::string not_outstanding(std::string_view call, const void* pointer, std::string_view where) const {
+        const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+        const std::string said = "poolkit: " + std::string(call) + " of " + address_text(pointer) + std::string(where);
+        if (auto after = live_.upper_bound(address); after != live_.begin()) {
+            const auto& [start, record] = *std::prev(after);
+            if (address - start < record.bytes) {
+                return said + ": inside the block at " + address_text(record.pointer) + " (" + std::to_string(record.bytes) +
+                       " bytes), not its start";
+            }
+        }
+        return said + ": not a live block (never allocated here, or freed already)";
+    }
+
+    static std::string address_text(const void* pointer) {
+        char text[32];
+        std::snprintf(text, sizeof text, "0x%llx", static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(pointer)));
+        return text;
     }
 
     static std::string symbolize(const std::vector<void*>& frames) {
