@@ -62,10 +62,10 @@ void sizes(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-BENCHMARK(make_and_drop<poolkit::caching_device_allocator>)->Name("make_and_drop/caching_device_allocator")->Apply(sizes);
+BENCHMARK(make_and_drop<poolkit::caching_device_resource>)->Name("make_and_drop/caching_device_resource")->Apply(sizes);
 BENCHMARK(make_and_drop<poolkit::cuda_async_resource>)->Name("make_and_drop/cudaMallocAsync")->Apply(sizes);
 BENCHMARK(make_and_drop<poolkit::cuda_device_resource>)->Name("make_and_drop/cudaMalloc")->Apply(sizes);
-BENCHMARK(fill_and_reduce<poolkit::caching_device_allocator>)->Name("fill_and_reduce/caching_device_allocator")->Apply(sizes);
+BENCHMARK(fill_and_reduce<poolkit::caching_device_resource>)->Name("fill_and_reduce/caching_device_resource")->Apply(sizes);
 BENCHMARK(fill_and_reduce<poolkit::cuda_async_resource>)->Name("fill_and_reduce/cudaMallocAsync")->Apply(sizes);
 BENCHMARK(fill_and_reduce<poolkit::cuda_device_resource>)->Name("fill_and_reduce/cudaMalloc")->Apply(sizes);
 

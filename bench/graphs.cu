@@ -146,13 +146,13 @@ void step_counts(benchmark::internal::Benchmark* b) {
 
 }  // namespace
 
-BENCHMARK(capture_and_instantiate<poolkit::caching_device_allocator>)
-    ->Name("capture_and_instantiate/caching_device_allocator")
+BENCHMARK(capture_and_instantiate<poolkit::caching_device_resource>)
+    ->Name("capture_and_instantiate/caching_device_resource")
     ->Apply(step_counts);
 BENCHMARK(capture_and_instantiate<graph_memory_nodes>)->Name("capture_and_instantiate/cudaMallocAsync")->Apply(step_counts);
-BENCHMARK(launch<poolkit::caching_device_allocator>)->Name("launch/caching_device_allocator")->Apply(step_counts);
+BENCHMARK(launch<poolkit::caching_device_resource>)->Name("launch/caching_device_resource")->Apply(step_counts);
 BENCHMARK(launch<graph_memory_nodes>)->Name("launch/cudaMallocAsync")->Apply(step_counts);
-BENCHMARK(eager<poolkit::caching_device_allocator>)->Name("eager/caching_device_allocator")->Apply(step_counts);
+BENCHMARK(eager<poolkit::caching_device_resource>)->Name("eager/caching_device_resource")->Apply(step_counts);
 BENCHMARK(eager<graph_memory_nodes>)->Name("eager/cudaMallocAsync")->Apply(step_counts);
 
 BENCHMARK_MAIN();

@@ -57,7 +57,7 @@ void arguments(benchmark::internal::Benchmark* b) {
 }  // namespace
 
 BENCHMARK(multi_stream<poolkit::cuda_async_resource>)->Name("multi_stream/cudaMallocAsync")->Apply(arguments);
-BENCHMARK(multi_stream<poolkit::caching_device_allocator>)->Name("multi_stream/caching_device_allocator")->Apply(arguments);
+BENCHMARK(multi_stream<poolkit::caching_device_resource>)->Name("multi_stream/caching_device_resource")->Apply(arguments);
 BENCHMARK(multi_stream<poolkit::cuda_device_resource>)->Name("multi_stream/cudaMalloc")->Apply(arguments);
 
 int main(int argc, char** argv) {

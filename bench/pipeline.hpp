@@ -117,5 +117,5 @@ inline int run(int argc, char** argv) {
     BENCHMARK(poolkit_bench::streams<Resource>)->Name("streams/" name)->Apply(poolkit_bench::stream_counts); \
     BENCHMARK(poolkit_bench::pipeline<Resource>)->Name("pipeline/" name)->Apply(poolkit_bench::stream_counts)
 
-POOLKIT_BENCH_STREAMS(poolkit::caching_device_allocator, "caching_device_allocator");
+POOLKIT_BENCH_STREAMS(poolkit::caching_device_resource, "caching_device_resource");
 POOLKIT_BENCH_STREAMS(poolkit::cuda_async_resource, "cudaMallocAsync");

@@ -13,7 +13,7 @@ namespace {
 void run(const char* tag, std::size_t count, bool pipeline, std::size_t steps) {
     auto streams = poolkit_bench::make_streams(count);
     {
-        poolkit::caching_device_allocator resource;
+        poolkit::caching_device_resource resource;
         void* held = nullptr;
         std::size_t held_size = 0;
         const auto step = [&](std::size_t i) {

@@ -2,7 +2,7 @@
 // to a replay or a training step, apart from the GPU.
 //   build-release/bench/poolkit-bench-presets
 #include <poolkit/adaptor/host_events.hpp>
-#include <poolkit/adaptor/recording.hpp>
+#include <poolkit/adaptor/recorded.hpp>
 #include <poolkit/presets.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
@@ -13,7 +13,7 @@
 
 namespace {
 
-using simulated_caching = poolkit::caching_allocator<poolkit::ref<poolkit::simulated_resource>, poolkit::host_events>;
+using simulated_caching = poolkit::caching_resource<poolkit::ref<poolkit::simulated_resource>, poolkit::host_events>;
 
 // Warm allocate + free pairs of `bytes` on one stream through `r`.
 template <class R>
@@ -59,13 +59,13 @@ void caching_random(benchmark::State& state) {
     state.SetItemsProcessed(state.iterations());
 }
 
-// The pair of caching_pair through recording<>: history off (0), recording (1), recording with a
+// The pair of caching_pair through recorded<>: history off (0), recording (1), recording with a
 // label per alloc and free (2, a counter: the cost of poolkit's side, not of gathering a stack).
 void caching_pair_recorded(benchmark::State& state) {
     poolkit::simulated_resource memory;
     simulated_caching pool{poolkit::ref(memory)};
     poolkit::history history;
-    poolkit::recording users{pool, history};
+    poolkit::recorded users{pool, history};
     std::uint64_t labels = 0;
     if (state.range(0) == 1) history.start(1 << 16);
     if (state.range(0) == 2) {

@@ -19,7 +19,7 @@
 
 namespace {
 
-using simulated_caching = poolkit::caching_allocator<poolkit::ref<poolkit::simulated_resource>, poolkit::completed_events>;
+using simulated_caching = poolkit::caching_resource<poolkit::ref<poolkit::simulated_resource>, poolkit::completed_events>;
 
 std::vector<poolkit::stream_ref> make_streams(std::size_t count) {
     std::vector<poolkit::stream_ref> streams;

@@ -29,14 +29,14 @@ __global__ void touch(char* a, char* b, char* c, char* d) {
 // One allocator per kind for the whole process, shared by the benchmark's threads.
 // The presets with capture checks only while a capture is announced (core/captures.hpp), in the
 // per_thread front and in the shared pool: the eager path with no driver call for them.
-struct synchronized_caching_announced : poolkit::synchronized_caching_device_allocator {
+struct synchronized_caching_announced : poolkit::synchronized_caching_device_resource {
     synchronized_caching_announced() {
         locked([](auto& pool) { pool.capture_checks(poolkit::capture_check::announced); });
     }
 };
-struct per_thread_caching_announced : poolkit::per_thread_caching_device_allocator {
+struct per_thread_caching_announced : poolkit::per_thread_caching_device_resource {
     per_thread_caching_announced()
-        : poolkit::per_thread_caching_device_allocator(
+        : poolkit::per_thread_caching_device_resource(
               std::in_place, poolkit::per_thread_options{.captures = poolkit::capture_check::announced}, poolkit::cuda_events{}) {
         upstream_resource().locked([](auto& pool) { pool.capture_checks(poolkit::capture_check::announced); });
     }
@@ -108,22 +108,22 @@ void server(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(pairs<poolkit::cuda_async_resource>)->Name("pairs/cudaMallocAsync")->ThreadRange(1, 16)->UseRealTime();
-BENCHMARK(pairs<poolkit::synchronized_caching_device_allocator>)->Name("pairs/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
-BENCHMARK(pairs<poolkit::per_thread_caching_device_allocator>)->Name("pairs/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(pairs<poolkit::synchronized_caching_device_resource>)->Name("pairs/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(pairs<poolkit::per_thread_caching_device_resource>)->Name("pairs/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<synchronized_caching_announced>)->Name("pairs/synchronized_caching_announced")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<per_thread_caching_announced>)->Name("pairs/per_thread_caching_announced")->ThreadRange(1, 16)->UseRealTime();
 BENCHMARK(pairs<poolkit::cuda_async_resource, true>)->Name("pairs_per_thread_stream/cudaMallocAsync")->ThreadRange(1, 16)->UseRealTime();
-BENCHMARK(pairs<poolkit::synchronized_caching_device_allocator, true>)
+BENCHMARK(pairs<poolkit::synchronized_caching_device_resource, true>)
     ->Name("pairs_per_thread_stream/synchronized_caching")
     ->ThreadRange(1, 16)
     ->UseRealTime();
-BENCHMARK(pairs<poolkit::per_thread_caching_device_allocator, true>)
+BENCHMARK(pairs<poolkit::per_thread_caching_device_resource, true>)
     ->Name("pairs_per_thread_stream/per_thread_caching")
     ->ThreadRange(1, 16)
     ->UseRealTime();
 BENCHMARK(server<poolkit::cuda_async_resource>)->Name("server/cudaMallocAsync")->ThreadRange(1, 16)->UseRealTime();
-BENCHMARK(server<poolkit::synchronized_caching_device_allocator>)->Name("server/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
-BENCHMARK(server<poolkit::per_thread_caching_device_allocator>)->Name("server/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(server<poolkit::synchronized_caching_device_resource>)->Name("server/synchronized_caching")->ThreadRange(1, 16)->UseRealTime();
+BENCHMARK(server<poolkit::per_thread_caching_device_resource>)->Name("server/per_thread_caching")->ThreadRange(1, 16)->UseRealTime();
 
 int main(int argc, char** argv) {
     int devices = 0;

@@ -24,7 +24,7 @@ int main() {
         std::puts("device_pipeline: no GPU, skipped");
         return 77;
     }
-    poolkit::caching_device_allocator pool;  // stream-ordered caching pool over cudaMalloc
+    poolkit::caching_device_resource pool;  // stream-ordered caching pool over cudaMalloc
     cudaStream_t stream = nullptr;
     cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
     const auto on_stream = poolkit::thrust_policy(pool, poolkit::stream_ref{stream});  // temporaries from the pool too

@@ -6,7 +6,7 @@
 #include "extending/size_cache.hpp"
 
 #include <poolkit/adaptor/completed_events.hpp>
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 
@@ -21,15 +21,15 @@ using counted_best_fit = call_counter<poolkit::best_fit<U>>;
 int main() {
     example::aligned_host_resource host;
 
-    // Your strategy over your upstream, your adaptor around it, poolkit's statistics around that.
+    // Your strategy over your upstream, your adaptor around it, poolkit's counted<> around that.
     example::size_cache<poolkit::ref<example::aligned_host_resource>> cache{host};
-    example::call_counter counted{cache};  // refers to `cache`
-    poolkit::statistics observed{counted};
+    example::call_counter calls{cache};  // refers to `cache`
+    poolkit::counted observed{calls};
     for (int round = 0; round < 3; ++round) {
         void* block = observed.allocate(4096);
         observed.deallocate(block, 4096);
     }
-    std::printf("calls through the counter: %zu allocations, %zu deallocations\n", counted.allocations(), counted.deallocations());
+    std::printf("calls through the counter: %zu allocations, %zu deallocations\n", calls.allocations(), calls.deallocations());
 
     // Your adaptor over a poolkit strategy, as the pool every stream shares.
     poolkit::stream_ordered<example::aligned_host_resource, poolkit::lanes<example::counted_best_fit>, poolkit::completed_events> lanes;
@@ -42,5 +42,5 @@ int main() {
     void* again = cached_lanes.allocate_async(512, 256, poolkit::default_stream);
     cached_lanes.deallocate_async(again, 512, 256, poolkit::default_stream);
     std::printf("streams seen: %zu\n", cached_lanes.streams());
-    return counted.allocations() == 3 && counted.deallocations() == 3 ? 0 : 1;
+    return calls.allocations() == 3 && calls.deallocations() == 3 ? 0 : 1;
 }

@@ -7,10 +7,10 @@
 
 #include "driver.hpp"
 
-#include <poolkit/adaptor/limiting.hpp>
-#include <poolkit/adaptor/retry_on_oom.hpp>
-#include <poolkit/adaptor/statistics.hpp>
-#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/adaptor/limited.hpp>
+#include <poolkit/adaptor/retried_on_oom.hpp>
+#include <poolkit/adaptor/counted.hpp>
+#include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
@@ -20,7 +20,7 @@
 namespace {
 
 using pool_type = poolkit::best_fit<poolkit::ref<poolkit::simulated_resource>>;
-using stack_type = poolkit::statistics<poolkit::tracking<poolkit::limiting<poolkit::retry_on_oom<pool_type>>>>;
+using stack_type = poolkit::counted<poolkit::tracked<poolkit::limited<poolkit::retried_on_oom<pool_type>>>>;
 
 // The resource the driver runs: the stack, with the layers' figures checked against one another
 // after every call, and the pool's invariants as well where the driver checks them.

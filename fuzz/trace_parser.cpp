@@ -1,10 +1,10 @@
 // Fuzzes the trace reader: any bytes either parse into a consistent trace or throw trace_error
 // with a "name:line: message"; nothing else may happen. A parsed trace is replayed through
-// statistics<> over simulated address space to check that its slots and sizes are coherent.
+// counted<> over simulated address space to check that its slots and sizes are coherent.
 // Fuzzers build with NDEBUG; their checks must stay on.
 #define POOLKIT_ENABLE_ASSERTS 1
 
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/observe/replay.hpp>
 #include <poolkit/observe/trace.hpp>
@@ -32,9 +32,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (allocations != t.allocations) std::abort();
     if (t.peak_live_bytes > (std::size_t{1} << 36)) return 0;  // beyond the simulated capacity below
     poolkit::simulated_resource addresses{{.capacity = std::size_t{1} << 37}};
-    poolkit::statistics<poolkit::ref<poolkit::simulated_resource>, poolkit::single_thread_counters> counted{addresses};
-    poolkit::replay(t, counted);
-    const auto figures = counted.figures();
+    poolkit::counted<poolkit::ref<poolkit::simulated_resource>, poolkit::single_thread_counters> counts{addresses};
+    poolkit::replay(t, counts);
+    const auto figures = counts.figures();
     if (static_cast<std::size_t>(figures.requested_bytes.peak) != t.peak_live_bytes) std::abort();
     if (figures.requested_bytes.current != 0 || addresses.live_bytes() != 0) std::abort();
     return 0;

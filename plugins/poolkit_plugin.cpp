@@ -11,10 +11,10 @@
 // Python package over it are tested on machines without a GPU.
 #include <poolkit/interop/c_api.h>
 
-#include <poolkit/adaptor/limiting.hpp>
-#include <poolkit/adaptor/recording.hpp>
-#include <poolkit/adaptor/statistics.hpp>
-#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/adaptor/limited.hpp>
+#include <poolkit/adaptor/recorded.hpp>
+#include <poolkit/adaptor/counted.hpp>
+#include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/interop/option_text.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 #include <poolkit/observe/mapped_walk.hpp>
@@ -199,14 +199,14 @@ constexpr std::size_t pytorch_block_unit = 512;
 // ones from the outer; the lock sits between them, so the outer counters stay lock-free. The
 // memory fraction caps the bytes reserved (limiting, between the pool and the counter).
 struct caching_parts {
-    using reserved_counter = statistics<backend::memory>;
-    using segments_recorder = recording<ref<reserved_counter>>;
-    using capped = limiting<ref<segments_recorder>>;
+    using reserved_counter = counted<backend::memory>;
+    using segments_recorder = recorded<ref<reserved_counter>>;
+    using capped = limited<ref<segments_recorder>>;
     history events;  // what users and the upstream saw (record_history); first made, last gone
     reserved_counter reserved;
     segments_recorder segments;
     capped cap;
-    statistics<synchronized<caching_allocator<ref<capped>, backend::events>>> users;
+    counted<synchronized<caching_resource<ref<capped>, backend::events>>> users;
 
     explicit caching_parts(const settings& s)
 #if POOLKIT_PLUGIN_SIMULATED
@@ -230,17 +230,17 @@ struct caching_parts {
     }
 };
 
-// Reserved figures are the virtual memory's, which statistics<> reads below the pool (mapped
+// Reserved figures are the virtual memory's, which counted<> reads below the pool (mapped
 // bytes, map and unmap calls; the memory has its own lock); there are no segment.* counts.
 struct expandable_parts {
     history events;  // what users and the mappings saw (record_history); first made, last gone
     backend::virtual_memory vm;
-    statistics<synchronized<expandable_allocator<recording_memory<backend::virtual_memory>, backend::events>>> users;
+    counted<synchronized<expandable_resource<recorded_memory<backend::virtual_memory>, backend::events>>> users;
     std::size_t device_limit;  // the virtual memory's physical limit as made
 
     explicit expandable_parts(const settings& s)
         : vm(backend::virtual_memory_options()),
-          users(std::in_place, recording_memory(vm, events), s.expandable),
+          users(std::in_place, recorded_memory(vm, events), s.expandable),
           device_limit(vm.physical_limit()) {
         users.count_in_units_of(pytorch_block_unit);
     }
@@ -259,7 +259,7 @@ struct expandable_parts {
     }
 };
 
-// Parts::users is a statistics<synchronized<stream_ordered<...>>>.
+// Parts::users is a counted<synchronized<stream_ordered<...>>>.
 template <class Parts>
 class device_pool_of final : public device_pool {
 public:
@@ -304,10 +304,10 @@ public:
 
 private:
     Parts parts_;
-    recording<ref<decltype(Parts::users)>> recorded_;  // users' calls, into parts_.events
+    recorded<ref<decltype(Parts::users)>> recorded_;  // users' calls, into parts_.events
     // The blocks handed out and not had back: every free and record_stream is checked against
     // them before the pool sees it, in every build.
-    tracking<ref<recording<ref<decltype(Parts::users)>>>> live_;
+    tracked<ref<recorded<ref<decltype(Parts::users)>>>> live_;
     std::string where_;  // " on device N", for the messages of refused calls
 };
 

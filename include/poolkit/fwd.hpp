@@ -95,31 +95,31 @@ struct lanes;
 struct concurrent_counters;
 struct single_thread_counters;
 struct statistics_figures;
-struct tracking_options;
+struct tracked_options;
 struct tracked_allocation;
 struct oom_event;
-struct limiting_options;
-struct logging_options;
+struct limited_options;
+struct logged_options;
 template <class Callback>
 struct retry_options;
 template <resource Upstream, class Counters>
-class statistics;
+class counted;
 template <resource Upstream>
-class tracking;
+class tracked;
 template <resource Upstream>
-class logging;
+class logged;
 class history;
 struct history_event;
 struct history_context;
 template <resource Upstream>
-class recording;
+class recorded;
 template <resource Upstream>
-class limiting;
+class limited;
 template <resource Upstream, class Mutex>
 class synchronized;
 template <resource Upstream, class Callback>
     requires std::invocable<Callback&, const oom_event&>
-class retry_on_oom;
+class retried_on_oom;
 class completed_events;
 class host_events;
 class cuda_events;

@@ -3,15 +3,15 @@
 #pragma once
 
 #include <poolkit/adaptor/host_events.hpp>
-#include <poolkit/adaptor/limiting.hpp>
-#include <poolkit/adaptor/logging.hpp>
-#include <poolkit/adaptor/retry_on_oom.hpp>
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/limited.hpp>
+#include <poolkit/adaptor/logged.hpp>
+#include <poolkit/adaptor/retried_on_oom.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/adaptor/per_thread.hpp>
-#include <poolkit/adaptor/recording.hpp>
+#include <poolkit/adaptor/recorded.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
-#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/any_resource.hpp>
 #include <poolkit/core/assert.hpp>

@@ -2,10 +2,10 @@
 // each over an instrumented host upstream and over simulated address space (stream-ordered).
 #include "../support/conformance.hpp"
 
-#include <poolkit/adaptor/limiting.hpp>
-#include <poolkit/adaptor/logging.hpp>
-#include <poolkit/adaptor/statistics.hpp>
-#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/adaptor/limited.hpp>
+#include <poolkit/adaptor/logged.hpp>
+#include <poolkit/adaptor/counted.hpp>
+#include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
 
@@ -33,52 +33,52 @@ struct over_simulated : no_touch {
 };
 
 struct statistics_fixture : over_instrumented {
-    static constexpr const char* name = "statistics<ref<instrumented>>";
-    statistics<upstream_ref> resource_{upstream_};
-    statistics<upstream_ref>& resource() { return resource_; }
+    static constexpr const char* name = "counted<ref<instrumented>>";
+    counted<upstream_ref> resource_{upstream_};
+    counted<upstream_ref>& resource() { return resource_; }
     ~statistics_fixture() {
         resource_.check_invariants();
         CHECK(resource_.figures().allocations.current == 0);
     }
 };
 struct statistics_simulated_fixture : over_simulated {
-    static constexpr const char* name = "statistics<ref<simulated_resource>, single_thread_counters>";
-    statistics<ref<simulated_resource>, single_thread_counters> resource_{addresses_};
+    static constexpr const char* name = "counted<ref<simulated_resource>, single_thread_counters>";
+    counted<ref<simulated_resource>, single_thread_counters> resource_{addresses_};
     auto& resource() { return resource_; }
 };
 struct tracking_fixture : over_instrumented {
-    static constexpr const char* name = "tracking<ref<instrumented>>";
-    tracking<upstream_ref> resource_{upstream_};
-    tracking<upstream_ref>& resource() { return resource_; }
+    static constexpr const char* name = "tracked<ref<instrumented>>";
+    tracked<upstream_ref> resource_{upstream_};
+    tracked<upstream_ref>& resource() { return resource_; }
     ~tracking_fixture() { CHECK(resource_.live_blocks() == 0); }
 };
 struct tracking_simulated_fixture : over_simulated {
-    static constexpr const char* name = "tracking<ref<simulated_resource>>";
-    tracking<ref<simulated_resource>> resource_{addresses_};
+    static constexpr const char* name = "tracked<ref<simulated_resource>>";
+    tracked<ref<simulated_resource>> resource_{addresses_};
     auto& resource() { return resource_; }
 };
 struct logging_fixture : over_instrumented {
-    static constexpr const char* name = "logging<ref<instrumented>>";
+    static constexpr const char* name = "logged<ref<instrumented>>";
     std::ostringstream log_;
-    logging<upstream_ref> resource_{upstream_, log_};
-    logging<upstream_ref>& resource() { return resource_; }
+    logged<upstream_ref> resource_{upstream_, log_};
+    logged<upstream_ref>& resource() { return resource_; }
 };
 struct logging_simulated_fixture : over_simulated {
-    static constexpr const char* name = "logging<ref<simulated_resource>>";
+    static constexpr const char* name = "logged<ref<simulated_resource>>";
     std::ostringstream log_;
-    logging<ref<simulated_resource>> resource_{addresses_, log_};
+    logged<ref<simulated_resource>> resource_{addresses_, log_};
     auto& resource() { return resource_; }
 };
 struct limiting_fixture : over_instrumented {
-    static constexpr const char* name = "limiting<ref<instrumented>>, 64 MiB";
-    limiting<upstream_ref> resource_{upstream_, {.limit_bytes = std::size_t{64} << 20}};
-    limiting<upstream_ref>& resource() { return resource_; }
+    static constexpr const char* name = "limited<ref<instrumented>>, 64 MiB";
+    limited<upstream_ref> resource_{upstream_, {.limit_bytes = std::size_t{64} << 20}};
+    limited<upstream_ref>& resource() { return resource_; }
     void exhaust_setup() { resource_.set_limit(std::size_t{1} << 20); }  // the cap, not the upstream, runs out
     ~limiting_fixture() { CHECK(resource_.live_bytes() == 0); }
 };
 struct limiting_simulated_fixture : over_simulated {
-    static constexpr const char* name = "limiting<ref<simulated_resource>>";
-    limiting<ref<simulated_resource>> resource_{addresses_, {.limit_bytes = std::size_t{8} << 20}};
+    static constexpr const char* name = "limited<ref<simulated_resource>>";
+    limited<ref<simulated_resource>> resource_{addresses_, {.limit_bytes = std::size_t{8} << 20}};
     auto& resource() { return resource_; }
 };
 

@@ -3,7 +3,7 @@
 
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/per_thread.hpp>
-#include <poolkit/adaptor/retry_on_oom.hpp>
+#include <poolkit/adaptor/retried_on_oom.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/core/ref.hpp>
@@ -42,15 +42,15 @@ struct caching_pool_fixture : over_instrumented<caching_pool<upstream_ref>> {
 struct stream_ordered_fixture : over_instrumented<stream_ordered<upstream_ref, lanes<best_fit>, host_events>> {
     static constexpr const char* name = "stream_ordered<ref<instrumented>, lanes<best_fit>, host_events>";
 };
-struct caching_allocator_fixture : over_instrumented<caching_allocator<upstream_ref, host_events>> {
-    static constexpr const char* name = "caching_allocator<ref<instrumented>, host_events>";
+struct caching_allocator_fixture : over_instrumented<caching_resource<upstream_ref, host_events>> {
+    static constexpr const char* name = "caching_resource<ref<instrumented>, host_events>";
 };
 
 struct caching_allocator_simulated_fixture : no_touch {
-    static constexpr const char* name = "caching_allocator<ref<simulated_resource>, host_events>";
+    static constexpr const char* name = "caching_resource<ref<simulated_resource>, host_events>";
     static constexpr bool stateless = false;
     simulated_resource addresses_{{.capacity = std::size_t{16} << 20}};
-    caching_allocator<ref<simulated_resource>, host_events> resource_{ref<simulated_resource>(addresses_)};
+    caching_resource<ref<simulated_resource>, host_events> resource_{ref<simulated_resource>(addresses_)};
     instrumented<>* upstream() { return nullptr; }
     auto& resource() { return resource_; }
     void exhaust_setup() {}
@@ -73,10 +73,10 @@ struct synchronized_fixture : host_touch {
 // Retries once after the callback lifts the limit a little: the suite's exhaustion still ends in
 // out_of_memory once the raised limit is reached too.
 struct retry_fixture : host_touch {
-    static constexpr const char* name = "retry_on_oom<ref<instrumented>>";
+    static constexpr const char* name = "retried_on_oom<ref<instrumented>>";
     static constexpr bool stateless = false;
     instrumented<> upstream_;
-    retry_on_oom<upstream_ref> resource_{upstream_ref{upstream_}, {.callback = [](const oom_event&) { return false; }}};
+    retried_on_oom<upstream_ref> resource_{upstream_ref{upstream_}, {.callback = [](const oom_event&) { return false; }}};
     instrumented<>* upstream() { return &upstream_; }
     auto& resource() { return resource_; }
     void exhaust_setup() { upstream_.limit(std::size_t{1} << 20); }

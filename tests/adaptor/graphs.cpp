@@ -125,8 +125,8 @@ private:
 };
 
 using checked_pool = stream_ordered<ref<capture_checked_upstream>, lanes<best_fit>, host_events>;
-using checked_caching = caching_allocator<ref<capture_checked_upstream>, host_events>;
-using checked_expandable = expandable_allocator<ref<capture_checked_vmm>, host_events>;
+using checked_caching = caching_resource<ref<capture_checked_upstream>, host_events>;
+using checked_expandable = expandable_resource<ref<capture_checked_vmm>, host_events>;
 
 struct fixture {
     new_delete_resource memory;

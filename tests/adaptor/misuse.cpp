@@ -4,8 +4,8 @@
 // Host allocations fail on demand through the test binary's operator new (support/host_faults.hpp).
 #include "../support/host_faults.hpp"
 
-#include <poolkit/adaptor/limiting.hpp>
-#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/adaptor/limited.hpp>
+#include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/ref.hpp>
@@ -67,10 +67,10 @@ bool throws_bad_alloc_when_the_host_is_out(Allocate&& allocate) {
 
 }  // namespace
 
-TEST_CASE("tracking: a block whose record cannot be made goes back to the upstream") {
+TEST_CASE("tracked: a block whose record cannot be made goes back to the upstream") {
     counting_upstream upstream;
     SUBCASE("the record itself") {
-        tracking<ref<counting_upstream>> tracker{upstream};
+        tracked<ref<counting_upstream>> tracker{upstream};
         CHECK(throws_bad_alloc_when_the_host_is_out([&] { return tracker.allocate(1000); }));
         CHECK(upstream.live_blocks() == 0);
         CHECK(tracker.live_blocks() == 0);
@@ -80,12 +80,12 @@ TEST_CASE("tracking: a block whose record cannot be made goes back to the upstre
         tracker.deallocate(pointer, 1000);
     }
     SUBCASE("its backtrace") {
-        tracking<ref<counting_upstream>> tracker{upstream, {.capture_backtraces = true}};
+        tracked<ref<counting_upstream>> tracker{upstream, {.capture_backtraces = true}};
         CHECK(throws_bad_alloc_when_the_host_is_out([&] { return tracker.allocate(1000); }));
         CHECK(upstream.live_blocks() == 0);
         CHECK(tracker.live_blocks() == 0);
     }
-    tracking<ref<counting_upstream>> tracker{upstream};
+    tracked<ref<counting_upstream>> tracker{upstream};
     tracker.check_invariants();
     CHECK(upstream.live_blocks() == 0);
 }
@@ -109,7 +109,7 @@ TEST_CASE("monotonic: a block whose record cannot be made is not handed out, and
 
 #if POOLKIT_ENABLE_ASSERTS
 // Only builds with assertions keep a record per block passed on to the upstream or made through
-// limiting<>; without assertions there is nothing to fail.
+// limited<>; without assertions there is nothing to fail.
 TEST_CASE("size_classes: a large block whose record cannot be made goes back to the upstream") {
     counting_upstream upstream;
     size_classes<ref<counting_upstream>> pool{upstream};
@@ -132,9 +132,9 @@ TEST_CASE("fixed_size: a block passed on whose record cannot be made goes back t
     CHECK(upstream.live_blocks() == 0);
 }
 
-TEST_CASE("limiting: a block whose record cannot be made goes back, and so do its bytes") {
+TEST_CASE("limited: a block whose record cannot be made goes back, and so do its bytes") {
     counting_upstream upstream;
-    limiting<ref<counting_upstream>> capped{upstream, {.limit_bytes = 4000}};
+    limited<ref<counting_upstream>> capped{upstream, {.limit_bytes = 4000}};
     CHECK(throws_bad_alloc_when_the_host_is_out([&] { return capped.allocate(4000); }));
     CHECK(upstream.live_blocks() == 0);
     CHECK(capped.live_bytes() == 0);

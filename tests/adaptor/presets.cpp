@@ -1,8 +1,8 @@
-// caching_pool's placement rules and the caching_allocator preset, over instrumented host memory.
+// caching_pool's placement rules and the caching_resource preset, over instrumented host memory.
 #include "../support/instrumented.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
-#include <poolkit/adaptor/retry_on_oom.hpp>
+#include <poolkit/adaptor/retried_on_oom.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/presets.hpp>
 
@@ -105,7 +105,7 @@ TEST_CASE("the caching allocator serves a repeated training-step pattern from it
     instrumented<> memory;
     host_events events;
     const stream_ref compute = events.make_stream();
-    caching_allocator<upstream, host_events> pool{upstream{memory}, {}, events};
+    caching_resource<upstream, host_events> pool{upstream{memory}, {}, events};
     std::mt19937_64 random(3);
     std::vector<std::size_t> step_sizes;
     for (int i = 0; i < 200; ++i) step_sizes.push_back(512 + random() % (random() % 3 == 0 ? 64 * MiB : 256 * KiB));
@@ -127,45 +127,45 @@ TEST_CASE("retry_on_oom calls back and retries a bounded number of times") {
     memory.limit(4 * MiB);
     void* hog = memory.allocate(3 * MiB);
     int calls = 0;
-    retry_on_oom<upstream> retrying{upstream{memory},
-                                    {.callback =
-                                         [&](const oom_event& event) {
-                                             ++calls;
-                                             CHECK(event.bytes == 2 * MiB);
-                                             if (event.attempt == 2) {
-                                                 memory.deallocate(hog, 3 * MiB);  // the second call frees something
-                                                 hog = nullptr;
-                                                 return true;
-                                             }
-                                             return true;
-                                         },
-                                     .max_retries = 3}};
+    retried_on_oom<upstream> retrying{upstream{memory},
+                                      {.callback =
+                                           [&](const oom_event& event) {
+                                               ++calls;
+                                               CHECK(event.bytes == 2 * MiB);
+                                               if (event.attempt == 2) {
+                                                   memory.deallocate(hog, 3 * MiB);  // the second call frees something
+                                                   hog = nullptr;
+                                                   return true;
+                                               }
+                                               return true;
+                                           },
+                                       .max_retries = 3}};
     void* block = retrying.allocate(2 * MiB);
     CHECK(calls == 2);
     CHECK(retrying.retries() == 2);
     retrying.deallocate(block, 2 * MiB);
 
-    retry_on_oom<upstream> giving_up{upstream{memory}, {.callback = [&](const oom_event&) {
-                                         ++calls;
-                                         return false;
-                                     }}};
+    retried_on_oom<upstream> giving_up{upstream{memory}, {.callback = [&](const oom_event&) {
+                                           ++calls;
+                                           return false;
+                                       }}};
     CHECK_THROWS_AS(static_cast<void>(giving_up.allocate(8 * MiB)), out_of_memory);
     CHECK(calls == 3);
     CHECK(giving_up.retries() == 0);
-    retry_on_oom<upstream> bounded{upstream{memory},
-                                   {.callback =
-                                        [&](const oom_event&) {
-                                            ++calls;
-                                            return true;
-                                        },
-                                    .max_retries = 2}};
+    retried_on_oom<upstream> bounded{upstream{memory},
+                                     {.callback =
+                                          [&](const oom_event&) {
+                                              ++calls;
+                                              return true;
+                                          },
+                                      .max_retries = 2}};
     CHECK_THROWS_AS(static_cast<void>(bounded.allocate(8 * MiB)), out_of_memory);
     CHECK(calls == 5);
 }
 
 TEST_CASE("synchronized caching allocator shared by threads" * doctest::test_suite("concurrency")) {
     instrumented<> memory;
-    synchronized<caching_allocator<upstream, host_events>> pool{std::in_place, upstream{memory}};
+    synchronized<caching_resource<upstream, host_events>> pool{std::in_place, upstream{memory}};
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&pool, t] {

@@ -10,14 +10,14 @@
 #include "../support/conformance.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
-#include <poolkit/adaptor/limiting.hpp>
-#include <poolkit/adaptor/logging.hpp>
-#include <poolkit/adaptor/recording.hpp>
-#include <poolkit/adaptor/retry_on_oom.hpp>
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/limited.hpp>
+#include <poolkit/adaptor/logged.hpp>
+#include <poolkit/adaptor/recorded.hpp>
+#include <poolkit/adaptor/retried_on_oom.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
-#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/adaptor/lanes.hpp>
 #include <poolkit/core/in_place.hpp>
 #include <poolkit/core/ref.hpp>
@@ -67,17 +67,17 @@ using fallback_over = fallback<best_fit<U>, buddy<U>>;
 // The adaptors, each a template over its upstream. Named here, not in each row's file: a template
 // argument from an anonymous namespace would give every row's fixtures the same symbols.
 template <class U>
-using statistics_of = statistics<U>;
+using counted_of = counted<U>;
 template <class U>
-using tracking_of = tracking<U>;
+using tracked_of = tracked<U>;
 template <class U>
-using logging_of = logging<U>;
+using logged_of = logged<U>;
 template <class U>
-using recording_of = recording<U>;
+using recorded_of = recorded<U>;
 template <class U>
-using limiting_of = limiting<U>;
+using limited_of = limited<U>;
 template <class U>
-using retry_on_oom_of = retry_on_oom<U>;
+using retried_on_oom_of = retried_on_oom<U>;
 template <class U>
 using synchronized_of = synchronized<U>;
 
@@ -180,9 +180,9 @@ struct adaptor_stack_lanes : host_touch {
         F(Adaptor, exact_cache_over)
 #define POOLKIT_MATRIX_STRATEGIES(F, Adaptor) POOLKIT_MATRIX_LANE_STRATEGIES(F, Adaptor), F(Adaptor, monotonic_over)
 // F(Adaptor, Strategy) for every adaptor.
-#define POOLKIT_MATRIX_ADAPTORS(F, Strategy)                                                                                            \
-    F(statistics_of, Strategy), F(tracking_of, Strategy), F(logging_of, Strategy), F(recording_of, Strategy), F(limiting_of, Strategy), \
-        F(retry_on_oom_of, Strategy), F(synchronized_of, Strategy)
+#define POOLKIT_MATRIX_ADAPTORS(F, Strategy)                                                                                     \
+    F(counted_of, Strategy), F(tracked_of, Strategy), F(logged_of, Strategy), F(recorded_of, Strategy), F(limited_of, Strategy), \
+        F(retried_on_oom_of, Strategy), F(synchronized_of, Strategy)
 #define POOLKIT_MATRIX_OVER(Adaptor, Strategy) adaptor_over_strategy<Adaptor, Strategy>
 #define POOLKIT_MATRIX_UNDER(Adaptor, Strategy) strategy_over_adaptor<Adaptor, Strategy>
 #define POOLKIT_MATRIX_LANES(Adaptor, Strategy) adaptor_stack_lanes<Adaptor, Strategy>

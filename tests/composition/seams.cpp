@@ -5,11 +5,11 @@
 
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/host_events.hpp>
-#include <poolkit/adaptor/retry_on_oom.hpp>
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/retried_on_oom.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
-#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/interop/pmr_adaptor.hpp>
 #include <poolkit/observe/fragmentation.hpp>
@@ -36,26 +36,26 @@ constexpr std::size_t KiB = 1024;
 // Stacks as lane templates (outside the anonymous namespace: they name test types).
 namespace poolkit::test {
 template <class U>
-using counted_best_fit = statistics<best_fit<U>>;
+using counted_best_fit = counted<best_fit<U>>;
 template <class U>
 using small_classes_large_best_fit = size_classes<U, best_fit<U>>;
 template <class U>
-using locked_tracked_best_fit = synchronized<tracking<best_fit<U>>>;
+using locked_tracked_best_fit = synchronized<tracked<best_fit<U>>>;
 }  // namespace poolkit::test
 
 // Every optional capability passes through every adaptor.
-static_assert(has_try_allocate_cached<statistics<best_fit<base>>> && walkable<statistics<best_fit<base>>> &&
-              has_release<statistics<best_fit<base>>> && has_owns<statistics<best_fit<base>>>);
+static_assert(has_try_allocate_cached<counted<best_fit<base>>> && walkable<counted<best_fit<base>>> &&
+              has_release<counted<best_fit<base>>> && has_owns<counted<best_fit<base>>>);
 static_assert(has_try_allocate_cached<ref<best_fit<base>>> && walkable<ref<best_fit<base>>>);
-static_assert(has_try_allocate<retry_on_oom<best_fit<base>>> && has_try_allocate_cached<retry_on_oom<best_fit<base>>>);
-static_assert(has_record_use<statistics<stream_ordered<base, lanes<best_fit>, host_events>>>);
-static_assert(has_record_use<tracking<synchronized<stream_ordered<base, lanes<best_fit>, host_events>>>>);
-static_assert(requires(const statistics<best_fit<base>>& s) {
+static_assert(has_try_allocate<retried_on_oom<best_fit<base>>> && has_try_allocate_cached<retried_on_oom<best_fit<base>>>);
+static_assert(has_record_use<counted<stream_ordered<base, lanes<best_fit>, host_events>>>);
+static_assert(has_record_use<tracked<synchronized<stream_ordered<base, lanes<best_fit>, host_events>>>>);
+static_assert(requires(const counted<best_fit<base>>& s) {
     s.reserved_bytes();
     s.live_bytes();
 });
 // ... and only where the upstream has it.
-static_assert(!has_try_allocate_cached<statistics<instrumented<>>> && !walkable<statistics<instrumented<>>>);
+static_assert(!has_try_allocate_cached<counted<instrumented<>>> && !walkable<counted<instrumented<>>>);
 
 // Lane pools of any stack.
 static_assert(pool_lanes<lanes<test::counted_best_fit, best_fit_options>, base> &&
@@ -63,7 +63,7 @@ static_assert(pool_lanes<lanes<test::counted_best_fit, best_fit_options>, base> 
 static_assert(pool_lanes<lanes<test::locked_tracked_best_fit>, base>);
 static_assert(!pool_lanes<lanes<instrumented>, base>);  // no try_allocate_cached: it cannot be the shared pool
 static_assert(std::same_as<stream_ordered<base, lanes<test::counted_best_fit, best_fit_options>, host_events>::pool_type,
-                           statistics<best_fit<detail::gated_upstream<base>>>>);
+                           counted<best_fit<detail::gated_upstream<base>>>>);
 // A strategy's lanes take its options; a stack's, none unless named.
 static_assert(std::same_as<stream_ordered<base, lanes<best_fit>, host_events>::pool_options, best_fit_options>);
 static_assert(std::same_as<stream_ordered<base, lanes<test::counted_best_fit>, host_events>::pool_options, no_options>);
@@ -71,7 +71,7 @@ static_assert(std::same_as<stream_ordered<base, lanes<test::counted_best_fit>, h
 static_assert(std::same_as<stream_ordered<base, lanes<best_fit>>, stream_ordered<base, lanes<best_fit>, completed_events>>);
 #endif
 
-TEST_CASE("stream_ordered over statistics<best_fit>: the shared pool counts what it hands out") {
+TEST_CASE("stream_ordered over counted<best_fit>: the shared pool counts what it hands out") {
     instrumented<> memory;
     host_events events;
     const best_fit_options exact{.initial_size = 0, .growth = growth_policy::as_needed(4 * KiB), .granularity = 256};
@@ -109,9 +109,9 @@ TEST_CASE("stream_ordered over size_classes with a best_fit for large blocks: bo
     CHECK(memory.errors().empty());
 }
 
-TEST_CASE("observation sees through adaptors: snapshot, fragmentation and memory_summary of statistics<best_fit>") {
+TEST_CASE("observation sees through adaptors: snapshot, fragmentation and memory_summary of counted<best_fit>") {
     instrumented<> memory;
-    statistics<best_fit<base>> pool{std::in_place, base{memory}};
+    counted<best_fit<base>> pool{std::in_place, base{memory}};
     void* block = pool.allocate(3000);
     const std::string json = snapshot(pool);
     CHECK(json.find("\"active_allocated\"") != std::string::npos);
@@ -127,14 +127,14 @@ TEST_CASE("observation sees through adaptors: snapshot, fragmentation and memory
 TEST_CASE("bridges and adaptors refer to an lvalue and own an rvalue") {
     instrumented<> memory;
     best_fit<base> pool{base{memory}};
-    statistics counted{pool};
-    static_assert(std::same_as<decltype(counted), statistics<ref<best_fit<base>>>>);
-    statistics owned{best_fit<base>{base{memory}}};
-    static_assert(std::same_as<decltype(owned), statistics<best_fit<base>>>);
-    synchronized guarded{counted};
-    static_assert(std::same_as<decltype(guarded), synchronized<ref<statistics<ref<best_fit<base>>>>>>);
-    tracking tracked{pool, {.capture_backtraces = false}};
-    static_assert(std::same_as<decltype(tracked), tracking<ref<best_fit<base>>>>);
+    counted counts{pool};
+    static_assert(std::same_as<decltype(counts), counted<ref<best_fit<base>>>>);
+    counted owned{best_fit<base>{base{memory}}};
+    static_assert(std::same_as<decltype(owned), counted<best_fit<base>>>);
+    synchronized guarded{counts};
+    static_assert(std::same_as<decltype(guarded), synchronized<ref<counted<ref<best_fit<base>>>>>>);
+    tracked tracks{pool, {.capture_backtraces = false}};
+    static_assert(std::same_as<decltype(tracks), tracked<ref<best_fit<base>>>>);
 
     pmr_adaptor memory_resource{pool};
     static_assert(std::same_as<decltype(memory_resource), pmr_adaptor<ref<best_fit<base>>>>);
@@ -144,27 +144,27 @@ TEST_CASE("bridges and adaptors refer to an lvalue and own an rvalue") {
     numbers = {};
     numbers.shrink_to_fit();
 
-    void* through_counted = counted.allocate(512);
+    void* through_counted = counts.allocate(512);
     CHECK(pool.owns(through_counted));
-    CHECK(counted.figures().allocations.current == 1);
-    counted.deallocate(through_counted, 512);
+    CHECK(counts.figures().allocations.current == 1);
+    counts.deallocate(through_counted, 512);
 }
 
 TEST_CASE("no entry point bypasses an adaptor: try_allocate_cached is counted, limited and retried never") {
     instrumented<> memory;
     best_fit<base> pool{base{memory}};
     pool.deallocate(pool.allocate(64 * KiB), 64 * KiB);  // cache one free block
-    statistics counted{pool};
-    void* cached = counted.try_allocate_cached(1000);
+    counted counts{pool};
+    void* cached = counts.try_allocate_cached(1000);
     REQUIRE(cached != nullptr);
-    CHECK(counted.figures().allocations.current == 1);
-    CHECK(counted.try_allocate_cached(1 << 30) == nullptr);  // a miss, not an OOM
-    CHECK(counted.figures().ooms == 0);
-    counted.deallocate(cached, 1000);
-    CHECK(counted.figures().allocations.current == 0);
+    CHECK(counts.figures().allocations.current == 1);
+    CHECK(counts.try_allocate_cached(1 << 30) == nullptr);  // a miss, not an OOM
+    CHECK(counts.figures().ooms == 0);
+    counts.deallocate(cached, 1000);
+    CHECK(counts.figures().allocations.current == 0);
 
     int calls = 0;
-    retry_on_oom retrying{pool, retry_options{.callback = [&](const oom_event&) { return ++calls < 3; }, .max_retries = 5}};
+    retried_on_oom retrying{pool, retry_options{.callback = [&](const oom_event&) { return ++calls < 3; }, .max_retries = 5}};
     memory.limit(std::size_t{1} << 29);
     CHECK(retrying.try_allocate_cached(std::size_t{1} << 30) == nullptr);
     CHECK(calls == 0);  // a cache miss is not exhaustion

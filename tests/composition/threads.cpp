@@ -7,14 +7,14 @@
 #include "../support/instrumented.hpp"
 
 #include <poolkit/adaptor/completed_events.hpp>
-#include <poolkit/adaptor/limiting.hpp>
-#include <poolkit/adaptor/logging.hpp>
+#include <poolkit/adaptor/limited.hpp>
+#include <poolkit/adaptor/logged.hpp>
 #include <poolkit/adaptor/per_thread.hpp>
-#include <poolkit/adaptor/retry_on_oom.hpp>
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/retried_on_oom.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
-#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
@@ -62,24 +62,24 @@ struct synchronized_buddy : over_instrumented<synchronized<buddy<base>>> {
 struct synchronized_fixed_size : over_instrumented<synchronized<fixed_size<base>>> {
     static constexpr const char* name = "synchronized<fixed_size>";
 };
-struct statistics_over_synchronized : over_instrumented<statistics<synchronized<best_fit<base>>>> {
-    static constexpr const char* name = "statistics<synchronized<best_fit>>";
+struct statistics_over_synchronized : over_instrumented<counted<synchronized<best_fit<base>>>> {
+    static constexpr const char* name = "counted<synchronized<best_fit>>";
 };
-struct limiting_over_synchronized : over_instrumented<limiting<synchronized<caching_pool<base>>>> {
-    static constexpr const char* name = "limiting<synchronized<caching_pool>>";
+struct limiting_over_synchronized : over_instrumented<limited<synchronized<caching_pool<base>>>> {
+    static constexpr const char* name = "limited<synchronized<caching_pool>>";
 };
-struct tracking_over_synchronized : over_instrumented<tracking<synchronized<size_classes<base>>>> {
-    static constexpr const char* name = "tracking<synchronized<size_classes>>";
+struct tracking_over_synchronized : over_instrumented<tracked<synchronized<size_classes<base>>>> {
+    static constexpr const char* name = "tracked<synchronized<size_classes>>";
 };
-struct retry_over_synchronized : over_instrumented<retry_on_oom<synchronized<best_fit<base>>>> {
-    static constexpr const char* name = "retry_on_oom<synchronized<best_fit>>";
+struct retry_over_synchronized : over_instrumented<retried_on_oom<synchronized<best_fit<base>>>> {
+    static constexpr const char* name = "retried_on_oom<synchronized<best_fit>>";
 };
 struct logging_over_synchronized {
-    static constexpr const char* name = "logging<synchronized<best_fit>>";
+    static constexpr const char* name = "logged<synchronized<best_fit>>";
     test::instrumented<> memory;
     synchronized<best_fit<base>> inner{std::in_place, base{memory}};
     std::ostringstream log;
-    logging<ref<synchronized<best_fit<base>>>> pool{ref(inner), log};
+    logged<ref<synchronized<best_fit<base>>>> pool{ref(inner), log};
 };
 struct synchronized_stream_ordered : over_instrumented<synchronized<stream_ordered<base, lanes<caching_pool>, completed_events>>> {
     static constexpr const char* name = "synchronized<stream_ordered<caching_pool>>";

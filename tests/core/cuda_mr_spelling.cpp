@@ -2,7 +2,7 @@
 // (core/cuda_mr_spelling.hpp), and adding CCCL 3.1's overloads of allocate and deallocate leaves
 // poolkit's own calls unambiguous. Host memory only: this runs without a GPU.
 #include <poolkit/adaptor/completed_events.hpp>
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/adaptor/synchronized.hpp>
 #include <poolkit/core/any_resource.hpp>
@@ -56,7 +56,7 @@ concept poolkit_stream_calls_resolve = poolkit_calls_resolve<R> && requires(R& r
     r.deallocate_async(nullptr, 0, 256, default_stream);
 };
 
-static_assert(poolkit_calls_resolve<host> && poolkit_calls_resolve<host_pool> && poolkit_calls_resolve<statistics<host_pool>> &&
+static_assert(poolkit_calls_resolve<host> && poolkit_calls_resolve<host_pool> && poolkit_calls_resolve<counted<host_pool>> &&
               poolkit_calls_resolve<ref<host_pool>> && poolkit_calls_resolve<resource_ref<host_accessible>> &&
               poolkit_calls_resolve<any_resource<host_accessible>>);
 static_assert(poolkit_stream_calls_resolve<simulated_resource> && poolkit_stream_calls_resolve<host_lanes> &&
@@ -80,13 +80,13 @@ static_assert(cuda_mr_resource_with<buddy<host>, host_accessible> && cuda_mr_res
               cuda_mr_resource_with<caching_pool<host>, host_accessible>);
 static_assert(cuda_mr_resource_with<segregator<4096, fixed_size<host>, host_pool>, host_accessible>);
 static_assert(cuda_mr_resource_with<fallback<host_pool, host>, host_accessible>);
-static_assert(cuda_mr_resource_with<statistics<host_pool>, host_accessible> && cuda_mr_resource_with<ref<host_pool>, host_accessible>);
+static_assert(cuda_mr_resource_with<counted<host_pool>, host_accessible> && cuda_mr_resource_with<ref<host_pool>, host_accessible>);
 static_assert(cuda_mr_resource_with<resource_ref<host_accessible>, host_accessible> &&
               cuda_mr_resource_with<any_resource<host_accessible>, host_accessible>);
 static_assert(cuda_mr_stream_resource_with<simulated_resource> && !cuda_mr_resource_with<simulated_resource, host_accessible>);
 static_assert(cuda_mr_stream_resource_with<host_lanes, host_accessible> &&
               cuda_mr_stream_resource_with<synchronized<host_lanes>, host_accessible> &&
-              cuda_mr_stream_resource_with<statistics<host_lanes>, host_accessible> &&
+              cuda_mr_stream_resource_with<counted<host_lanes>, host_accessible> &&
               cuda_mr_stream_resource_with<ref<host_lanes>, host_accessible>);
 static_assert(cuda_mr_stream_resource_with<segregator<4096, simulated_resource, simulated_resource>>);
 static_assert(cuda_mr_stream_resource_with<stream_resource_ref<host_accessible>, host_accessible> &&
@@ -162,11 +162,11 @@ TEST_CASE("CCCL 3.1 spelling: allocate_sync and allocate(stream, ...) through cu
     // The members themselves, as CCCL's own code calls them.
     void* direct = lanes.allocate(default_stream, 128, 128);
     lanes.deallocate(default_stream, direct, 128, 128);
-    statistics counted{lanes};  // an adaptor has them through forwarding<>, and counts them
-    void* counted_block = counted.allocate(default_stream, 256, 256);
-    CHECK(counted.figures().allocations.current == 1);
-    counted.deallocate_sync(counted_block, 256, 256);  // a stream block may also be freed synchronously
-    CHECK(counted.figures().allocations.current == 0);
+    counted counts{lanes};  // an adaptor has them through forwarding<>, and counts them
+    void* counted_block = counts.allocate(default_stream, 256, 256);
+    CHECK(counts.figures().allocations.current == 1);
+    counts.deallocate_sync(counted_block, 256, 256);  // a stream block may also be freed synchronously
+    CHECK(counts.figures().allocations.current == 0);
     CHECK(pool.live_bytes() == 0);
     lanes.check_invariants();
 }

@@ -13,14 +13,14 @@ namespace {
 // What a header that only includes fwd.hpp may do: name the types, as pointers and references.
 struct holder {
     best_fit<new_delete_resource>* pool = nullptr;
-    statistics<best_fit<new_delete_resource>, concurrent_counters>* observed = nullptr;
+    counted<best_fit<new_delete_resource>, concurrent_counters>* observed = nullptr;
 };
 }  // namespace
 
 TEST_CASE("fwd.hpp: the declared types are the defined ones") {
     best_fit<new_delete_resource> pool;
-    statistics<best_fit<new_delete_resource>, concurrent_counters> observed;
+    counted<best_fit<new_delete_resource>, concurrent_counters> observed;
     holder h{&pool, &observed};
     CHECK(h.pool == &pool);
-    static_assert(std::is_same_v<decltype(h.observed), statistics<best_fit<new_delete_resource>>*>);
+    static_assert(std::is_same_v<decltype(h.observed), counted<best_fit<new_delete_resource>>*>);
 }

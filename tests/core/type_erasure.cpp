@@ -17,16 +17,16 @@ using test::instrumented;
 namespace {
 
 // A resource with a value, so that equality means something; counts live copies.
-struct counted {
+struct copy_counted {
     int id = 0;
     static inline int live = 0;
-    explicit counted(int value) : id(value) { ++live; }
-    counted(const counted& other) : id(other.id) { ++live; }
-    ~counted() { --live; }
+    explicit copy_counted(int value) : id(value) { ++live; }
+    copy_counted(const copy_counted& other) : id(other.id) { ++live; }
+    ~copy_counted() { --live; }
     void* allocate(std::size_t bytes, std::size_t alignment) { return new_delete_resource{}.allocate(bytes, alignment); }
     void deallocate(void* p, std::size_t bytes, std::size_t alignment) noexcept { new_delete_resource{}.deallocate(p, bytes, alignment); }
-    friend bool operator==(const counted& a, const counted& b) { return a.id == b.id; }
-    friend void get_property(const counted&, host_accessible) noexcept {}
+    friend bool operator==(const copy_counted& a, const copy_counted& b) { return a.id == b.id; }
+    friend void get_property(const copy_counted&, host_accessible) noexcept {}
 };
 
 // A resource without properties.
@@ -39,7 +39,7 @@ struct plain {
 }  // namespace
 
 // The concepts accept what they should and nothing else.
-static_assert(resource<counted> && !stream_resource<counted>);
+static_assert(resource<copy_counted> && !stream_resource<copy_counted>);
 static_assert(resource<plain> && !has_property<plain, host_accessible>);
 static_assert(!resource<int>);
 static_assert(stream_resource<simulated_resource>);
@@ -87,7 +87,7 @@ TEST_CASE("resource_ref: equal when the referenced resources are equal and of on
     resource_ref<host_accessible> to_first{first}, to_second{second}, to_upstream{upstream};
     CHECK(to_first == to_second);  // stateless: all equal
     CHECK_FALSE(to_first == to_upstream);
-    counted one{1}, also_one{1}, two{2};
+    copy_counted one{1}, also_one{1}, two{2};
     CHECK(resource_ref<>{one} == resource_ref<>{also_one});
     CHECK_FALSE(resource_ref<>{one} == resource_ref<>{two});
 
@@ -110,17 +110,17 @@ TEST_CASE("stream_resource_ref forwards the stream-ordered calls") {
 }
 
 TEST_CASE("any_resource owns a copy, copies deeply and moves cheaply") {
-    REQUIRE(counted::live == 0);
+    REQUIRE(copy_counted::live == 0);
     {
-        any_resource<host_accessible> a{counted{7}};
-        CHECK(counted::live == 1);
+        any_resource<host_accessible> a{copy_counted{7}};
+        CHECK(copy_counted::live == 1);
         any_resource<host_accessible> b = a;
-        CHECK(counted::live == 2);
+        CHECK(copy_counted::live == 2);
         CHECK(a == b);
-        any_resource<host_accessible> c{counted{8}};
+        any_resource<host_accessible> c{copy_counted{8}};
         CHECK_FALSE(a == c);
         c = std::move(a);
-        CHECK(counted::live == 2);
+        CHECK(copy_counted::live == 2);
         CHECK(c == b);
         void* p = c.allocate(32, 32);
         b.deallocate(p, 32, 32);
@@ -129,5 +129,5 @@ TEST_CASE("any_resource owns a copy, copies deeply and moves cheaply") {
         void* q = borrowed.allocate(8, 8);  // still valid: the object did not move
         d.deallocate(q, 8, 8);
     }
-    CHECK(counted::live == 0);
+    CHECK(copy_counted::live == 0);
 }

@@ -3,7 +3,7 @@
 // algorithms over the iterators, and bad input that leaks nothing.
 #include "support.hpp"
 
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/interop/device_buffer.hpp>
 #include <poolkit/interop/device_uvector.hpp>
 #include <poolkit/interop/thrust_allocator.hpp>
@@ -26,7 +26,7 @@ using namespace poolkit;
 using test::scoped_stream;
 
 // What the buffers took and gave back: live bytes must be 0 once they are gone.
-using counted_pool = statistics<caching_device_allocator>;
+using counted_pool = counted<caching_device_resource>;
 
 std::vector<std::uint32_t> to_host(const device_uvector<std::uint32_t>& v, stream_ref stream) {
     std::vector<std::uint32_t> host(v.size());

@@ -86,9 +86,9 @@ int launch_beside_eager(Pool& pool, const std::vector<cudaGraphExec_t>& execs, c
 
 }  // namespace
 
-TEST_CASE_TEMPLATE("a preset under stream capture, in every mode: graph memory never serves eager work", Pool, caching_device_allocator,
-                   synchronized_caching_device_allocator, expandable_device_allocator, synchronized_expandable_device_allocator,
-                   per_thread_caching_device_allocator) {
+TEST_CASE_TEMPLATE("a preset under stream capture, in every mode: graph memory never serves eager work", Pool, caching_device_resource,
+                   synchronized_caching_device_resource, expandable_device_resource, synchronized_expandable_device_resource,
+                   per_thread_caching_device_resource) {
     for (const cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed}) {
         CAPTURE(static_cast<int>(mode));
         Pool pool;
@@ -141,7 +141,7 @@ TEST_CASE_TEMPLATE("a preset under stream capture, in every mode: graph memory n
 TEST_CASE("a capture over two streams: a block freed on the forked stream serves the origin only behind the graph's edge") {
     for (const cudaStreamCaptureMode mode : {cudaStreamCaptureModeGlobal, cudaStreamCaptureModeRelaxed}) {
         CAPTURE(static_cast<int>(mode));
-        caching_device_allocator pool;
+        caching_device_resource pool;
         scoped_stream origin, forked, eager;
         counter bad;
         cudaEvent_t fork{}, join{};
@@ -183,7 +183,7 @@ TEST_CASE("a capture over two streams: a block freed on the forked stream serves
 }
 
 TEST_CASE("two graphs share one pool: launched in turn between eager work, each sees only its own bytes") {
-    caching_device_allocator pool;
+    caching_device_resource pool;
     scoped_stream capturing, eager;
     counter bad;
     constexpr std::size_t count = std::size_t{1} << 20;
@@ -222,7 +222,7 @@ TEST_CASE("two graphs share one pool: launched in turn between eager work, each 
 }
 
 TEST_CASE("a block of the shared pool a graph used serves eager work again once the graph's pool is released") {
-    caching_device_allocator pool;
+    caching_device_resource pool;
     scoped_stream capturing, eager;
     counter bad;
     constexpr std::size_t count = std::size_t{1} << 20;
@@ -262,8 +262,8 @@ TEST_CASE("a block of the shared pool a graph used serves eager work again once 
 // (zero_grad), before the pool has seen the capture. Those frees, large ones covered at once, their
 // streams busy or idle, and eager requests served from the pool, make no call the global-mode
 // capture forbids (a query of an eager stream or event, in global mode, would invalidate it).
-TEST_CASE_TEMPLATE("eager frees at a global-mode capture's start, before the pool saw it, break nothing", Pool, caching_device_allocator,
-                   synchronized_caching_device_allocator, expandable_device_allocator, per_thread_caching_device_allocator) {
+TEST_CASE_TEMPLATE("eager frees at a global-mode capture's start, before the pool saw it, break nothing", Pool, caching_device_resource,
+                   synchronized_caching_device_resource, expandable_device_resource, per_thread_caching_device_resource) {
     scoped_stream capturing, side, eager;
     for (const bool busy : {false, true}) {
         CAPTURE(busy);
@@ -301,7 +301,7 @@ TEST_CASE_TEMPLATE("eager frees at a global-mode capture's start, before the poo
 }
 
 TEST_CASE("a capture the user's own error invalidates leaves the pool consistent and serving") {
-    caching_device_allocator pool;
+    caching_device_resource pool;
     scoped_stream capturing, eager;
     constexpr std::size_t bytes = std::size_t{4} << 20;
     REQUIRE(cudaStreamBeginCapture(capturing.handle, cudaStreamCaptureModeGlobal) == cudaSuccess);
@@ -336,7 +336,7 @@ struct scramble {  // a permutation of 0 .. 65,535
 }  // namespace
 
 TEST_CASE("Thrust and CUB in a captured region take their temporaries from the capture's graph pool") {
-    caching_device_allocator pool;
+    caching_device_resource pool;
     scoped_stream capturing, eager;
     constexpr std::size_t n = std::size_t{1} << 16;
     thrust::device_vector<unsigned> source(n), keys(n), other(n);  // cudaMalloc'ed, outside the pool
@@ -388,7 +388,7 @@ static_assert(requires(cuda_events& e, stream_ref s, std::function<void()> f) {
 });
 
 TEST_CASE("a graph pool releases itself once the graph and its executable are destroyed and their launches are done") {
-    caching_device_allocator pool;
+    caching_device_resource pool;
     scoped_stream capturing, eager;
     constexpr std::size_t count = std::size_t{1} << 20;
     REQUIRE(cudaStreamBeginCapture(capturing.handle, cudaStreamCaptureModeGlobal) == cudaSuccess);

@@ -55,10 +55,10 @@ using test::scoped_stream;
 
 TEST_CASE("thrust::sort of 10 million keys takes its temporary storage from a poolkit pool") {
     scoped_stream stream;
-    caching_device_allocator pool;
-    counting<caching_device_allocator> counted{{}, &pool};
+    caching_device_resource pool;
+    counting<caching_device_resource> counted{{}, &pool};
     constexpr std::size_t count = 10'000'000;
-    using allocator = thrust_allocator<unsigned, counting<caching_device_allocator>>;
+    using allocator = thrust_allocator<unsigned, counting<caching_device_resource>>;
     thrust::device_vector<unsigned, allocator> keys(count, allocator{counted, stream_ref{stream.handle}});
     const std::size_t after_vector = counted.calls;
     CHECK(after_vector >= 1);
@@ -104,8 +104,8 @@ TEST_CASE("any cuda::mr resource serves as a poolkit upstream, and poolkit pools
     direct.deallocate(d, 1 << 20);
 #endif
 
-    caching_device_allocator caching;
-    test::cuda_mr_referable<caching_device_allocator> caching_handle{caching};
+    caching_device_resource caching;
+    test::cuda_mr_referable<caching_device_resource> caching_handle{caching};
     test::cuda_mr_stream_resource_ref<cuda::mr::device_accessible> as_cccl{caching_handle};
     void* q = test::cuda_mr_allocate_async(as_cccl, 4096, 256, ::cuda::stream_ref{cudaStreamPerThread});
     test::cuda_mr_deallocate_async(as_cccl, q, 4096, 256, ::cuda::stream_ref{cudaStreamPerThread});
@@ -117,10 +117,10 @@ TEST_CASE("the device registry keeps one resource per device, for every device p
     REQUIRE(cudaGetDeviceCount(&devices) == cudaSuccess);
     int original = 0;
     REQUIRE(cudaGetDevice(&original) == cudaSuccess);
-    std::vector<std::unique_ptr<caching_device_allocator>> pools;
+    std::vector<std::unique_ptr<caching_device_resource>> pools;
     for (int d = 0; d < devices; ++d) {
         REQUIRE(cudaSetDevice(d) == cudaSuccess);
-        pools.push_back(std::make_unique<caching_device_allocator>());
+        pools.push_back(std::make_unique<caching_device_resource>());
         const device_resource_ref previous = set_current_device_resource(*pools.back());
         CHECK_FALSE(previous == device_resource_ref{*pools.back()});
         void* p = current_device_resource().allocate_async(1 << 20, 256, stream_ref{cudaStreamPerThread});
@@ -141,8 +141,8 @@ TEST_CASE("the device registry keeps one resource per device, for every device p
 }
 
 TEST_CASE("std::pmr containers over pinned host memory") {
-    caching_pinned_host_allocator pinned;
-    pmr_adaptor<ref<caching_pinned_host_allocator>> memory{pinned};
+    caching_pinned_resource pinned;
+    pmr_adaptor<ref<caching_pinned_resource>> memory{pinned};
     std::pmr::vector<double> values{&memory};
     for (int i = 0; i < 100000; ++i) values.push_back(i * 0.5);
     CHECK(values[99999] == 49999.5);

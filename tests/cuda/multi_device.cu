@@ -56,10 +56,10 @@ TEST_CASE("several devices: threads bound to each device allocate through its re
     const int devices = device_count();
     constexpr int threads_per_device = 4;
     constexpr int rounds = 200;
-    std::vector<std::unique_ptr<synchronized_caching_device_allocator>> pools;
+    std::vector<std::unique_ptr<synchronized_caching_device_resource>> pools;
     for (int d = 0; d < devices; ++d) {
         const on_device scope(d);
-        pools.push_back(std::make_unique<synchronized_caching_device_allocator>());
+        pools.push_back(std::make_unique<synchronized_caching_device_resource>());
         set_device_resource(d, *pools.back());
     }
     std::atomic<int> wrong_device{0}, failures{0};
@@ -112,7 +112,7 @@ TEST_CASE("several devices: threads bound to each device allocate through its re
 
 TEST_CASE("several devices: a portable pinned pool's buffer waits for the streams of both devices that used it") {
     if (!two_peer_devices()) return;
-    caching_pinned_host_allocator pinned{std::in_place, cuda_pinned_options{.flags = cudaHostAllocPortable}};
+    caching_pinned_resource pinned{std::in_place, cuda_pinned_options{.flags = cudaHostAllocPortable}};
     constexpr std::size_t bytes = 8 * MiB;
     constexpr int rounds = 4;
     cudaStream_t copies[2]{};
@@ -165,7 +165,7 @@ TEST_CASE("several devices: a portable pinned pool's buffer waits for the stream
 TEST_CASE("several devices: the expandable preset maps its memory for a peer when asked") {
     if (!two_peer_devices()) return;
     const on_device scope(0);
-    expandable_device_allocator pool{std::in_place, cuda_vmm_options{.device = 0, .peers = {1}}};
+    expandable_device_resource pool{std::in_place, cuda_vmm_options{.device = 0, .peers = {1}}};
     constexpr std::size_t count = (3 * MiB + 4096) / 4;
     auto* data = static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, default_stream));
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);

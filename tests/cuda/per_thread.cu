@@ -1,4 +1,4 @@
-// per_thread_caching_device_allocator on a real GPU: threads on their own streams write and check
+// per_thread_caching_device_resource on a real GPU: threads on their own streams write and check
 // every byte of their blocks with late writes and late checks while blocks move between threads
 // and streams, and while threads destroy and remake their streams; a block handed out before its
 // earlier users finished shows up as a mismatch count above zero.
@@ -31,7 +31,7 @@ struct handed {
 
 TEST_CASE("per_thread: eight threads on their own streams keep every byte while blocks move between threads and streams") {
     counter bad;
-    per_thread_caching_device_allocator pool;
+    per_thread_caching_device_resource pool;
     constexpr int threads_count = 8;
     std::vector<std::deque<handed>> mailboxes(threads_count);
     std::vector<std::mutex> locks(threads_count);
@@ -101,7 +101,7 @@ TEST_CASE("per_thread: eight threads on their own streams keep every byte while 
 
 TEST_CASE("per_thread: threads that destroy and remake their streams never see another stream's writes") {
     counter bad;
-    per_thread_caching_device_allocator pool;
+    per_thread_caching_device_resource pool;
     constexpr int threads_count = 8;
     std::atomic<int> failures{0};
     std::vector<std::thread> threads;

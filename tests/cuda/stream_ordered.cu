@@ -59,7 +59,7 @@ TEST_CASE("a block freed on one stream is reused on another only after the first
     streams s(2);
     counter bad;
     // Chunks of just the request: b's lane holds nothing spare, so it borrows.
-    caching_device_allocator pool{cuda_device_resource{}, caching_options{.large_growth = growth_policy::as_needed(2 << 20)}};
+    caching_device_resource pool{cuda_device_resource{}, caching_options{.large_growth = growth_policy::as_needed(2 << 20)}};
     const int reused = ping_pong(pool, s.handles[0], s.handles[1], bad, 20);
     CHECK(bad.read() == 0);
     CHECK(reused > 0);  // the test did exercise cross-stream reuse
@@ -88,7 +88,7 @@ TEST_CASE("record_use keeps a block from reuse until the other stream's reads ar
     streams s(2);
     cudaStream_t a = s.handles[0], b = s.handles[1];
     counter bad;
-    caching_device_allocator pool;
+    caching_device_resource pool;
     constexpr std::size_t count = std::size_t{1} << 20;
     constexpr std::size_t bytes = count * sizeof(std::uint32_t);
     cudaEvent_t written{};
@@ -115,7 +115,7 @@ TEST_CASE("record_use keeps a block from reuse until the other stream's reads ar
 TEST_CASE("eight streams of random traffic with occasional frees on another stream") {
     streams s(8);
     counter bad;
-    caching_device_allocator pool;
+    caching_device_resource pool;
     std::mt19937_64 random(5);
     struct live {
         std::uint32_t* data;
@@ -168,7 +168,7 @@ TEST_CASE("a pipeline reuses blocks freed on other streams only after the freein
     constexpr int stages = 4;
     streams s(stages);
     counter bad;
-    caching_device_allocator pool;
+    caching_device_resource pool;
     // 768 KiB: under a large free (1 MiB at least), so frees wait in their stream's front and are
     // reused from there; large ones would be covered at once and the pool would serve the rest of
     // its first chunk before reusing any.
@@ -212,7 +212,7 @@ TEST_CASE("a pipeline reuses blocks freed on other streams only after the freein
 
 TEST_CASE("cudaStreamPerThread: threads share the handle but not their stream records") {
     counter bad;
-    synchronized_caching_device_allocator pool;
+    synchronized_caching_device_resource pool;
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t) {
         threads.emplace_back([&pool, &bad, t] {
@@ -238,7 +238,7 @@ TEST_CASE("cudaStreamPerThread: threads share the handle but not their stream re
 // its destruction, and no block is reused before the work of the destroyed stream is done.
 TEST_CASE("threads that create, use and destroy streams in a loop never see another's writes") {
     counter bad;
-    synchronized_caching_device_allocator pool;
+    synchronized_caching_device_resource pool;
     constexpr int threads_count = 8;
     constexpr int rounds = 40;
     std::atomic<int> failures{0};
@@ -282,10 +282,10 @@ TEST_CASE("threads that create, use and destroy streams in a loop never see anot
     pool.release();
 }
 
-TEST_CASE("caching_pinned_host_allocator reuses a buffer only after the copies that used it") {
+TEST_CASE("caching_pinned_resource reuses a buffer only after the copies that used it") {
     streams s(1);
     cudaStream_t copy = s.handles[0];
-    caching_pinned_host_allocator pinned;
+    caching_pinned_resource pinned;
     cuda_device_resource device;
     constexpr int rounds = 6;
     constexpr std::size_t bytes = std::size_t{8} << 20;

@@ -1,5 +1,5 @@
-// memory_summary, fragmentation and snapshot, over statistics<> and a walkable test double.
-#include <poolkit/adaptor/statistics.hpp>
+// memory_summary, fragmentation and snapshot, over counted<> and a walkable test double.
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 #include <poolkit/observe/memory_summary.hpp>
@@ -76,10 +76,10 @@ TEST_CASE("snapshot: segments and blocks as PyTorch's _snapshot() writes them") 
 
 TEST_CASE("memory_summary: a table of current, peak, total allocated and freed") {
     simulated_resource addresses{{.capacity = std::size_t{1} << 30}};
-    using counted = statistics<ref<simulated_resource>>;
-    counted reserved{addresses};
-    best_fit<ref<counted>> pool{reserved};
-    statistics<ref<best_fit<ref<counted>>>> outer{pool};
+    using counter = counted<ref<simulated_resource>>;
+    counter reserved{addresses};
+    best_fit<ref<counter>> pool{reserved};
+    counted<ref<best_fit<ref<counter>>>> outer{pool};
     void* a = outer.allocate(3 << 20);
     void* b = outer.allocate(1536);
     outer.deallocate(a, 3 << 20);
@@ -90,11 +90,11 @@ TEST_CASE("memory_summary: a table of current, peak, total allocated and freed")
     CHECK(table.find("| Allocations       | 1           | 2           | 2           | 1           |") != std::string::npos);
     CHECK(table.find("Segments") != std::string::npos);
     CHECK(table.find("OOMs: 0") != std::string::npos);
-    CHECK(memory_summary(pool).find("Reserved memory") == std::string::npos);  // only the inner statistics<> is found
-    CHECK(memory_summary(addresses) == "poolkit memory summary: no statistics<> in this resource\n");
+    CHECK(memory_summary(pool).find("Reserved memory") == std::string::npos);  // only the inner counted<> is found
+    CHECK(memory_summary(addresses) == "poolkit memory summary: no counted<> in this resource\n");
     outer.deallocate(b, 1536);
 
-    statistics<ref<walkable_double>> over_double{*new walkable_double{}};
+    counted<ref<walkable_double>> over_double{*new walkable_double{}};
     CHECK(memory_summary(over_double).find("Free blocks: 3") != std::string::npos);
     delete &over_double.upstream_resource().get();
     const std::map<std::string, std::int64_t> partial{{"reserved_bytes.all.current", 2 << 20}, {"reserved_bytes.all.peak", 4 << 20}};

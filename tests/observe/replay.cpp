@@ -1,7 +1,7 @@
 // replay(): events reach the resource in order, with their sizes and streams; live bytes and the
 // leftovers come back; an exhausted resource leaves nothing behind.
-#include <poolkit/adaptor/limiting.hpp>
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/limited.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/observe/replay.hpp>
 #include <poolkit/observe/trace.hpp>
@@ -46,17 +46,17 @@ TEST_CASE("replay: sizes, order, peak and leftovers") {
     const trace t = parse_trace(small_trace, "small");
     CHECK(t.peak_live_bytes == 2003000);
     simulated_resource addresses{{.capacity = std::size_t{64} << 20}};
-    statistics<ref<simulated_resource>, single_thread_counters> counted{addresses};
+    counted<ref<simulated_resource>, single_thread_counters> counts{addresses};
     std::vector<std::size_t> seen;
-    const replay_result result = replay(t, counted, simulated_streams(t), [&](std::size_t index, const trace_event& e) {
+    const replay_result result = replay(t, counts, simulated_streams(t), [&](std::size_t index, const trace_event& e) {
         seen.push_back(index);
         static_cast<void>(e);
     });
     CHECK(result.events == 6);
     CHECK(result.seconds >= 0);
     CHECK(seen.size() == 6);
-    CHECK(counted.figures().requested_bytes.peak == 2003000);
-    CHECK(counted.figures().requested_bytes.current == 0);  // 0x2 and the last 0x1 were freed after the run
+    CHECK(counts.figures().requested_bytes.peak == 2003000);
+    CHECK(counts.figures().requested_bytes.current == 0);  // 0x2 and the last 0x1 were freed after the run
     CHECK(addresses.live_bytes() == 0);
 }
 
@@ -73,7 +73,7 @@ TEST_CASE("replay: a stream resource gets each event's stream") {
 TEST_CASE("replay: exhaustion propagates and frees what was taken") {
     const trace t = parse_trace(small_trace, "small");
     simulated_resource addresses{{.capacity = std::size_t{64} << 20}};
-    limiting<ref<simulated_resource>> capped{addresses, {.limit_bytes = 1500000}};
+    limited<ref<simulated_resource>> capped{addresses, {.limit_bytes = 1500000}};
     CHECK_THROWS_AS(replay(t, capped), out_of_memory);
     CHECK(capped.live_bytes() == 0);
     CHECK(addresses.live_bytes() == 0);
@@ -82,10 +82,10 @@ TEST_CASE("replay: exhaustion propagates and frees what was taken") {
 TEST_CASE("replay: through a pool, twice, as poolkit-replay measures") {
     const trace t = parse_trace(small_trace, "small");
     simulated_resource addresses{{.capacity = std::size_t{64} << 20}};
-    using counted = statistics<ref<simulated_resource>, single_thread_counters>;
-    counted reserved{addresses};
+    using counter = counted<ref<simulated_resource>, single_thread_counters>;
+    counter reserved{addresses};
     {
-        best_fit<ref<counted>> pool{reserved};
+        best_fit<ref<counter>> pool{reserved};
         replay(t, pool);
         replay(t, pool);
         CHECK(reserved.figures().allocations.allocated >= 1);

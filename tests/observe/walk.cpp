@@ -3,7 +3,7 @@
 #include "../support/instrumented.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/walk.hpp>
@@ -382,10 +382,10 @@ TEST_CASE("walk: segregator and fallback walk both parts, chunks in address orde
     either.deallocate(second, 3000);
 }
 
-TEST_CASE("walk: memory_summary adds the fragmentation line for a strategy under statistics<>") {
+TEST_CASE("walk: memory_summary adds the fragmentation line for a strategy under counted<>") {
     instrumented<> upstream;
     best_fit<upstream_ref> pool{upstream, {.initial_size = 1 * MiB}};
-    statistics<ref<best_fit<upstream_ref>>> observed{pool};
+    counted<ref<best_fit<upstream_ref>>> observed{pool};
     void* a = observed.allocate(1000);
     void* b = observed.allocate(1000);
     observed.deallocate(a, 1000);

@@ -4,14 +4,14 @@
 // `source`, the counted upstream.
 //
 // How a run measures: the upstream (simulated_resource, or cudaMalloc with --upstream=cuda) is
-// wrapped in one statistics<>, and the composition is built over a ref to it, so the peak of that
-// statistics<> is exactly the peak of what the composition reserved and its allocation count the
+// wrapped in one counted<>, and the composition is built over a ref to it, so the peak of that
+// counted<> is exactly the peak of what the composition reserved and its allocation count the
 // upstream calls. Live bytes come from the trace itself. The first replay (cold) gives the
 // figures and the samples over time; a second replay of the same trace through the same, now
 // warm, composition gives ns/op, as in bench/traces/README.md.
 #pragma once
 
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/core/captures.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/observe/replay.hpp>
@@ -116,16 +116,16 @@ run_figures measure_replay(const trace& t, const run_settings& settings, R& reso
 // Builds a composition with `build(source)` over a counted `upstream` and measures it.
 template <class Upstream, class Build>
 run_figures measure_over(const trace& t, const run_settings& settings, Upstream& upstream, Build build) {
-    using counted_type = statistics<ref<Upstream>, single_thread_counters>;
-    counted_type counted{ref<Upstream>(upstream)};
+    using counted_type = counted<ref<Upstream>, single_thread_counters>;
+    counted_type reserved{ref<Upstream>(upstream)};
     run_figures figures;
     {
-        auto resource = build(ref<counted_type>(counted));
+        auto resource = build(ref<counted_type>(reserved));
         figures = measure_replay(
-            t, settings, *resource, [&counted] { return static_cast<std::size_t>(counted.figures().allocated_bytes.current); },
-            [&counted] { return std::optional<std::size_t>(static_cast<std::size_t>(counted.figures().allocations.allocated)); });
+            t, settings, *resource, [&reserved] { return static_cast<std::size_t>(reserved.figures().allocated_bytes.current); },
+            [&reserved] { return std::optional<std::size_t>(static_cast<std::size_t>(reserved.figures().allocations.allocated)); });
     }
-    figures.peak_reserved_bytes = static_cast<std::size_t>(counted.figures().allocated_bytes.peak);
+    figures.peak_reserved_bytes = static_cast<std::size_t>(reserved.figures().allocated_bytes.peak);
     return figures;
 }
 
@@ -181,7 +181,7 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
 template <class Events, class MakeUpstream>
 std::vector<composition> compositions_over(MakeUpstream make_upstream) {
     using upstream_type = typename decltype(make_upstream())::element_type;
-    using source = ref<statistics<ref<upstream_type>, single_thread_counters>>;
+    using source = ref<counted<ref<upstream_type>, single_thread_counters>>;
     std::vector<composition> list;
     const auto add = [&](std::string name, std::string description, auto build) {
         list.push_back({std::move(name), std::move(description), [make_upstream, build](const trace& t, const run_settings& s) {
@@ -205,12 +205,12 @@ std::vector<composition> compositions_over(MakeUpstream make_upstream) {
         return std::make_unique<pool>(up, best_fit<source>(up), size_classes_options{});
     });
     add("caching", "the caching preset (poolkit/presets.hpp): stream-ordered, one caching_pool, default options",
-        [](source up) { return std::make_unique<caching_allocator<source, Events>>(up); });
+        [](source up) { return std::make_unique<caching_resource<source, Events>>(up); });
     add("caching/pytorch",
         "the caching preset with PyTorch's rules for large blocks: chunks as needed (2 MiB steps), "
         "free chunks kept until empty_cache",
         [](source up) {
-            return std::make_unique<caching_allocator<source, Events>>(
+            return std::make_unique<caching_resource<source, Events>>(
                 up, caching_options{.large_growth = growth_policy::as_needed(2 * MiB), .release_before_growth = false});
         });
     add("tiered",

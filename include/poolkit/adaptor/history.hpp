@@ -1,6 +1,6 @@
 // history: a bounded record of what an allocator did, for the question "why did memory grow": blocks
-// handed out and freed, segments taken from and given back to the device, refusals. recording<>
-// (adaptor/recording.hpp) writes into it; history_json() renders it as the "device_traces" of
+// handed out and freed, segments taken from and given back to the device, refusals. recorded<>
+// (adaptor/recorded.hpp) writes into it; history_json() renders it as the "device_traces" of
 // PyTorch's torch.cuda.memory._snapshot(), which PyTorch's viewers (_memory_viz trace_plot,
 // pytorch.org/memory_viz) draw.
 //
@@ -196,7 +196,7 @@ private:
     history_context context_;
 };
 
-// The history of recording<> adaptors built without one (lanes of a stream_ordered among them),
+// The history of recorded<> adaptors built without one (lanes of a stream_ordered among them),
 // off until started. Never destroyed: pools that outlive main may still record into it.
 [[nodiscard]] inline history& default_history() noexcept {
     static history* const shared = new history;

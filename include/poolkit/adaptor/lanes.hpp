@@ -8,8 +8,8 @@
 //                            Lane<U> is built by core/in_place.hpp's build_from (in place: it
 //                            need not move); Lane's other parameters take their defaults. A stack,
 //                            or a template with a value parameter, is an alias template:
-//                              template <class U> using counted = statistics<best_fit<U>>;
-//                              stream_ordered<cuda_device_resource, lanes<counted, best_fit_options>> pool;
+//                              template <class U> using counted_best_fit = counted<best_fit<U>>;
+//                              stream_ordered<cuda_device_resource, lanes<counted_best_fit, best_fit_options>> pool;
 //                            A combinator builds each part over the same upstream
 //                            (segregator(std::in_place, upstream)).
 //   lane_policy<L, U>        what stream_ordered asks of a policy: L::pool_type<U>,

@@ -1,7 +1,7 @@
 // per_thread<Upstream, Events>: a cache of free blocks in front of a shared pool for each host
 // thread, so that threads which allocate and free often stop meeting at the shared pool's lock.
 //
-// Upstream is a thread-safe resource (synchronized_caching_device_allocator, say; any
+// Upstream is a thread-safe resource (synchronized_caching_device_resource, say; any
 // synchronized<> stack). Requests up to options.max_size at alignments up to default_alignment
 // are rounded up to a size class (four per doubling from 256 B: at most 25% more than asked)
 // and served from the calling thread's cache; a miss takes a block of the class from Upstream.

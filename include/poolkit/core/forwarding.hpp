@@ -21,10 +21,10 @@
 //   around_deallocate(const deallocation_request&, call)  every freeing entry point; noexcept.
 //   around_call(call)                                     every other forwarded capability: call(upstream).
 // So an adaptor that counts, limits, logs or locks cannot be bypassed by an entry point it forgot,
-// and one that adds nothing to a capability writes nothing for it. give_back(request, pointer)
+// and one that adds nothing to a capability writes nothing for it. undo_allocate(request, pointer)
 // returns a block to Upstream the way the request took it (for an adaptor whose own step failed
 // after Upstream succeeded). Defining a member of the same name in the adaptor replaces the
-// forwarded one (C++ name hiding), as statistics<> does for check_invariants().
+// forwarded one (C++ name hiding), as counted<> does for check_invariants().
 // An adaptor also takes std::in_place plus its upstream's constructor arguments and builds the
 // upstream in place (core/in_place.hpp), so that it can wrap one that cannot move.
 #pragma once
@@ -155,7 +155,7 @@ public:
     {
         return self().around_call([](const Upstream& u) -> std::size_t { return u.live_bytes(); });
     }
-    // The block Upstream hands out for a request (statistics<> counts it as allocated bytes).
+    // The block Upstream hands out for a request (counted<> counts it as allocated bytes).
     [[nodiscard]] std::size_t block_size(std::size_t bytes, std::size_t alignment) const noexcept
         requires has_block_size<Upstream>
     {
@@ -182,12 +182,16 @@ protected:
     }
 
     // Returns `pointer`, which Upstream just handed out for `request`, the way it was taken.
-    void give_back(const allocation_request& request, void* pointer) noexcept {
+    void undo_allocate(const allocation_request& request, void* pointer) noexcept {
         if (request.kind == allocation_kind::allocate_async) {
             if constexpr (stream_resource<Upstream>) up().deallocate_async(pointer, request.bytes, request.alignment, request.stream);
         } else {
             up().deallocate(pointer, request.bytes, request.alignment);
         }
+    }
+    [[deprecated("poolkit: forwarding<>::give_back is now undo_allocate")]] void give_back(const allocation_request& request,
+                                                                                           void* pointer) noexcept {
+        undo_allocate(request, pointer);
     }
 
 private:

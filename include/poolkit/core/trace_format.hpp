@@ -1,4 +1,4 @@
-// The RMM CSV log format, writing side: what logging<> writes and observe/trace.hpp reads.
+// The RMM CSV log format, writing side: what logged<> writes and observe/trace.hpp reads.
 //
 //     Thread,Time,Action,Pointer,Size,Stream
 //     0,00:00:00.000163,allocate,0x1,3145728,0

@@ -2,8 +2,8 @@
  * CUDAPluggableAllocator, CuPy's set_allocator and any other host that loads a shared library.
  * Built as libpoolkit_plugin.so (CMake target poolkit_plugin); the Python package (python/) wraps
  * it. Every function is thread-safe. The allocator is one kind for the whole process: "caching"
- * (poolkit::caching_device_allocator, the default) or "expandable"
- * (poolkit::expandable_device_allocator: CUDA virtual memory whose granules are mapped only while
+ * (poolkit::caching_device_resource, the default) or "expandable"
+ * (poolkit::expandable_device_resource: CUDA virtual memory whose granules are mapped only while
  * used). poolkit_set_allocator() chooses it; else the environment variable
  * POOLKIT_ALLOCATOR=caching|expandable, read when the first pool is made.
  * libpoolkit_plugin_simulated.so (target poolkit_plugin_simulated) is the same over simulated

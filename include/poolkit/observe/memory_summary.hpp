@@ -1,12 +1,12 @@
 // memory_summary(r): a text table in the manner of torch.cuda.memory_summary().
 //
-// Rows are the metrics of the outermost layer with memory_stats() (a statistics<>) found in `r`
+// Rows are the metrics of the outermost layer with memory_stats() (a counted<>) found in `r`
 // (r itself, or down through upstream_resource(): core/stack.hpp): allocated, active and
-// requested bytes, reserved bytes when a statistics<> sits below the strategy, then the counts;
+// requested bytes, reserved bytes when a counted<> sits below the strategy, then the counts;
 // columns are current, peak, total allocated and total freed, in human units; a figure the stats
 // lack shows as "-" (a virtual memory knows its reserved bytes now and at peak, not the totals).
 // When a layer of `r` offers the walk of core/walk.hpp, the fragmentation figures follow. Without
-// any statistics<> the table says so.
+// any counted<> the table says so.
 #pragma once
 
 #include <poolkit/core/concepts.hpp>
@@ -22,7 +22,7 @@
 
 namespace poolkit {
 
-// R reports PyTorch's memory_stats() dictionary, as statistics<> does.
+// R reports PyTorch's memory_stats() dictionary, as counted<> does.
 template <class R>
 concept has_memory_stats = requires(const R& r) {
     { r.memory_stats() } -> std::same_as<std::map<std::string, std::int64_t>>;
@@ -121,11 +121,11 @@ std::optional<fragmentation_figures> find_fragmentation(const R& r) {
     return text;
 }
 
-// The table for any resource with a statistics<> in it.
+// The table for any resource with a counted<> in it.
 template <class R>
 [[nodiscard]] std::string memory_summary(const R& r) {
     const auto stats = find_memory_stats(r);
-    if (!stats) return "poolkit memory summary: no statistics<> in this resource\n";
+    if (!stats) return "poolkit memory summary: no counted<> in this resource\n";
     return memory_summary(*stats, detail::find_fragmentation(r));
 }
 

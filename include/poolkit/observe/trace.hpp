@@ -1,7 +1,7 @@
 // Allocation traces in RMM's CSV log format: reading and checking (writing: core/trace_format.hpp,
 // included here).
 //
-// The format is that of RMM's logging_resource_adaptor and of poolkit's logging<>:
+// The format is that of RMM's logging_resource_adaptor and of poolkit's logged<>:
 //     Thread,Time,Action,Pointer,Size,Stream
 //     0,00:00:00.000163,allocate,0x1,3145728,0
 // Columns are found by name in the header, in any order; Action, Pointer and Size are required,

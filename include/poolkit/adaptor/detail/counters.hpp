@@ -1,4 +1,4 @@
-// The counters statistics<> keeps: one metric is current, peak, total allocated and total freed.
+// The counters counted<> keeps: one metric is current, peak, total allocated and total freed.
 //
 // Two policies, chosen at compile time: concurrent_counters (relaxed atomics; peak is an atomic
 // maximum, so it is exact under any interleaving) and single_thread_counters (plain integers, for
@@ -10,7 +10,7 @@
 
 namespace poolkit {
 
-// Counter policies for statistics<R, Counters>.
+// Counter policies for counted<R, Counters>.
 struct concurrent_counters {};
 struct single_thread_counters {};
 

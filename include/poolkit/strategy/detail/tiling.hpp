@@ -64,6 +64,7 @@ auto* take_live(Live& live, void* pointer, std::size_t bytes, std::size_t alignm
     static_cast<void>(bytes);
     static_cast<void>(alignment);
     static_cast<void>(rounding);
+    static_cast<void>(who);
     live.erase(found);
     freed->free = true;
     return freed;

@@ -1,11 +1,11 @@
-// history and recording<>: off until started, a ring that keeps the newest events and hands every
+// history and recorded<>: off until started, a ring that keeps the newest events and hands every
 // label back once, the events each layer records (blocks, segments, mappings, refusals), a
 // free_completed that waits for record_use's streams, and the JSON PyTorch's viewers read.
 #include "../support/instrumented.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
-#include <poolkit/adaptor/limiting.hpp>
-#include <poolkit/adaptor/recording.hpp>
+#include <poolkit/adaptor/limited.hpp>
+#include <poolkit/adaptor/recorded.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/adaptor/history.hpp>
@@ -56,7 +56,7 @@ std::vector<history_action> actions_of(const history& h) {
 
 TEST_CASE("history: nothing is recorded until start(), stop() drops everything") {
     history h;
-    recording<new_delete_resource> users{new_delete_resource{}, h};
+    recorded<new_delete_resource> users{new_delete_resource{}, h};
     void* before = users.allocate(64);
     users.deallocate(before, 64);
     CHECK(h.events().empty());
@@ -78,12 +78,12 @@ TEST_CASE("history: nothing is recorded until start(), stop() drops everything")
     CHECK(h.events().empty());
 }
 
-TEST_CASE("recording: an lvalue is referred to, an rvalue owned, without a history it records into default_history()") {
+TEST_CASE("recorded: an lvalue is referred to, an rvalue owned, without a history it records into default_history()") {
     new_delete_resource upstream;
-    recording referring{upstream};
-    static_assert(std::is_same_v<decltype(referring), recording<ref<new_delete_resource>>>);
-    recording owning{new_delete_resource{}};
-    static_assert(std::is_same_v<decltype(owning), recording<new_delete_resource>>);
+    recorded referring{upstream};
+    static_assert(std::is_same_v<decltype(referring), recorded<ref<new_delete_resource>>>);
+    recorded owning{new_delete_resource{}};
+    static_assert(std::is_same_v<decltype(owning), recorded<new_delete_resource>>);
     history& shared = default_history();
     CHECK(&referring.recorded_into() == &shared);
     CHECK(&owning.recorded_into() == &shared);
@@ -102,7 +102,7 @@ TEST_CASE("history: the ring keeps the newest max_entries events and releases ea
     history h;
     labeller labels;
     h.start(4, labels.context());
-    recording<new_delete_resource> users{new_delete_resource{}, h};
+    recorded<new_delete_resource> users{new_delete_resource{}, h};
     for (int i = 0; i < 5; ++i) users.deallocate(users.allocate(32), 32);  // 15 events, 10 labelled
     CHECK(h.events().size() == 4);
     CHECK(h.dropped() == 11);
@@ -120,14 +120,14 @@ TEST_CASE("history: the ring keeps the newest max_entries events and releases ea
     for (const auto& [label, times] : labels.released) CHECK(times == 1);
 }
 
-TEST_CASE("recording: a strategy's segments, its users' blocks, and a refusal") {
+TEST_CASE("recorded: a strategy's segments, its users' blocks, and a refusal") {
     history h;
     h.start(64);
     instrumented<> memory;
-    limiting<ref<instrumented<>>> capped{ref<instrumented<>>(memory), limiting_options{.limit_bytes = 4 * MiB}};
-    recording segments{capped, h, recording_layer::segments};
+    limited<ref<instrumented<>>> capped{ref<instrumented<>>(memory), limited_options{.limit_bytes = 4 * MiB}};
+    recorded segments{capped, h, recording_layer::segments};
     best_fit<ref<decltype(segments)>> pool{segments, best_fit_options{.initial_size = 0, .growth = growth_policy::as_needed(MiB)}};
-    recording users{pool, h};
+    recorded users{pool, h};
     CHECK(users.layer() == recording_layer::blocks);
 
     void* a = users.allocate(1000);
@@ -149,14 +149,14 @@ TEST_CASE("recording: a strategy's segments, its users' blocks, and a refusal") 
     CHECK(memory.live_bytes() == 0);
 }
 
-TEST_CASE("recording: a block given to record_use completes its free once the other stream's work is done") {
+TEST_CASE("recorded: a block given to record_use completes its free once the other stream's work is done") {
     history h;
     host_events events;
     const stream_ref a = events.make_stream();
     const stream_ref b = events.make_stream();
     instrumented<> memory;
     stream_ordered<ref<instrumented<>>, lanes<best_fit>, host_events> pool{ref<instrumented<>>(memory), best_fit_options{}, events};
-    recording users{pool, h};
+    recorded users{pool, h};
     h.start(64);
 
     void* block = users.allocate_async(64 * KiB, 256, a);
@@ -180,12 +180,12 @@ TEST_CASE("recording: a block given to record_use completes its free once the ot
     pool.release();
 }
 
-TEST_CASE("recording_memory: expandable's mappings are segment_map and segment_unmap events") {
+TEST_CASE("recorded_memory: expandable's mappings are segment_map and segment_unmap events") {
     history h;
     h.start(64);
     simulated_vmm_resource vm{simulated_vmm_options{.capacity = 64 * MiB, .granularity = 2 * MiB}};
     {
-        expandable<recording_memory<simulated_vmm_resource>> pool{recording_memory(vm, h)};
+        expandable<recorded_memory<simulated_vmm_resource>> pool{recorded_memory(vm, h)};
         void* p = pool.allocate(3 * MiB);
         using enum history_action;
         auto actions = actions_of(h);

@@ -1,8 +1,8 @@
-// limiting<>: the cap, the error that names it, and the count under concurrent use.
+// limited<>: the cap, the error that names it, and the count under concurrent use.
 #include "../support/death.hpp"
 #include "../support/instrumented.hpp"
 
-#include <poolkit/adaptor/limiting.hpp>
+#include <poolkit/adaptor/limited.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
@@ -19,12 +19,12 @@ using namespace poolkit;
 using test::instrumented;
 }  // namespace
 
-static_assert(has_try_allocate<limiting<new_delete_resource>>);
-static_assert(stream_resource<limiting<ref<simulated_resource>>>);
+static_assert(has_try_allocate<limited<new_delete_resource>>);
+static_assert(stream_resource<limited<ref<simulated_resource>>>);
 
-TEST_CASE("limiting: requests past the cap throw out_of_memory naming the cap, without reaching the upstream") {
+TEST_CASE("limited: requests past the cap throw out_of_memory naming the cap, without reaching the upstream") {
     instrumented<> upstream;
-    limiting<ref<instrumented<>>> capped{upstream, {.limit_bytes = 10000}};
+    limited<ref<instrumented<>>> capped{upstream, {.limit_bytes = 10000}};
     void* a = capped.allocate(6000);
     CHECK(capped.live_bytes() == 6000);
     try {
@@ -48,13 +48,13 @@ TEST_CASE("limiting: requests past the cap throw out_of_memory naming the cap, w
     CHECK(upstream.errors().empty());
 }
 
-TEST_CASE("limiting: upstream failures give the bytes back") {
+TEST_CASE("limited: upstream failures give the bytes back") {
     instrumented<> upstream;
     upstream.limit(1000);
-    limiting<ref<instrumented<>>> capped{upstream, {.limit_bytes = 1 << 20}};
+    limited<ref<instrumented<>>> capped{upstream, {.limit_bytes = 1 << 20}};
     CHECK_THROWS_AS(static_cast<void>(capped.allocate(5000)), out_of_memory);
     CHECK(capped.live_bytes() == 0);
-    limiting<new_delete_resource> host{new_delete_resource{}, {.limit_bytes = 100}};
+    limited<new_delete_resource> host{new_delete_resource{}, {.limit_bytes = 100}};
     CHECK(host.try_allocate(200) == nullptr);
     void* p = host.try_allocate(100);
     CHECK(p != nullptr);
@@ -62,8 +62,8 @@ TEST_CASE("limiting: upstream failures give the bytes back") {
     CHECK(host.live_bytes() == 0);
 }
 
-TEST_CASE("limiting: the cap holds under concurrent use" * doctest::test_suite("concurrency")) {
-    limiting<new_delete_resource> capped{new_delete_resource{}, {.limit_bytes = 64 * 1000}};
+TEST_CASE("limited: the cap holds under concurrent use" * doctest::test_suite("concurrency")) {
+    limited<new_delete_resource> capped{new_delete_resource{}, {.limit_bytes = 64 * 1000}};
     std::atomic<std::size_t> most{0};
     std::vector<std::thread> workers;
     for (int t = 0; t < 4; ++t) {
@@ -85,10 +85,10 @@ TEST_CASE("limiting: the cap holds under concurrent use" * doctest::test_suite("
 }
 
 #if POOLKIT_ENABLE_ASSERTS
-TEST_CASE("limiting: a bad deallocation is caught before it reaches the upstream") {
+TEST_CASE("limited: a bad deallocation is caught before it reaches the upstream") {
     SUBCASE("freed twice while another block is live") {
         const auto outcome = test::run_in_child([] {
-            limiting<new_delete_resource> capped{new_delete_resource{}, {.limit_bytes = 10000}};
+            limited<new_delete_resource> capped{new_delete_resource{}, {.limit_bytes = 10000}};
             void* a = capped.allocate(100);
             void* b = capped.allocate(100);
             capped.deallocate(a, 100);
@@ -100,7 +100,7 @@ TEST_CASE("limiting: a bad deallocation is caught before it reaches the upstream
     }
     SUBCASE("never allocated here") {
         const auto outcome = test::run_in_child([] {
-            limiting<new_delete_resource> capped;
+            limited<new_delete_resource> capped;
             int outside = 0;
             capped.deallocate(&outside, sizeof outside);
         });
@@ -109,7 +109,7 @@ TEST_CASE("limiting: a bad deallocation is caught before it reaches the upstream
     }
     SUBCASE("another size") {
         const auto outcome = test::run_in_child([] {
-            limiting<new_delete_resource> capped;
+            limited<new_delete_resource> capped;
             void* a = capped.allocate(100);
             capped.deallocate(a, 1000);
         });
@@ -118,10 +118,10 @@ TEST_CASE("limiting: a bad deallocation is caught before it reaches the upstream
     }
 }
 #else
-TEST_CASE("limiting: without assertions a bad deallocation never wraps the count") {
+TEST_CASE("limited: without assertions a bad deallocation never wraps the count") {
     SUBCASE("an upstream without owns(): the count stops at zero") {
         instrumented<> upstream;
-        limiting<ref<instrumented<>>> capped{upstream, {.limit_bytes = 10000}};
+        limited<ref<instrumented<>>> capped{upstream, {.limit_bytes = 10000}};
         void* a = capped.allocate(100);
         capped.deallocate(a, 100);
         capped.deallocate(a, 100);  // freed twice (the upstream sees it and reports it)
@@ -133,7 +133,7 @@ TEST_CASE("limiting: without assertions a bad deallocation never wraps the count
     }
     SUBCASE("an upstream with owns(): only what it took back is subtracted") {
         simulated_resource addresses;
-        limiting<ref<simulated_resource>> capped{addresses, {.limit_bytes = 10000}};
+        limited<ref<simulated_resource>> capped{addresses, {.limit_bytes = 10000}};
         void* a = capped.allocate(100);
         void* b = capped.allocate(200);
         capped.deallocate(a, 100);

@@ -1,8 +1,8 @@
-// tracking<>: outstanding allocations, backtraces and the leak report.
+// tracked<>: outstanding allocations, backtraces and the leak report.
 #include "../support/death.hpp"
 #include "../support/instrumented.hpp"
 
-#include <poolkit/adaptor/tracking.hpp>
+#include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/upstream/new_delete_resource.hpp>
 #include <poolkit/upstream/simulated_resource.hpp>
@@ -17,13 +17,13 @@ using namespace poolkit;
 using test::instrumented;
 }  // namespace
 
-static_assert(has_try_allocate<tracking<new_delete_resource>>);
-static_assert(stream_resource<tracking<ref<simulated_resource>>>);
-static_assert(has_check_invariants<tracking<new_delete_resource>>);
+static_assert(has_try_allocate<tracked<new_delete_resource>>);
+static_assert(stream_resource<tracked<ref<simulated_resource>>>);
+static_assert(has_check_invariants<tracked<new_delete_resource>>);
 
-TEST_CASE("tracking: lists what is outstanding and reports it, largest first") {
+TEST_CASE("tracked: lists what is outstanding and reports it, largest first") {
     instrumented<> upstream;
-    tracking<ref<instrumented<>>> tracker{upstream};
+    tracked<ref<instrumented<>>> tracker{upstream};
     void* a = tracker.allocate(100);
     void* b = tracker.allocate(5000, 512);
     void* c = tracker.allocate(300);
@@ -50,8 +50,8 @@ TEST_CASE("tracking: lists what is outstanding and reports it, largest first") {
     CHECK(upstream.errors().empty());
 }
 
-TEST_CASE("tracking: backtraces when asked for") {
-    tracking<new_delete_resource> tracker{new_delete_resource{}, {.capture_backtraces = true, .backtrace_depth = 8}};
+TEST_CASE("tracked: backtraces when asked for") {
+    tracked<new_delete_resource> tracker{new_delete_resource{}, {.capture_backtraces = true, .backtrace_depth = 8}};
     void* p = tracker.allocate(64);
     const auto live = tracker.outstanding();
     REQUIRE(live.size() == 1);
@@ -61,15 +61,15 @@ TEST_CASE("tracking: backtraces when asked for") {
     CHECK(tracker.leak_report().find("      ") != std::string::npos);
 #endif
     tracker.deallocate(p, 64);
-    tracking<new_delete_resource> plain;
+    tracked<new_delete_resource> plain;
     void* q = plain.allocate(64);
     CHECK(plain.outstanding()[0].backtrace.empty());
     plain.deallocate(q, 64);
 }
 
-TEST_CASE("tracking: stream-ordered allocations record their stream") {
+TEST_CASE("tracked: stream-ordered allocations record their stream") {
     simulated_resource addresses{{.capacity = std::size_t{16} << 20}};
-    tracking<ref<simulated_resource>> tracker{addresses};
+    tracked<ref<simulated_resource>> tracker{addresses};
     const stream_ref stream{reinterpret_cast<stream_handle>(std::uintptr_t{0x700})};
     void* p = tracker.allocate_async(1000, 256, stream);
     CHECK(tracker.outstanding()[0].stream == 0x700);
@@ -78,10 +78,10 @@ TEST_CASE("tracking: stream-ordered allocations record their stream") {
 }
 
 #if POOLKIT_ENABLE_ASSERTS
-TEST_CASE("tracking: a bad deallocation is caught before it reaches the upstream") {
+TEST_CASE("tracked: a bad deallocation is caught before it reaches the upstream") {
     SUBCASE("freed twice") {
         const auto outcome = test::run_in_child([] {
-            tracking<new_delete_resource> tracker;
+            tracked<new_delete_resource> tracker;
             void* p = tracker.allocate(64);
             void* q = tracker.allocate(64);
             tracker.deallocate(p, 64);
@@ -93,7 +93,7 @@ TEST_CASE("tracking: a bad deallocation is caught before it reaches the upstream
     }
     SUBCASE("another size") {
         const auto outcome = test::run_in_child([] {
-            tracking<new_delete_resource> tracker;
+            tracked<new_delete_resource> tracker;
             void* p = tracker.allocate(64);
             tracker.deallocate(p, 128);
         });
@@ -102,9 +102,9 @@ TEST_CASE("tracking: a bad deallocation is caught before it reaches the upstream
     }
 }
 #else
-TEST_CASE("tracking: without assertions a bad deallocation never reaches the upstream as it came") {
+TEST_CASE("tracked: without assertions a bad deallocation never reaches the upstream as it came") {
     instrumented<> upstream;
-    tracking<ref<instrumented<>>> tracker{upstream};
+    tracked<ref<instrumented<>>> tracker{upstream};
     void* p = tracker.allocate(64);
     void* q = tracker.allocate(64);
     tracker.deallocate(p, 64);
@@ -120,9 +120,9 @@ TEST_CASE("tracking: without assertions a bad deallocation never reaches the ups
 }
 #endif
 
-TEST_CASE("tracking: checked frees refuse a bad free with the reason and change nothing") {
+TEST_CASE("tracked: checked frees refuse a bad free with the reason and change nothing") {
     instrumented<> upstream;
-    tracking<ref<instrumented<>>> tracker{upstream};
+    tracked<ref<instrumented<>>> tracker{upstream};
     auto* block = static_cast<char*>(tracker.allocate(3000));
     const auto refused = [&](auto&& call) -> std::string {
         try {
@@ -158,9 +158,9 @@ TEST_CASE("tracking: checked frees refuse a bad free with the reason and change 
     CHECK(refused([&] { tracker.checked_deallocate(nullptr, 0); }).empty());
 }
 
-TEST_CASE("tracking: a checked stream-ordered free gives the block back on its stream") {
+TEST_CASE("tracked: a checked stream-ordered free gives the block back on its stream") {
     simulated_resource upstream;
-    tracking<ref<simulated_resource>> tracker{upstream};
+    tracked<ref<simulated_resource>> tracker{upstream};
     const stream_ref stream{reinterpret_cast<stream_handle>(std::uintptr_t{0x700})};
     void* block = tracker.allocate_async(4096, default_alignment, stream);
     CHECK_THROWS_AS(tracker.checked_deallocate_async(block, 100, default_alignment, stream), std::invalid_argument);

@@ -1,9 +1,9 @@
-// logging<>: RMM's CSV, read back by the trace reader, and the round trip: a log written by
-// logging<> replays to the same figures the logged program saw.
+// logged<>: RMM's CSV, read back by the trace reader, and the round trip: a log written by
+// logged<> replays to the same figures the logged program saw.
 #include "../support/instrumented.hpp"
 
-#include <poolkit/adaptor/logging.hpp>
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/logged.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/observe/replay.hpp>
 #include <poolkit/observe/trace.hpp>
@@ -27,15 +27,15 @@ using test::instrumented;
 
 }  // namespace
 
-static_assert(has_try_allocate<logging<new_delete_resource>>);
-static_assert(stream_resource<logging<ref<simulated_resource>>>);
-static_assert(!has_property<logging<ref<simulated_resource>>, host_accessible>);
+static_assert(has_try_allocate<logged<new_delete_resource>>);
+static_assert(stream_resource<logged<ref<simulated_resource>>>);
+static_assert(!has_property<logged<ref<simulated_resource>>, host_accessible>);
 
-TEST_CASE("logging: one row per call in RMM's format, and failures as RMM writes them") {
+TEST_CASE("logged: one row per call in RMM's format, and failures as RMM writes them") {
     instrumented<> upstream;
     std::ostringstream out;
     {
-        logging<ref<instrumented<>>> logger{upstream, out};
+        logged<ref<instrumented<>>> logger{upstream, out};
         void* p = logger.allocate(1000);
         logger.deallocate(p, 1000);
         upstream.limit(100);
@@ -56,15 +56,15 @@ TEST_CASE("logging: one row per call in RMM's format, and failures as RMM writes
     CHECK(t.events.size() == 2);  // the failure is read and skipped
 }
 
-TEST_CASE("logging: a logged random workload replays to the same figures") {
+TEST_CASE("logged: a logged random workload replays to the same figures") {
     simulated_resource addresses{{.capacity = std::size_t{1} << 30}};
-    using counted = statistics<ref<simulated_resource>, single_thread_counters>;
+    using counter = counted<ref<simulated_resource>, single_thread_counters>;
     std::ostringstream out;
     statistics_figures seen;
     stream_handle other_stream = reinterpret_cast<stream_handle>(std::uintptr_t{0x5000});
     {
-        counted original{addresses};
-        logging<ref<counted>> logger{original, out};
+        counter original{addresses};
+        logged<ref<counter>> logger{original, out};
         std::mt19937_64 random(7);
         std::vector<std::pair<void*, std::size_t>> live;
         for (int step = 0; step < 3000; ++step) {
@@ -95,7 +95,7 @@ TEST_CASE("logging: a logged random workload replays to the same figures") {
     CHECK(t.events.size() == kept);
     CHECK(t.streams.size() == 2);
 
-    counted replayed{addresses};
+    counter replayed{addresses};
     const std::vector<stream_ref> streams = simulated_streams(t);
     const replay_result result = replay(t, replayed, streams);
     CHECK(result.events == kept);
@@ -110,10 +110,10 @@ TEST_CASE("logging: a logged random workload replays to the same figures") {
     CHECK(addresses.live_bytes() == 0);
 }
 
-TEST_CASE("logging: to a file it opens itself") {
+TEST_CASE("logged: to a file it opens itself") {
     const std::string path = "poolkit-logging-test.csv";
     {
-        logging<new_delete_resource> logger{new_delete_resource{}, path};
+        logged<new_delete_resource> logger{new_delete_resource{}, path};
         void* p = logger.allocate(64);
         logger.deallocate(p, 64);
     }
@@ -122,5 +122,5 @@ TEST_CASE("logging: to a file it opens itself") {
     text << in.rdbuf();
     CHECK(parse_trace(text.str(), path).events.size() == 2);
     std::remove(path.c_str());
-    CHECK_THROWS_AS((logging<new_delete_resource>{new_delete_resource{}, std::string("/nonexistent/dir/x.csv")}), std::runtime_error);
+    CHECK_THROWS_AS((logged<new_delete_resource>{new_delete_resource{}, std::string("/nonexistent/dir/x.csv")}), std::runtime_error);
 }

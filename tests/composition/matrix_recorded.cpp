@@ -1,4 +1,4 @@
-// The composition matrix row of recording<> (matrix.hpp), recording all the while: stacks built
+// The composition matrix row of recorded<> (matrix.hpp), recording all the while: stacks built
 // without a history (lanes among them) write into default_history(), started for this row with a
 // small ring, so that every call records and overwrites.
 #include "matrix.hpp"
@@ -15,4 +15,4 @@ struct recording_on {
 const recording_on on;
 }  // namespace
 
-POOLKIT_MATRIX_ROW(recording_of);
+POOLKIT_MATRIX_ROW(recorded_of);

@@ -1,10 +1,10 @@
-// What is special about statistics<>: the four figures of each metric, block sizes from the
-// resource below, PyTorch's key names with reserved figures from an inner statistics<>, resets,
+// What is special about counted<>: the four figures of each metric, block sizes from the
+// resource below, PyTorch's key names with reserved figures from an inner counted<>, resets,
 // scopes, OOM counting, forwarded capabilities, and exact counts under concurrent use.
 #include "../support/instrumented.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
-#include <poolkit/adaptor/statistics.hpp>
+#include <poolkit/adaptor/counted.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/size_classes.hpp>
@@ -29,18 +29,18 @@ constexpr std::size_t MiB = std::size_t{1} << 20;
 
 }  // namespace
 
-static_assert(resource_with<statistics<new_delete_resource>, host_accessible>);
-static_assert(has_try_allocate<statistics<new_delete_resource>>);
-static_assert(!has_try_allocate<statistics<upstream_ref>>);
-static_assert(stream_resource<statistics<ref<simulated_resource>>>);
-static_assert(!stream_resource<statistics<new_delete_resource>>);
-static_assert(has_release<statistics<ref<best_fit<upstream_ref>>>> && has_owns<statistics<ref<best_fit<upstream_ref>>>>);
-static_assert(has_check_invariants<statistics<upstream_ref>> && has_upstream<statistics<upstream_ref>>);
-static_assert(!has_property<statistics<ref<simulated_resource>>, host_accessible>);
+static_assert(resource_with<counted<new_delete_resource>, host_accessible>);
+static_assert(has_try_allocate<counted<new_delete_resource>>);
+static_assert(!has_try_allocate<counted<upstream_ref>>);
+static_assert(stream_resource<counted<ref<simulated_resource>>>);
+static_assert(!stream_resource<counted<new_delete_resource>>);
+static_assert(has_release<counted<ref<best_fit<upstream_ref>>>> && has_owns<counted<ref<best_fit<upstream_ref>>>>);
+static_assert(has_check_invariants<counted<upstream_ref>> && has_upstream<counted<upstream_ref>>);
+static_assert(!has_property<counted<ref<simulated_resource>>, host_accessible>);
 
-TEST_CASE("statistics: allocated bytes in units (PyTorch's 512) where the upstream tells no block size") {
+TEST_CASE("counted: allocated bytes in units (PyTorch's 512) where the upstream tells no block size") {
     instrumented<> upstream;
-    statistics<upstream_ref> stats{upstream};
+    counted<upstream_ref> stats{upstream};
     stats.count_in_units_of(512);
     CHECK(stats.unit() == 512);
     void* a = stats.allocate(1);
@@ -57,9 +57,9 @@ TEST_CASE("statistics: allocated bytes in units (PyTorch's 512) where the upstre
     stats.check_invariants();
 }
 
-TEST_CASE("statistics: current, peak, total allocated and total freed") {
+TEST_CASE("counted: current, peak, total allocated and total freed") {
     instrumented<> upstream;
-    statistics<upstream_ref> stats{upstream};
+    counted<upstream_ref> stats{upstream};
     void* a = stats.allocate(100);
     void* b = stats.allocate(300);
     stats.deallocate(a, 100);
@@ -83,10 +83,10 @@ TEST_CASE("statistics: current, peak, total allocated and total freed") {
     CHECK(upstream.errors().empty());
 }
 
-TEST_CASE("statistics: allocated bytes are the block sizes the resource below reports") {
+TEST_CASE("counted: allocated bytes are the block sizes the resource below reports") {
     instrumented<> upstream;
     size_classes<upstream_ref> classes{upstream};
-    statistics<ref<size_classes<upstream_ref>>> stats{classes};
+    counted<ref<size_classes<upstream_ref>>> stats{classes};
     stats.count_in_units_of(4096);  // a reported block size wins over the unit
     void* p = stats.allocate(1000);  // class 1024
     CHECK(stats.figures().requested_bytes.current == 1000);
@@ -96,12 +96,12 @@ TEST_CASE("statistics: allocated bytes are the block sizes the resource below re
     CHECK(stats.figures().allocated_bytes.current == 0);
 }
 
-TEST_CASE("statistics: memory_stats() speaks PyTorch's keys, reserved comes from the statistics below") {
+TEST_CASE("counted: memory_stats() speaks PyTorch's keys, reserved comes from the statistics below") {
     instrumented<> upstream;
-    using counted = statistics<upstream_ref>;
-    counted reserved{upstream};
-    best_fit<ref<counted>> pool{reserved, {.initial_size = 4 * MiB}};
-    statistics<ref<best_fit<ref<counted>>>> outer{pool};
+    using counter = counted<upstream_ref>;
+    counter reserved{upstream};
+    best_fit<ref<counter>> pool{reserved, {.initial_size = 4 * MiB}};
+    counted<ref<best_fit<ref<counter>>>> outer{pool};
 
     void* a = outer.allocate(1 * MiB);
     void* b = outer.allocate(5 * MiB);  // needs a second chunk
@@ -127,17 +127,17 @@ TEST_CASE("statistics: memory_stats() speaks PyTorch's keys, reserved comes from
     CHECK(outer.memory_stats().at("num_device_free") == 2);
     CHECK(outer.memory_stats().at("reserved_bytes.all.current") == 0);
 
-    // Without a statistics<> below there are no reserved figures.
-    statistics<upstream_ref> alone{upstream};
+    // Without a counted<> below there are no reserved figures.
+    counted<upstream_ref> alone{upstream};
     CHECK(alone.memory_stats().count("reserved_bytes.all.current") == 0);
     CHECK(alone.memory_stats().count("allocated_bytes.all.current") == 1);
     CHECK(find_statistics(outer).has_value());
     CHECK_FALSE(find_statistics(upstream).has_value());
 }
 
-TEST_CASE("statistics over a pool that maps virtual memory reports the mapped bytes as reserved, and resets their peak") {
+TEST_CASE("counted over a pool that maps virtual memory reports the mapped bytes as reserved, and resets their peak") {
     simulated_vmm_resource memory{{.capacity = std::size_t{64} << 30, .granularity = 2 * MiB}};
-    statistics<expandable_allocator<ref<simulated_vmm_resource>, host_events>> pool{std::in_place, ref<simulated_vmm_resource>(memory)};
+    counted<expandable_resource<ref<simulated_vmm_resource>, host_events>> pool{std::in_place, ref<simulated_vmm_resource>(memory)};
     void* a = pool.allocate(10 * MiB);
     void* b = pool.allocate(30 * MiB);
     pool.deallocate(b, 30 * MiB);
@@ -157,10 +157,10 @@ TEST_CASE("statistics over a pool that maps virtual memory reports the mapped by
     pool.deallocate(a, 10 * MiB);
 }
 
-TEST_CASE("statistics: reset_peak resets the reserved figures' peak of the statistics below") {
+TEST_CASE("counted: reset_peak resets the reserved figures' peak of the statistics below") {
     simulated_resource upstream;
-    statistics<ref<simulated_resource>> reserved{upstream};
-    statistics<best_fit<ref<statistics<ref<simulated_resource>>>>> outer{std::in_place, reserved};
+    counted<ref<simulated_resource>> reserved{upstream};
+    counted<best_fit<ref<counted<ref<simulated_resource>>>>> outer{std::in_place, reserved};
     void* a = outer.allocate(4 * MiB);
     void* b = outer.allocate(40 * MiB);
     outer.deallocate(b, 40 * MiB);
@@ -171,8 +171,8 @@ TEST_CASE("statistics: reset_peak resets the reserved figures' peak of the stati
     outer.deallocate(a, 4 * MiB);
 }
 
-TEST_CASE("statistics: reset_peak and reset_accumulated") {
-    statistics<new_delete_resource> stats;
+TEST_CASE("counted: reset_peak and reset_accumulated") {
+    counted<new_delete_resource> stats;
     void* a = stats.allocate(1000);
     void* b = stats.allocate(1000);
     stats.deallocate(a, 1000);
@@ -187,8 +187,8 @@ TEST_CASE("statistics: reset_peak and reset_accumulated") {
     CHECK(stats.figures().requested_bytes.freed == 1000);
 }
 
-TEST_CASE("statistics: scopes measure a region and fold their peak into the enclosing one") {
-    statistics<new_delete_resource, single_thread_counters> stats;
+TEST_CASE("counted: scopes measure a region and fold their peak into the enclosing one") {
+    counted<new_delete_resource, single_thread_counters> stats;
     void* base = stats.allocate(100);
     void* spike = stats.allocate(900);
     stats.deallocate(spike, 900);  // peak 1000 before the scope
@@ -213,15 +213,15 @@ TEST_CASE("statistics: scopes measure a region and fold their peak into the encl
     stats.deallocate(base, 100);
 }
 
-TEST_CASE("statistics: failed allocations count as OOMs and propagate") {
+TEST_CASE("counted: failed allocations count as OOMs and propagate") {
     instrumented<> upstream;
     upstream.limit(1 * MiB);
-    statistics<upstream_ref> stats{upstream};
+    counted<upstream_ref> stats{upstream};
     CHECK_THROWS_AS(static_cast<void>(stats.allocate(2 * MiB)), out_of_memory);
     CHECK(stats.figures().ooms == 1);
     CHECK(stats.figures().allocations.current == 0);
 
-    statistics<new_delete_resource> host;
+    counted<new_delete_resource> host;
     CHECK(host.try_allocate(std::size_t(-1)) == nullptr);
     CHECK(host.figures().ooms == 1);
     CHECK(host.try_allocate(0) == nullptr);
@@ -231,9 +231,9 @@ TEST_CASE("statistics: failed allocations count as OOMs and propagate") {
     host.deallocate(p, 64);
 }
 
-TEST_CASE("statistics: stream-ordered calls are counted like the plain ones") {
+TEST_CASE("counted: stream-ordered calls are counted like the plain ones") {
     simulated_resource addresses{{.capacity = 64 * MiB}};
-    statistics<ref<simulated_resource>> stats{addresses};
+    counted<ref<simulated_resource>> stats{addresses};
     void* p = stats.allocate_async(4096, 256, default_stream);
     CHECK(stats.figures().requested_bytes.current == 4096);
     stats.deallocate_async(p, 4096, 256, default_stream);
@@ -241,8 +241,8 @@ TEST_CASE("statistics: stream-ordered calls are counted like the plain ones") {
     CHECK(stats.figures().allocations.freed == 1);
 }
 
-TEST_CASE("statistics: exact under concurrent use" * doctest::test_suite("concurrency")) {
-    statistics<new_delete_resource> stats;
+TEST_CASE("counted: exact under concurrent use" * doctest::test_suite("concurrency")) {
+    counted<new_delete_resource> stats;
     constexpr int threads = 4;
     constexpr int rounds = 5000;
     std::vector<std::thread> workers;
