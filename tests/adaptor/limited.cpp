@@ -32,7 +32,7 @@ TEST_CASE("limited: requests past the cap throw out_of_memory naming the cap, wi
         FAIL("no throw");
     } catch (const out_of_memory& error) {
         const std::string message = error.what();
-        CHECK(message.find("limiting") != std::string::npos);
+        CHECK(message.find("limited") != std::string::npos);
         CHECK(message.find("limit 9.77 KiB (10000 bytes)") != std::string::npos);
         CHECK(message.find("live 5.86 KiB (6000 bytes)") != std::string::npos);
         CHECK(error.figures().limit_bytes == 10000);
@@ -96,7 +96,7 @@ TEST_CASE("limited: a bad deallocation is caught before it reaches the upstream"
             capped.deallocate(b, 100);
         });
         CHECK(outcome.aborted());
-        CHECK(outcome.said("limiting: deallocate of a pointer not live through it"));
+        CHECK(outcome.said("limited: deallocate of a pointer not live through it"));
     }
     SUBCASE("never allocated here") {
         const auto outcome = test::run_in_child([] {
@@ -105,7 +105,7 @@ TEST_CASE("limited: a bad deallocation is caught before it reaches the upstream"
             capped.deallocate(&outside, sizeof outside);
         });
         CHECK(outcome.aborted());
-        CHECK(outcome.said("limiting: deallocate of a pointer not live through it"));
+        CHECK(outcome.said("limited: deallocate of a pointer not live through it"));
     }
     SUBCASE("another size") {
         const auto outcome = test::run_in_child([] {
@@ -114,7 +114,7 @@ TEST_CASE("limited: a bad deallocation is caught before it reaches the upstream"
             capped.deallocate(a, 1000);
         });
         CHECK(outcome.aborted());
-        CHECK(outcome.said("limiting: deallocate with a size other than the one allocated"));
+        CHECK(outcome.said("limited: deallocate with a size other than the one allocated"));
     }
 }
 #else

@@ -122,7 +122,7 @@ TEST_CASE("the caching allocator serves a repeated training-step pattern from it
     CHECK(memory.live_bytes() == 0);
 }
 
-TEST_CASE("retry_on_oom calls back and retries a bounded number of times") {
+TEST_CASE("retried_on_oom calls back and retries a bounded number of times") {
     instrumented<> memory;
     memory.limit(4 * MiB);
     void* hog = memory.allocate(3 * MiB);

@@ -89,7 +89,7 @@ TEST_CASE("tracked: a bad deallocation is caught before it reaches the upstream"
             tracker.deallocate(q, 64);
         });
         CHECK(outcome.aborted());
-        CHECK(outcome.said("tracking: deallocate of a pointer that is not outstanding"));
+        CHECK(outcome.said("tracked: deallocate of a pointer that is not outstanding"));
     }
     SUBCASE("another size") {
         const auto outcome = test::run_in_child([] {
@@ -98,7 +98,7 @@ TEST_CASE("tracked: a bad deallocation is caught before it reaches the upstream"
             tracker.deallocate(p, 128);
         });
         CHECK(outcome.aborted());
-        CHECK(outcome.said("tracking: deallocate with a size other than the one allocated"));
+        CHECK(outcome.said("tracked: deallocate with a size other than the one allocated"));
     }
 }
 #else

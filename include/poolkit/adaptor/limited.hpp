@@ -6,7 +6,7 @@
 // lowering it below what is live only makes later requests fail. Complexity: O(1) on top of
 // Upstream. Thread safety: the count is one atomic, so the cap holds under concurrent use as far
 // as Upstream allows concurrency. Alignment and stream semantics: Upstream's. Exhaustion:
-// out_of_memory("limiting", ...) at the cap; Upstream's own exhaustion passes through after the
+// out_of_memory("limited", ...) at the cap; Upstream's own exhaustion passes through after the
 // bytes are given back to the count. Every other capability of Upstream passes through
 // (core/forwarding.hpp).
 // Bad frees: the count only gives back what Upstream really took back. With POOLKIT_ENABLE_ASSERTS
