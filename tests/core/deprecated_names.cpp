@@ -34,7 +34,8 @@ static_assert(std::is_same_v<limiting<upstream>, limited<upstream>> && std::is_s
 static_assert(std::is_same_v<recording<upstream>, recorded<upstream>>);
 static_assert(std::is_same_v<recording_memory<simulated_vmm_resource>, recorded_memory<simulated_vmm_resource>>);
 static_assert(std::is_same_v<retry_on_oom<upstream>, retried_on_oom<upstream>>);
-static_assert(std::is_same_v<caching_allocator<ref<simulated_resource>, host_events>, caching_resource<ref<simulated_resource>, host_events>>);
+static_assert(
+    std::is_same_v<caching_allocator<ref<simulated_resource>, host_events>, caching_resource<ref<simulated_resource>, host_events>>);
 static_assert(std::is_same_v<expandable_allocator<ref<simulated_vmm_resource>, host_events>,
                              expandable_resource<ref<simulated_vmm_resource>, host_events>>);
 
