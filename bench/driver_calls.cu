@@ -7,7 +7,7 @@
 // every call: the stream's identity and whether it is in capture; and what relaxing the thread's
 // capture mode around a query adds (cuda_events does). Four streams, in turn.
 //   build/bench/poolkit-bench-driver_calls [--benchmark_filter=...]
-#include <poolkit/upstream/detail/cuda_driver.hpp>
+#include <poolkit/core/detail/cuda_driver.hpp>
 
 #include <benchmark/benchmark.h>
 #include <cuda.h>

@@ -117,7 +117,7 @@ struct backend {
         return total_bytes;
     }
 
-    // Makes `device` current for the scope (the library's, upstream/detail/cuda_runtime.hpp).
+    // Makes `device` current for the scope (the library's, core/detail/cuda_runtime.hpp).
     using device_scope = detail::device_scope;
 };
 #endif

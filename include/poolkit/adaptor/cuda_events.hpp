@@ -15,8 +15,8 @@
 #pragma once
 
 #include <poolkit/core/stream_ref.hpp>
-#include <poolkit/upstream/detail/cuda_driver.hpp>
-#include <poolkit/upstream/detail/cuda_runtime.hpp>
+#include <poolkit/core/detail/cuda_driver.hpp>
+#include <poolkit/core/detail/cuda_runtime.hpp>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>

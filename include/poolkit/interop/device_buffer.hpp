@@ -17,7 +17,7 @@
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/interop/device_registry.hpp>
-#include <poolkit/upstream/detail/cuda_runtime.hpp>
+#include <poolkit/core/detail/cuda_runtime.hpp>
 
 #include <cstddef>
 #include <utility>

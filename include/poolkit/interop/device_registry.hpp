@@ -12,7 +12,7 @@
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/resource_ref.hpp>
 #include <poolkit/upstream/cuda_device_resource.hpp>
-#include <poolkit/upstream/detail/cuda_runtime.hpp>
+#include <poolkit/core/detail/cuda_runtime.hpp>
 
 #include <mutex>
 #include <optional>

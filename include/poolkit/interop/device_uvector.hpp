@@ -13,7 +13,7 @@
 #pragma once
 
 #include <poolkit/interop/device_buffer.hpp>
-#include <poolkit/upstream/detail/cuda_runtime.hpp>
+#include <poolkit/core/detail/cuda_runtime.hpp>
 
 #include <array>
 #include <bit>

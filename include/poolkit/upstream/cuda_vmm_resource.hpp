@@ -41,8 +41,8 @@
 #include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/errors.hpp>
-#include <poolkit/upstream/detail/cuda_driver.hpp>
-#include <poolkit/upstream/detail/cuda_runtime.hpp>
+#include <poolkit/core/detail/cuda_driver.hpp>
+#include <poolkit/core/detail/cuda_runtime.hpp>
 #include <poolkit/upstream/detail/granule_map.hpp>
 
 #include <algorithm>

@@ -10,7 +10,8 @@
 
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/cuda_mr_spelling.hpp>
-#include <poolkit/upstream/detail/cuda_runtime.hpp>
+#include <poolkit/core/detail/cuda_runtime.hpp>
+#include <poolkit/upstream/detail/over_aligned.hpp>
 
 namespace poolkit::detail {
 

@@ -10,7 +10,7 @@
 // (require_sharing()).
 #pragma once
 
-#include <poolkit/upstream/detail/cuda_runtime.hpp>
+#include <poolkit/core/detail/cuda_runtime.hpp>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>

@@ -1,7 +1,7 @@
-// What the CUDA upstreams share: error translation and over-aligned allocations.
+// The CUDA runtime as every layer uses it: errors translated into poolkit's exceptions, and a
+// scope that makes a device current.
 #pragma once
 
-#include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/config.hpp>
 #include <poolkit/core/errors.hpp>
@@ -13,11 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
-#include <cstdint>
-#include <mutex>
-#include <optional>
 #include <string>
-#include <unordered_map>
 
 namespace poolkit::detail {
 
@@ -52,49 +48,6 @@ inline void check_cuda_in_deallocate(cudaError_t status, [[maybe_unused]] const 
     if (status == cudaSuccess || status == cudaErrorCudartUnloading || status == cudaErrorContextIsDestroyed) return;
     POOLKIT_ASSERT(status == cudaSuccess, "a CUDA free call failed inside deallocate");
 }
-
-// Allocations aligned beyond what a CUDA allocator guarantees: ask for `alignment - native` more,
-// hand out the aligned address, and remember the base so that deallocate can free it. The record
-// is host memory (nothing is written into the allocation). One registry per resource type.
-class over_aligned_registry {
-public:
-    // Bytes to ask the raw allocator for, or nothing on overflow.
-    static std::optional<std::size_t> padded_size(std::size_t bytes, std::size_t alignment, std::size_t native) {
-        return alignment <= native ? std::optional(bytes) : checked_add(bytes, alignment - native);
-    }
-
-    // Aligns `base` and, where that moved it, remembers the base.
-    void* adopt(void* base, std::size_t alignment, std::size_t native) {
-        if (alignment <= native) return base;
-        void* aligned = reinterpret_cast<void*>(align_up(reinterpret_cast<std::uintptr_t>(base), alignment));
-        std::lock_guard lock(mutex_);
-        bases_.emplace(aligned, base);
-        return aligned;
-    }
-
-    // The pointer the raw allocator handed out for `pointer`.
-    void* base_of(void* pointer, std::size_t alignment, std::size_t native) noexcept {
-        if (alignment <= native) return pointer;
-        std::lock_guard lock(mutex_);
-        const auto found = bases_.find(pointer);
-        POOLKIT_ASSERT(found != bases_.end(), "deallocate with an alignment other than the one allocated");
-        if (found == bases_.end()) return pointer;
-        void* base = found->second;
-        bases_.erase(found);
-        return base;
-    }
-
-    // Never destroyed: resources may free memory from static destructors.
-    template <class Tag>
-    static over_aligned_registry& instance() {
-        static auto* registry = new over_aligned_registry;
-        return *registry;
-    }
-
-private:
-    std::mutex mutex_;
-    std::unordered_map<void*, void*> bases_;
-};
 
 // Makes `device` current for a scope and restores the previous device (the driver's calls run in
 // the current device's primary context; events are made on the current device). Never throws;
