@@ -16,6 +16,7 @@
 #include <poolkit/adaptor/counted.hpp>
 #include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/interop/option_text.hpp>
+#include <poolkit/interop/per_device.hpp>
 #include <poolkit/observe/fragmentation.hpp>
 #include <poolkit/observe/mapped_walk.hpp>
 #include <poolkit/observe/memory_summary.hpp>
@@ -93,9 +94,7 @@ struct backend {
         return {.capacity = 4 * device_memory(), .granularity = granularity, .physical_limit = device_memory()};
     }
 
-    struct device_scope {
-        explicit device_scope(int) noexcept {}
-    };
+    using device_scope = no_device_scope;  // the simulated devices need none made current
 };
 #else
 struct backend {
@@ -321,6 +320,8 @@ void set_last_error(std::string_view message) noexcept {
     last_error[kept] = '\0';
 }
 
+// The plugin's state: the kind and options every pool is made with, the memory fractions and the
+// history asked for, and each device's pool (made on first use, with all of them applied).
 class registry {
 public:
     static registry& instance() {
@@ -328,40 +329,33 @@ public:
         return *pools;
     }
 
-    // The pool of `device`, made on first use while that device is current; nullptr if there is
-    // no such device. The first pool fixes the kind. Throws std::invalid_argument for a bad
-    // POOLKIT_ALLOCATOR.
-    device_pool* pool(int device) {
+    // The pool of `device`, made on first use while that device is current. The first pool fixes
+    // the kind. Throws std::out_of_range for a device that does not exist, std::invalid_argument
+    // for a bad POOLKIT_ALLOCATOR.
+    device_pool& pool(int device) {
         std::lock_guard lock(mutex_);
-        if (!exists(device)) return nullptr;
-        auto& slot = pools_[static_cast<std::size_t>(device)];
-        if (!slot) {
+        return pools_.get(device, [&]() -> std::unique_ptr<device_pool> {
             if (!kind_) kind_ = kind_from_environment();
-            backend::device_scope scope(device);
+            std::unique_ptr<device_pool> made;
             if (*kind_ == allocator_kind::caching) {
-                slot = std::make_unique<device_pool_of<caching_parts>>(settings_, device);
+                made = std::make_unique<device_pool_of<caching_parts>>(settings_, device);
             } else {
-                slot = std::make_unique<device_pool_of<expandable_parts>>(settings_, device);
+                made = std::make_unique<device_pool_of<expandable_parts>>(settings_, device);
             }
-            if (limits_[static_cast<std::size_t>(device)] != device_pool::no_limit)
-                slot->set_limit(limits_[static_cast<std::size_t>(device)]);
-            if (history_entries_ != 0) slot->record_history(history_entries_, history_labels_);
-        }
-        return slot.get();
+            if (const std::size_t limit = limits_[static_cast<std::size_t>(device)]; limit != device_pool::no_limit) made->set_limit(limit);
+            if (history_entries_ != 0) made->record_history(history_entries_, history_labels_);
+            return made;
+        });
     }
 
-    // The pool of `device` if it is made, else nullptr (and no pool is made).
-    device_pool* made_pool(int device) {
-        std::lock_guard lock(mutex_);
-        return exists(device) ? pools_[static_cast<std::size_t>(device)].get() : nullptr;
-    }
-
-    [[nodiscard]] bool exists(int device) const noexcept { return device >= 0 && static_cast<std::size_t>(device) < pools_.size(); }
+    // The pool of `device` if it is made, else nullptr (and no pool is made). Throws
+    // std::out_of_range for a device that does not exist.
+    device_pool* made_pool(int device) { return pools_.find(device); }
 
     // Chooses the kind of every pool and forgets the options set before; false once a pool exists.
     bool choose(allocator_kind kind) {
         std::lock_guard lock(mutex_);
-        if (any_pool()) return false;
+        if (pools_.any()) return false;
         settings_ = {};
         kind_ = kind;
         return true;
@@ -372,7 +366,7 @@ public:
     // or one the kind's rules refuse; the options are then as they were.
     void set(std::string_view name, std::string_view value) {
         std::lock_guard lock(mutex_);
-        if (any_pool()) throw std::logic_error("poolkit: options can only be set before the first pool is made");
+        if (pools_.any()) throw std::logic_error("poolkit: options can only be set before the first pool is made");
         if (!kind_) kind_ = kind_from_environment();
         set_option(settings_, *kind_, name, value);
     }
@@ -383,20 +377,22 @@ public:
         return kind_ ? *kind_ : kind_from_environment();
     }
 
-    [[nodiscard]] int device_count() const noexcept { return static_cast<int>(pools_.size()); }
+    [[nodiscard]] int device_count() const noexcept { return pools_.count(); }
 
     // Caps what `device`'s pool may reserve at `fraction` of the device's memory, now or when the
-    // pool is made (torch.cuda.set_per_process_memory_fraction). Requires an existing device.
+    // pool is made (torch.cuda.set_per_process_memory_fraction). Throws std::out_of_range for a
+    // device that does not exist.
     void set_memory_fraction(int device, double fraction) {
         if (!(fraction >= 0.0 && fraction <= 1.0)) {
             throw std::invalid_argument("poolkit: memory fraction " + std::to_string(fraction) + " of device " + std::to_string(device) +
                                         ": expected a number from 0 to 1");
         }
         std::lock_guard lock(mutex_);
+        device_pool* made = pools_.find(device);
         const backend::device_scope scope(device);
         const auto bytes = static_cast<std::size_t>(std::floor(fraction * static_cast<double>(backend::device_total(device))));
         limits_[static_cast<std::size_t>(device)] = bytes;
-        if (auto& pool = pools_[static_cast<std::size_t>(device)]) pool->set_limit(bytes);
+        if (made != nullptr) made->set_limit(bytes);
     }
 
     // Every pool, now and when made, records its history into a ring of `max_entries` events (0:
@@ -415,36 +411,23 @@ public:
                                               if (c.release != nullptr) c.release(c.user, label);
                                           },
                                           &kept};
-        for (auto& pool : pools_) {
-            if (pool) pool->record_history(max_entries, history_labels_);
-        }
+        pools_.for_each([&](device_pool& pool, int) { pool.record_history(max_entries, history_labels_); });
     }
 
+    // visit(device_pool&) for each made pool, with its device current.
     template <class Visit>
     void for_each(Visit&& visit) {
-        std::lock_guard lock(mutex_);
-        for (std::size_t device = 0; device < pools_.size(); ++device) {
-            if (pools_[device]) {
-                backend::device_scope scope(static_cast<int>(device));
-                visit(*pools_[device]);
-            }
-        }
+        pools_.for_each([&](device_pool& pool, int) { visit(pool); });
     }
 
 private:
-    registry() {
-        pools_.resize(static_cast<std::size_t>(std::max(backend::device_count(), 0)));
-        limits_.resize(pools_.size(), device_pool::no_limit);
-    }
+    registry() : pools_(backend::device_count()), limits_(static_cast<std::size_t>(pools_.count()), device_pool::no_limit) {}
 
-    bool any_pool() const {
-        return std::any_of(pools_.begin(), pools_.end(), [](const auto& pool) { return pool != nullptr; });
-    }
-
+    // Taken before pools_' own lock, never after it.
     std::mutex mutex_;
     std::optional<allocator_kind> kind_;  // set by choose() or by the first pool, then fixed
     settings settings_;
-    std::vector<std::unique_ptr<device_pool>> pools_;
+    per_device<device_pool, backend::device_scope> pools_;
     std::vector<std::size_t> limits_;  // by device: set_memory_fraction's, else no_limit
     std::size_t history_entries_ = 0;  // record_history's
     history_context history_labels_;
@@ -469,24 +452,9 @@ std::string stats_json(const device_pool& pool) {
     return json + "}";
 }
 
-// Throws std::out_of_range, naming the devices there are, for a device that does not exist.
-void check_device(int device) {
-    if (!registry::instance().exists(device)) {
-        throw std::out_of_range("poolkit: no device " + std::to_string(device) + " (this " + backend::name + " plugin sees " +
-                                std::to_string(registry::instance().device_count()) + ")");
-    }
-}
-
-// The pool of `device`, made on first use.
-device_pool& existing_pool(int device) {
-    check_device(device);
-    return *registry::instance().pool(device);
-}
-
 // The pool of `device` that `call` names `pointer` of; throws std::invalid_argument when there is
 // none yet (so the pointer is no block of it), std::out_of_range for a device that does not exist.
 device_pool& pool_for_block(int device, const char* call, const void* pointer) {
-    check_device(device);
     device_pool* pool = registry::instance().made_pool(device);
     if (pool == nullptr) {
         throw std::invalid_argument("poolkit: " + std::string(call) + " of " + address_text(pointer) + " on device " +
@@ -518,7 +486,6 @@ Result guarded(Result failed, Call&& call) noexcept {
 template <class Text>
 long device_text(int device, char* buffer, std::size_t capacity, Text&& text) noexcept {
     return guarded(-1L, [&] {
-        check_device(device);
         const device_pool* pool = registry::instance().made_pool(device);
         if (pool == nullptr) return write_text(text(pool), buffer, capacity);
         backend::device_scope scope(device);
@@ -533,7 +500,7 @@ extern "C" {
 void* poolkit_alloc(ssize_t size, int device, poolkit_stream stream) POOLKIT_C_NOEXCEPT {
     return guarded<void*>(nullptr, [&]() -> void* {
         if (size <= 0) return nullptr;  // no allocation, and no failure
-        device_pool& pool = existing_pool(device);
+        device_pool& pool = registry::instance().pool(device);
         backend::device_scope scope(device);
         return pool.allocate(static_cast<std::size_t>(size), stream_of(stream));
     });
@@ -565,7 +532,7 @@ void poolkit_record_stream(void* pointer, int device, poolkit_stream stream) POO
 
 int poolkit_capture_into(int device, poolkit_stream stream, unsigned long long pool) POOLKIT_C_NOEXCEPT {
     return guarded(-1, [&] {
-        device_pool& pool_of_device = existing_pool(device);
+        device_pool& pool_of_device = registry::instance().pool(device);
         backend::device_scope scope(device);
         pool_of_device.capture_into(stream_of(stream), pool);
         return 0;
@@ -574,7 +541,6 @@ int poolkit_capture_into(int device, poolkit_stream stream, unsigned long long p
 
 int poolkit_release_graph_pool(int device, unsigned long long pool) POOLKIT_C_NOEXCEPT {
     return guarded(-1, [&] {
-        check_device(device);
         if (device_pool* made = registry::instance().made_pool(device)) {
             backend::device_scope scope(device);
             made->release_graph_pool(pool);
@@ -585,7 +551,6 @@ int poolkit_release_graph_pool(int device, unsigned long long pool) POOLKIT_C_NO
 
 int poolkit_set_memory_fraction(int device, double fraction) POOLKIT_C_NOEXCEPT {
     return guarded(-1, [&] {
-        check_device(device);
         registry::instance().set_memory_fraction(device, fraction);
         return 0;
     });
@@ -600,7 +565,6 @@ void poolkit_empty_cache(void) POOLKIT_C_NOEXCEPT {
 
 int poolkit_reset_peak_stats(int device) POOLKIT_C_NOEXCEPT {
     return guarded(-1, [&] {
-        check_device(device);
         if (device_pool* pool = registry::instance().made_pool(device)) {
             backend::device_scope scope(device);
             pool->reset_peak();
@@ -632,7 +596,6 @@ int poolkit_record_history(size_t max_entries, poolkit_history_callbacks labels)
 
 long poolkit_history_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT {
     return guarded(-1L, [&] {
-        check_device(device);
         device_pool* pool = registry::instance().made_pool(device);
         if (pool == nullptr) return write_text("[]", buffer, capacity);
         backend::device_scope scope(device);

@@ -23,6 +23,7 @@
 #include <poolkit/core/resource_ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/interop/option_text.hpp>
+#include <poolkit/interop/per_device.hpp>
 #include <poolkit/interop/pmr_adaptor.hpp>
 #include <poolkit/interop/std_allocator.hpp>
 #include <poolkit/observe/fragmentation.hpp>

@@ -171,7 +171,7 @@ class CApi(unittest.TestCase):
 
     def test_a_device_that_does_not_exist_is_an_error(self):
         plugin = fresh_plugin(devices=2)
-        with self.assertRaisesRegex(poolkit.PoolkitError, r"no device 5 \(this simulated plugin sees 2\)"):
+        with self.assertRaisesRegex(poolkit.PoolkitError, r"no device 5 \(there are 2\)"):
             plugin.alloc(1024, 5, STREAM_A)
         with self.assertRaisesRegex(poolkit.PoolkitError, "no device -1"):
             plugin.memory_stats(-1)
