@@ -17,7 +17,8 @@
 // per_thread_ forms put a cache per thread in front of that (adaptor/per_thread.hpp), for many
 // threads that each keep their streams.
 // Construct with options: `poolkit::caching_device_resource pool{{}, {.power2_divisions = 4}};`,
-// `poolkit::expandable_device_resource pool{std::in_place, poolkit::cuda_vmm_options{}, {.cache_fraction = 0.05}};`.
+// `poolkit::expandable_device_resource pool{std::in_place, {.cache_fraction = 0.05}, poolkit::cuda_vmm_options{}};` (in place:
+// the preset's own options first, then the upstream's arguments).
 #pragma once
 
 #include <poolkit/adaptor/per_thread.hpp>

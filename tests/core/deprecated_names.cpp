@@ -1,5 +1,6 @@
 // The names before the naming scheme of docs/concepts.md (Names) still compile, as deprecated
-// aliases of the new ones, for one release: the same types, the same headers.
+// aliases of the new ones, for one release: the same types, the same headers; so does the
+// in-place order before the rule (docs/concepts.md, "Referring and owning").
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/limiting.hpp>
 #include <poolkit/adaptor/logging.hpp>
@@ -46,6 +47,13 @@ TEST_CASE("the names before the naming scheme still build and run, deprecated") 
     counts.deallocate(block, 100);
     simulated_resource memory;
     caching_allocator<ref<simulated_resource>, host_events> pool{ref(memory)};
+    pool.deallocate(pool.allocate(4096), 4096);
+}
+
+TEST_CASE("stream_ordered's in-place order before the rule (the upstream's argument first) still builds, deprecated") {
+    caching_resource<simulated_resource, host_events> pool{std::in_place, simulated_options{.capacity = 64 << 20}, {.power2_divisions = 4}};
+    CHECK(pool.upstream_resource().options().capacity == 64 << 20);
+    CHECK(pool.pool().options().power2_divisions == 4);
     pool.deallocate(pool.allocate(4096), 4096);
 }
 

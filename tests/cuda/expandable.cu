@@ -35,7 +35,7 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
     expandable_options options = pool_options(std::size_t{4} << 30, 0, 16 * MiB);
     SUBCASE("a physical allocation per granule") {}
     SUBCASE("physical allocations of 8 MiB, unmapped only whole") { options.mapping_bytes = 8 * MiB; }
-    expandable_device_resource pool{std::in_place, cuda_vmm_options{}, options};
+    expandable_device_resource pool{std::in_place, options, cuda_vmm_options{}};
     streams lanes(1);
     cudaStream_t stream = lanes.handles[0];
     counter bad;
@@ -82,7 +82,7 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
 }
 
 TEST_CASE("expandable preset: a block freed on one stream is reused or unmapped only after that stream's work") {
-    expandable_device_resource pool{std::in_place, cuda_vmm_options{}, pool_options(std::size_t{4} << 30, 0)};
+    expandable_device_resource pool{std::in_place, pool_options(std::size_t{4} << 30, 0), cuda_vmm_options{}};
     streams lanes(2);
     cudaStream_t a = lanes.handles[0], b = lanes.handles[1];
     counter bad;
@@ -143,7 +143,7 @@ TEST_CASE("expandable preset: physical exhaustion unmaps the cache, retries, the
     cuda_vmm_options memory;
     memory.reserve_bytes = std::size_t{64} << 30;
     memory.physical_limit = limit;
-    expandable_device_resource pool{std::in_place, memory, pool_options(std::size_t{2} << 30, 10)};
+    expandable_device_resource pool{std::in_place, pool_options(std::size_t{2} << 30, 10), memory};
     streams lanes(1);
     const stream_ref stream{lanes.handles[0]};
     void* cached = pool.allocate_async(160 * MiB, 256, stream);

@@ -142,20 +142,19 @@ template <class Events, class MakeMemory>
 std::vector<composition> expandable_compositions(MakeMemory make_memory) {
     const auto make = [make_memory]<template <class...> class Lane = expandable>(std::string name, std::string description,
                                                                                  expandable_options options) {
-        return composition{
-            std::move(name), std::move(description), [make_memory, options](const trace& t, const run_settings& s) {
-                auto memory = make_memory();
-                using memory_type = typename decltype(memory)::element_type;
-                run_figures figures;
-                {
-                    stream_ordered<ref<memory_type>, lanes<Lane>, Events> pool{std::in_place, ref<memory_type>(*memory), options};
-                    figures = measure_replay(
-                        t, s, pool, [&memory] { return memory->mapped_bytes(); },
-                        [&memory] { return std::optional<std::size_t>(memory->map_calls()); });
-                }
-                figures.peak_reserved_bytes = memory->peak_mapped_bytes();
-                return figures;
-            }};
+        return composition{std::move(name), std::move(description), [make_memory, options](const trace& t, const run_settings& s) {
+                               auto memory = make_memory();
+                               using memory_type = typename decltype(memory)::element_type;
+                               run_figures figures;
+                               {
+                                   stream_ordered<ref<memory_type>, lanes<Lane>, Events> pool{ref<memory_type>(*memory), options};
+                                   figures = measure_replay(
+                                       t, s, pool, [&memory] { return memory->mapped_bytes(); },
+                                       [&memory] { return std::optional<std::size_t>(memory->map_calls()); });
+                               }
+                               figures.peak_reserved_bytes = memory->peak_mapped_bytes();
+                               return figures;
+                           }};
     };
     expandable_options adaptive;
     adaptive.max_peak_slack = 0.2;

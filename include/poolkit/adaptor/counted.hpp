@@ -62,9 +62,9 @@ class counted;
 
 namespace detail {
 template <class R>
-inline constexpr bool is_statistics = false;
+inline constexpr bool is_counted = false;
 template <class U, class C>
-inline constexpr bool is_statistics<counted<U, C>> = true;
+inline constexpr bool is_counted<counted<U, C>> = true;
 
 // The block size Upstream reports for a request, or the request rounded up to `unit`.
 template <class R>
@@ -81,7 +81,7 @@ std::size_t block_bytes(const R& resource, std::size_t bytes, std::size_t alignm
 template <class R>
 [[nodiscard]] std::optional<statistics_figures> find_statistics(const R& r) {
     return find_in_stack(r, []<class Layer>(const Layer& layer) -> std::optional<statistics_figures> {
-        if constexpr (detail::is_statistics<Layer>) return layer.figures();
+        if constexpr (detail::is_counted<Layer>) return layer.figures();
         return std::nullopt;
     });
 }
@@ -182,7 +182,7 @@ public:
         allocated_bytes_.reset_peak();
         requested_bytes_.reset_peak();
         static_cast<void>(find_in_stack(upstream_, []<class Layer>(Layer& layer) -> std::optional<bool> {
-            if constexpr (detail::is_statistics<std::remove_const_t<Layer>> && !std::is_const_v<Layer>) {
+            if constexpr (detail::is_counted<std::remove_const_t<Layer>> && !std::is_const_v<Layer>) {
                 layer.reset_peak();
                 return true;
             } else if constexpr (virtual_memory<std::remove_const_t<Layer>> && requires { layer.reset_peak_mapped_bytes(); }) {

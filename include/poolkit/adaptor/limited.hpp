@@ -61,6 +61,10 @@ public:
     template <class... Args>
         requires constructible_in_place<Upstream, Args...>
     explicit limited(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {}
+    template <class... Args>
+        requires constructible_in_place<Upstream, Args...>
+    limited(std::in_place_t, limited_options options, Args&&... args)
+        : upstream_(build_from<Upstream>(std::forward<Args>(args)...)), limit_(options.limit_bytes) {}
 
     limited(const limited&) = delete;
     limited& operator=(const limited&) = delete;

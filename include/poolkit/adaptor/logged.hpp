@@ -79,6 +79,11 @@ public:
     explicit logged(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {
         open({});
     }
+    template <class... Args>
+        requires constructible_in_place<Upstream, Args...>
+    logged(std::in_place_t, const logged_options& options, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {
+        open(options);
+    }
 
     logged(const logged&) = delete;
     logged& operator=(const logged&) = delete;

@@ -110,12 +110,18 @@ public:
         : upstream_(std::move(upstream)), options_(options), events_(std::move(events)) {
         setup();
     }
-    // Builds the upstream in place from its own constructor arguments (a synchronized<> cannot
-    // move), with default options or the ones given first.
+    // In place (docs/concepts.md): the upstream built from its own constructor arguments (a
+    // synchronized<> cannot move), after this adaptor's options and events where they are given.
     template <class... Arguments>
         requires constructible_in_place<Upstream, Arguments...>
     explicit per_thread(std::in_place_t, Arguments&&... arguments)
         : upstream_(build_from<Upstream>(std::forward<Arguments>(arguments)...)) {
+        setup();
+    }
+    template <class... Arguments>
+        requires constructible_in_place<Upstream, Arguments...>
+    per_thread(std::in_place_t, per_thread_options options, Arguments&&... arguments)
+        : upstream_(build_from<Upstream>(std::forward<Arguments>(arguments)...)), options_(options) {
         setup();
     }
     template <class... Arguments>

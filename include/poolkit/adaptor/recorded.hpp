@@ -70,6 +70,15 @@ public:
         requires constructible_in_place<Upstream, Args...>
     explicit recorded(std::in_place_t, Args&&... args)
         : upstream_(build_from<Upstream>(std::forward<Args>(args)...)), history_(&default_history()), layer_(recording_layer::blocks) {}
+    // Records into `into` (and at `layer`), the upstream built from `args`.
+    template <class... Args>
+        requires constructible_in_place<Upstream, Args...>
+    recorded(std::in_place_t, history& into, Args&&... args)
+        : upstream_(build_from<Upstream>(std::forward<Args>(args)...)), history_(&into), layer_(recording_layer::blocks) {}
+    template <class... Args>
+        requires constructible_in_place<Upstream, Args...>
+    recorded(std::in_place_t, history& into, recording_layer layer, Args&&... args)
+        : upstream_(build_from<Upstream>(std::forward<Args>(args)...)), history_(&into), layer_(layer) {}
 
     recorded(const recorded&) = delete;
     recorded& operator=(const recorded&) = delete;

@@ -57,6 +57,10 @@ public:
     template <class... Args>
         requires constructible_in_place<Upstream, Args...>
     explicit retried_on_oom(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {}
+    template <class... Args>
+        requires constructible_in_place<Upstream, Args...>
+    retried_on_oom(std::in_place_t, options_type options, Args&&... args)
+        : upstream_(build_from<Upstream>(std::forward<Args>(args)...)), options_(std::move(options)) {}
 
     retried_on_oom(const retried_on_oom&) = delete;
     retried_on_oom& operator=(const retried_on_oom&) = delete;

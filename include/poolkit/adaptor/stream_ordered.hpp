@@ -78,6 +78,7 @@
 #include <poolkit/core/config.hpp>
 #include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/archetype.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/ref.hpp>
@@ -141,10 +142,34 @@ public:
     stream_ordered()
         requires std::default_initializable<upstream_type> && std::default_initializable<Events>
         : upstream_(), events_(), pool_(make_pool({})) {}
-    // The upstream built in place from `upstream_options` (one argument).
+    // In place (docs/concepts.md): the upstream built from `args`, after the pool's own options and
+    // events where they are given.
+    template <class... Args>
+        requires constructible_in_place<upstream_type, Args...> && std::default_initializable<Events>
+    explicit stream_ordered(std::in_place_t, Args&&... args)
+        : upstream_(build_from<upstream_type>(std::forward<Args>(args)...)), events_(), pool_(make_pool({})) {}
+    template <class... Args>
+        requires constructible_in_place<upstream_type, Args...> && std::default_initializable<Events>
+    stream_ordered(std::in_place_t, pool_options options, Args&&... args)
+        : upstream_(build_from<upstream_type>(std::forward<Args>(args)...)), events_(), pool_(make_pool(options)) {}
+    template <class... Args>
+        requires constructible_in_place<upstream_type, Args...>
+    stream_ordered(std::in_place_t, pool_options options, Events events, Args&&... args)
+        : upstream_(build_from<upstream_type>(std::forward<Args>(args)...)), events_(std::move(events)), pool_(make_pool(options)) {}
+    // The order before the rule: the upstream's one argument first. An upstream itself goes to the
+    // constructor below (as build_from passes it, from a lane policy or an adaptor above).
     template <class UpstreamOptions>
-        requires std::constructible_from<upstream_type, UpstreamOptions>
-    stream_ordered(std::in_place_t, UpstreamOptions&& upstream_options, pool_options options = {}, Events events = {})
+        requires std::constructible_from<upstream_type, UpstreamOptions> &&
+                     (!std::same_as<std::remove_cvref_t<UpstreamOptions>, upstream_type>)
+    [[deprecated(
+        "stream_ordered(std::in_place, options, [events,] upstream arguments...): the pool's own arguments come first")]] stream_ordered(std::
+                                                                                                                                             in_place_t,
+                                                                                                                                         UpstreamOptions&&
+                                                                                                                                             upstream_options,
+                                                                                                                                         pool_options
+                                                                                                                                             options,
+                                                                                                                                         Events events =
+                                                                                                                                             {})
         : upstream_(std::forward<UpstreamOptions>(upstream_options)), events_(std::move(events)), pool_(make_pool(options)) {}
 
     explicit stream_ordered(upstream_type upstream, pool_options options = {}, Events events = {})

@@ -83,6 +83,10 @@ public:
     template <class... Args>
         requires constructible_in_place<Upstream, Args...>
     explicit tracked(std::in_place_t, Args&&... args) : upstream_(build_from<Upstream>(std::forward<Args>(args)...)) {}
+    template <class... Args>
+        requires constructible_in_place<Upstream, Args...>
+    tracked(std::in_place_t, tracked_options options, Args&&... args)
+        : upstream_(build_from<Upstream>(std::forward<Args>(args)...)), options_(options) {}
 
     tracked(const tracked&) = delete;
     tracked& operator=(const tracked&) = delete;
