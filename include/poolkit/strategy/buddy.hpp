@@ -24,6 +24,7 @@
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/cuda_mr_spelling.hpp>
+#include <poolkit/core/detail/allocate_or_null.hpp>
 #include <poolkit/core/detail/archetype.hpp>
 #include <poolkit/core/detail/leak_report.hpp>
 #include <poolkit/core/errors.hpp>
@@ -142,12 +143,7 @@ public:
 
     // As allocate, but nullptr instead of any exception.
     [[nodiscard]] void* try_allocate(std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
-        if (!is_power_of_two(alignment)) return nullptr;
-        try {
-            return allocate(bytes, alignment);
-        } catch (...) {
-            return nullptr;
-        }
+        return detail::allocate_or_null(*this, bytes, alignment);
     }
 
     // As allocate, but only from free blocks already held: never takes a chunk from the upstream.
