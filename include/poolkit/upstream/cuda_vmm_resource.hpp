@@ -212,21 +212,8 @@ public:
         if (!rounded || !granules_.room_for(*rounded, physical_limit())) {
             throw out_of_memory(name, figures(bytes, alignment, false));
         }
-        const auto at = granules_.find_unmapped(*rounded, alignment);
-        if (!at) {
-            memory_figures range = memory_figures::request(bytes, alignment);
-            range.reserved_bytes = granules_.mapped_bytes();
-            range.limit_bytes = granules_.capacity();
-            throw out_of_memory("cuda_vmm_resource's reserved range", range);
-        }
-        granules_.record_block(*at, *rounded);
-        try {
-            map_locked(*at, *rounded, mapping::whole, alignment, bytes);
-        } catch (...) {
-            granules_.forget_block(*at);
-            throw;
-        }
-        return reinterpret_cast<void*>(*at);
+        return place_block_locked(bytes, *rounded, alignment,
+                                  [&](std::uintptr_t at) { map_locked(at, *rounded, mapping::whole, alignment, bytes); });
     }
 
     // Waits for the device (as cudaFree does), then unmaps the block.

@@ -190,21 +190,8 @@ private:
         const auto rounded = checked_round_up(bytes, granules_.granularity());
         if (!rounded) throw out_of_memory(name, physical_figures(bytes, alignment));
         if (!granules_.room_for(*rounded, physical_limit())) throw out_of_memory(name, physical_figures(bytes, alignment));
-        const auto at = granules_.find_unmapped(*rounded, alignment);
-        if (!at) {
-            memory_figures figures = memory_figures::request(bytes, alignment);
-            figures.reserved_bytes = granules_.mapped_bytes();
-            figures.limit_bytes = granules_.capacity();
-            throw out_of_memory("simulated_vmm_resource's reserved range", figures);
-        }
-        granules_.record_block(*at, *rounded);
-        try {
-            granules_.mark_mapped_whole(*at, *rounded);  // strong guarantee; a block is unmapped whole
-        } catch (...) {
-            granules_.forget_block(*at);
-            throw;
-        }
-        return reinterpret_cast<void*>(*at);
+        // Marked mapped with the strong guarantee; a block is unmapped whole.
+        return place_block_locked(bytes, *rounded, alignment, [&](std::uintptr_t at) { granules_.mark_mapped_whole(at, *rounded); });
     }
 
     memory_figures physical_figures(std::size_t bytes, std::size_t alignment) const noexcept {

@@ -522,6 +522,29 @@ protected:
         physical_limit_.store(std::min(limit, most_mappable), std::memory_order_relaxed);
     }
 
+    // With mutex_ held: records a block of `rounded` bytes (whole granules) aligned to `alignment`
+    // in the smallest unmapped hole, and maps it with map(address); should map throw, the block is
+    // forgotten and the exception goes on. out_of_memory, saying the reserved range is full, when
+    // no hole fits (`bytes` is what was asked, for the message).
+    template <class Map>
+    void* place_block_locked(std::size_t bytes, std::size_t rounded, std::size_t alignment, Map&& map) {
+        const auto at = granules_.find_unmapped(rounded, alignment);
+        if (!at) {
+            memory_figures range = memory_figures::request(bytes, alignment);
+            range.reserved_bytes = granules_.mapped_bytes();
+            range.limit_bytes = granules_.capacity();
+            throw out_of_memory((std::string(name_) + "'s reserved range").c_str(), range);
+        }
+        granules_.record_block(*at, rounded);
+        try {
+            map(*at);
+        } catch (...) {
+            granules_.forget_block(*at);
+            throw;
+        }
+        return reinterpret_cast<void*>(*at);
+    }
+
     mutable std::mutex mutex_;
     granule_map granules_{0, 0, 1};  // guarded by mutex_; the reservation once adopted
 
