@@ -529,12 +529,7 @@ protected:
     template <class Map>
     void* place_block_locked(std::size_t bytes, std::size_t rounded, std::size_t alignment, Map&& map) {
         const auto at = granules_.find_unmapped(rounded, alignment);
-        if (!at) {
-            memory_figures range = memory_figures::request(bytes, alignment);
-            range.reserved_bytes = granules_.mapped_bytes();
-            range.limit_bytes = granules_.capacity();
-            throw out_of_memory((std::string(name_) + "'s reserved range").c_str(), range);
-        }
+        if (!at) throw_range_full(bytes, alignment);
         granules_.record_block(*at, rounded);
         try {
             map(*at);
@@ -549,6 +544,14 @@ protected:
     granule_map granules_{0, 0, 1};  // guarded by mutex_; the reservation once adopted
 
 private:
+    // Out of line, so that the allocation path around it stays small enough to inline.
+    [[noreturn, gnu::noinline, gnu::cold]] void throw_range_full(std::size_t bytes, std::size_t alignment) const {
+        memory_figures range = memory_figures::request(bytes, alignment);
+        range.reserved_bytes = granules_.mapped_bytes();
+        range.limit_bytes = granules_.capacity();
+        throw out_of_memory((std::string(name_) + "'s reserved range").c_str(), range);
+    }
+
     template <class Result, class... Args>
     Result locked(Result (granule_map::*query)(Args...) const noexcept, Args... args) const {
         std::lock_guard lock(mutex_);
