@@ -8,7 +8,7 @@
 // so what it holds stays within about 1 + max_cached times what is live. caching_pool's oversize
 // pool differs: it hands out any free block at least as large as the request, and keeps its chunks
 // until release() or growth.
-// Complexity: O(log n) in the blocks per call. Thread safety: none; wrap in synchronized<>.
+// Complexity: O(log n) in the blocks per call; once warm, no host allocation per call. Thread safety: none; wrap in synchronized<>.
 // Alignment: the upstream's; a cached block is reused only for an alignment it has. Stream
 // semantics: none; a freed block is reusable at once. Put stream_ordered<> around it.
 // Exhaustion: when the upstream throws out_of_memory, the cache goes back and the request is tried
@@ -23,11 +23,12 @@
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/walk.hpp>
+#include <poolkit/strategy/detail/intrusive.hpp>
+#include <poolkit/strategy/detail/node_pool.hpp>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -50,8 +51,54 @@ struct exact_cache_options {
     }
 };
 
+namespace detail::exact_cache_parts {
+
+struct by_address_tag;
+struct by_size_tag;
+
+// One allocation of the upstream, live or cached: always in the address set, and in the size
+// index while cached.
+struct block : intrusive::set_hook<by_address_tag>, intrusive::set_hook<by_size_tag> {
+    block(std::uintptr_t address_, std::size_t bytes_, std::size_t alignment_) noexcept
+        : address(address_), bytes(bytes_), alignment(alignment_), requested(bytes_) {}
+    std::uintptr_t address;
+    std::size_t bytes;  // as asked of the upstream
+    std::size_t alignment;  // as asked of the upstream
+    std::size_t requested;  // while live: what the caller asked for; 0 while cached
+
+    [[nodiscard]] bool live() const noexcept { return requested != 0; }
+};
+
+struct by_address {
+    bool operator()(const block& a, const block& b) const noexcept { return a.address < b.address; }
+    bool operator()(const block& a, std::uintptr_t b) const noexcept { return a.address < b; }
+    bool operator()(std::uintptr_t a, const block& b) const noexcept { return a < b.address; }
+};
+
+struct by_size {
+    struct key {
+        std::size_t bytes;
+        std::size_t alignment;
+    };
+    static bool less(std::size_t a_bytes, std::size_t a_alignment, std::size_t b_bytes, std::size_t b_alignment) noexcept {
+        return a_bytes < b_bytes || (a_bytes == b_bytes && a_alignment < b_alignment);
+    }
+    bool operator()(const block& a, const block& b) const noexcept { return less(a.bytes, a.alignment, b.bytes, b.alignment); }
+    bool operator()(const block& a, const key& b) const noexcept { return less(a.bytes, a.alignment, b.bytes, b.alignment); }
+    bool operator()(const key& a, const block& b) const noexcept { return less(a.bytes, a.alignment, b.bytes, b.alignment); }
+};
+
+using address_set = intrusive::set<block, by_address_tag, by_address>;
+using size_index = intrusive::multiset<block, by_size_tag, by_size>;
+
+}  // namespace detail::exact_cache_parts
+
 template <resource Upstream>
 class exact_cache : public forward_properties<exact_cache<Upstream>, Upstream> {
+    using block = detail::exact_cache_parts::block;
+    using by_address = detail::exact_cache_parts::by_address;
+    using by_size = detail::exact_cache_parts::by_size;
+
 public:
     using upstream_type = Upstream;
     using options_type = exact_cache_options;
@@ -65,8 +112,9 @@ public:
     exact_cache(exact_cache&& other) noexcept
         : upstream_(std::move(other.upstream_)),
           options_(other.options_),
-          blocks_(std::exchange(other.blocks_, {})),
-          cached_(std::exchange(other.cached_, {})),
+          nodes_(std::move(other.nodes_)),
+          blocks_(std::move(other.blocks_)),
+          cached_(std::move(other.cached_)),
           live_bytes_(std::exchange(other.live_bytes_, 0)),
           cached_bytes_(std::exchange(other.cached_bytes_, 0)) {}
     exact_cache(const exact_cache&) = delete;
@@ -91,8 +139,8 @@ public:
             pointer = upstream_.allocate(bytes, alignment);
         }
         try {
-            blocks_.emplace(address_of(pointer), block{bytes, alignment, bytes, true, cached_.end()});
-        } catch (...) {  // no host memory for the record: the block goes back
+            blocks_.insert(*nodes_.make(address_of(pointer), bytes, alignment));
+        } catch (...) {  // no host memory for the node: the block goes back
             upstream_.deallocate(pointer, bytes, alignment);
             throw;
         }
@@ -101,24 +149,17 @@ public:
     }
 
     // `pointer` must be a live block of this cache (checked by POOLKIT_ASSERT); the block it
-    // stands for is kept whole, whatever `bytes` says.
+    // stands for is kept whole, whatever `bytes` says. O(log n), allocating nothing.
     void deallocate(void* pointer, std::size_t /*bytes*/, std::size_t /*alignment*/ = default_alignment) noexcept {
         if (pointer == nullptr) return;
-        const auto found = blocks_.find(address_of(pointer));
-        const bool live = found != blocks_.end() && found->second.live;
+        const auto found = blocks_.find(address_of(pointer), by_address{});
+        const bool live = found != blocks_.end() && found->live();
         POOLKIT_ASSERT(live, "exact_cache::deallocate: not a live block of this cache");
         if (!live) return;
-        block& b = found->second;
-        live_bytes_ -= b.bytes;
-        try {
-            b.in_cache = cached_.emplace(key{b.bytes, b.alignment}, found->first);
-        } catch (...) {  // no host memory to cache it: it goes back
-            upstream_.deallocate(pointer, b.bytes, b.alignment);
-            blocks_.erase(found);
-            return;
-        }
-        b.live = false;
+        block& b = *found;
         b.requested = 0;
+        cached_.insert(b);
+        live_bytes_ -= b.bytes;
         cached_bytes_ += b.bytes;
     }
     POOLKIT_CUDA_MR_MEMBERS(exact_cache);
@@ -131,51 +172,50 @@ public:
 
     // Every cached block goes back to the upstream.
     void release() noexcept {
-        for (const auto& [k, address] : cached_) {
-            upstream_.deallocate(reinterpret_cast<void*>(address), k.bytes, k.alignment);
-            blocks_.erase(address);
-        }
-        cached_.clear();
+        cached_.clear_and_dispose([this](block* b) {
+            blocks_.erase(blocks_.iterator_to(*b));
+            upstream_.deallocate(reinterpret_cast<void*>(b->address), b->bytes, b->alignment);
+            nodes_.destroy(b);
+        });
         cached_bytes_ = 0;
     }
 
     [[nodiscard]] bool owns(const void* pointer) const noexcept {
         const auto address = address_of(pointer);
-        auto next = blocks_.upper_bound(address);
+        auto next = blocks_.upper_bound(address, by_address{});
         if (next == blocks_.begin()) return false;
         --next;
-        return address < next->first + next->second.bytes;
+        return address < next->address + next->bytes;
     }
 
     // Each block is a chunk of its own, in address order.
     template <class Visitor>
     void for_each_block(Visitor&& visit) const {
-        for (const auto& [address, b] : blocks_) {
+        for (const block& b : blocks_) {
             block_view seen;
-            seen.address = address;
+            seen.address = b.address;
             seen.bytes = b.bytes;
             seen.requested_bytes = b.requested;
-            seen.live = b.live;
-            visit(chunk_view{address, b.bytes}, seen);
+            seen.live = b.live();
+            visit(chunk_view{b.address, b.bytes}, seen);
         }
     }
 
-    // The byte counts match the blocks; every cached block is indexed once, under its own key.
+    // The byte counts match the blocks; the size index holds exactly the cached blocks.
     void check_invariants() const {
-        std::size_t live = 0, cached = 0, indexed = 0;
-        for (const auto& [address, b] : blocks_) {
-            if (b.live) {
+        std::size_t live = 0, cached = 0, cached_count = 0;
+        for (const block& b : blocks_) {
+            if (b.live()) {
                 live += b.bytes;
-                POOLKIT_VERIFY(b.requested != 0 && b.requested <= b.bytes, "exact_cache: a live block's request is not inside it");
+                POOLKIT_VERIFY(b.requested <= b.bytes, "exact_cache: a live block's request is not inside it");
             } else {
                 cached += b.bytes;
-                POOLKIT_VERIFY(b.in_cache != cached_.end() && b.in_cache->second == address, "exact_cache: a cached block is not indexed");
-                POOLKIT_VERIFY(b.in_cache->first.bytes == b.bytes && b.in_cache->first.alignment == b.alignment,
-                               "exact_cache: a cached block is indexed under another key");
-                ++indexed;
+                ++cached_count;
             }
         }
-        POOLKIT_VERIFY(indexed == cached_.size(), "exact_cache: the index holds blocks that are not cached");
+        for (const block& b : cached_) POOLKIT_VERIFY(!b.live(), "exact_cache: a live block is in the cache index");
+        POOLKIT_VERIFY(cached_count == cached_.size(), "exact_cache: a cached block is not in the cache index");
+        POOLKIT_VERIFY(nodes_.in_use() == blocks_.size(), "exact_cache: a node is in no block set");
         POOLKIT_VERIFY(live == live_bytes_ && cached == cached_bytes_, "exact_cache: the byte counts drifted");
     }
 
@@ -188,45 +228,30 @@ public:
     friend bool operator==(const exact_cache& a, const exact_cache& b) noexcept { return &a == &b; }
 
 private:
-    struct key {
-        std::size_t bytes;
-        std::size_t alignment;
-        friend bool operator<(const key& a, const key& b) noexcept {
-            return a.bytes < b.bytes || (a.bytes == b.bytes && a.alignment < b.alignment);
-        }
-    };
-    using cache_index = std::multimap<key, std::uintptr_t>;
-    struct block {
-        std::size_t bytes;  // as the upstream gave it
-        std::size_t alignment;  // as the upstream gave it
-        std::size_t requested;  // while live: what the caller asked for
-        bool live;
-        typename cache_index::iterator in_cache;  // while cached: its entry in cached_
-    };
-
     static std::uintptr_t address_of(const void* pointer) noexcept { return reinterpret_cast<std::uintptr_t>(pointer); }
 
+    // The smallest cached block of at least `bytes` and `alignment` within max_waste, taken out of
+    // the cache; nullptr when there is none.
     void* take_cached(std::size_t bytes, std::size_t alignment) noexcept {
         const double most = static_cast<double>(bytes) * (1 + options_.max_waste);
-        for (auto hit = cached_.lower_bound(key{bytes, 0}); hit != cached_.end() && static_cast<double>(hit->first.bytes) <= most; ++hit) {
-            if (hit->first.alignment < alignment) continue;
-            block& b = blocks_.find(hit->second)->second;
-            b.live = true;
+        for (auto hit = cached_.lower_bound(by_size::key{bytes, 0}, by_size{});
+             hit != cached_.end() && static_cast<double>(hit->bytes) <= most; ++hit) {
+            if (hit->alignment < alignment) continue;
+            block& b = *hit;
+            cached_.erase(hit);
             b.requested = bytes;
-            b.in_cache = cached_.end();
             cached_bytes_ -= b.bytes;
             live_bytes_ += b.bytes;
-            void* pointer = reinterpret_cast<void*>(hit->second);
-            cached_.erase(hit);
-            return pointer;
+            return reinterpret_cast<void*>(b.address);
         }
         return nullptr;
     }
 
     Upstream upstream_;
     exact_cache_options options_;
-    std::map<std::uintptr_t, block> blocks_;  // every block, live or cached, by address
-    cache_index cached_;  // cached blocks by (bytes, alignment)
+    detail::node_pool<block> nodes_;  // the blocks' bookkeeping: no host allocation per call once warm
+    detail::exact_cache_parts::address_set blocks_;  // every block, live or cached, by address
+    detail::exact_cache_parts::size_index cached_;  // the cached blocks by (bytes, alignment)
     std::size_t live_bytes_ = 0;
     std::size_t cached_bytes_ = 0;
 };
