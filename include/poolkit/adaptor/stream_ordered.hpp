@@ -78,8 +78,8 @@
 #include <poolkit/core/config.hpp>
 #include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/detail/archetype.hpp>
-#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/errors.hpp>
+#include <poolkit/core/in_place.hpp>
 #include <poolkit/core/properties.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/stream_ref.hpp>
@@ -161,15 +161,10 @@ public:
     template <class UpstreamOptions>
         requires std::constructible_from<upstream_type, UpstreamOptions> &&
                      (!std::same_as<std::remove_cvref_t<UpstreamOptions>, upstream_type>)
-    [[deprecated(
-        "stream_ordered(std::in_place, options, [events,] upstream arguments...): the pool's own arguments come first")]] stream_ordered(std::
-                                                                                                                                             in_place_t,
-                                                                                                                                         UpstreamOptions&&
-                                                                                                                                             upstream_options,
-                                                                                                                                         pool_options
-                                                                                                                                             options,
-                                                                                                                                         Events events =
-                                                                                                                                             {})
+    [[deprecated("in place, the pool's own arguments come first (docs/concepts.md)")]] stream_ordered(std::in_place_t,
+                                                                                                      UpstreamOptions&& upstream_options,
+                                                                                                      pool_options options,
+                                                                                                      Events events = {})
         : upstream_(std::forward<UpstreamOptions>(upstream_options)), events_(std::move(events)), pool_(make_pool(options)) {}
 
     explicit stream_ordered(upstream_type upstream, pool_options options = {}, Events events = {})
