@@ -235,10 +235,11 @@ private:
 #endif
         std::lock_guard lock(mutex_);
         record.sequence = sequence_++;
-        const auto [where, inserted] = live_.emplace(reinterpret_cast<std::uintptr_t>(pointer), std::move(record));
+        // Not a structured binding: clang 14 cannot capture one in the lambda of POOLKIT_ASSERT's
+        // NDEBUG form.
+        const bool inserted = live_.emplace(reinterpret_cast<std::uintptr_t>(pointer), std::move(record)).second;
         POOLKIT_ASSERT(inserted, "tracked: the upstream handed out an address that is still live");
         if (inserted) live_bytes_ += bytes;
-        static_cast<void>(where);
     }
 
     // Drops the record of `pointer` and sets `bytes` (as the caller says) to the bytes it was
