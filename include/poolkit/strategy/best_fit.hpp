@@ -215,31 +215,13 @@ public:
     }
 
     // Whether `pointer` lies inside a live block of this pool. O(log n).
-    [[nodiscard]] bool owns(const void* pointer) const noexcept {
-        const auto address = reinterpret_cast<std::uintptr_t>(pointer);
-        auto after = live_.upper_bound(address, by_address{});
-        if (after == live_.begin()) return false;
-        const block& b = *std::prev(after);
-        return address - b.address < b.bytes;
-    }
+    [[nodiscard]] bool owns(const void* pointer) const noexcept { return detail::inside_live<by_address>(live_, pointer); }
 
     // The walk of walk.hpp: every chunk in address order, each block of it in address order, with
     // the bytes asked for when live. O(blocks); allocates nothing.
     template <class Visitor>
     void for_each_block(Visitor&& visit) const {
-        for (const chunk& c : chunk_index_) {
-            chunk_view chunk_seen;
-            chunk_seen.address = c.address;
-            chunk_seen.bytes = c.bytes;
-            for (const block& b : c.blocks) {
-                block_view seen;
-                seen.address = b.address;
-                seen.bytes = b.bytes;
-                seen.requested_bytes = b.free ? 0 : b.requested;
-                seen.live = !b.free;
-                visit(chunk_seen, seen);
-            }
-        }
+        for (const chunk& c : chunk_index_) detail::visit_tiling(c, visit);
     }
 
     // Walks every chunk and block: blocks tile their chunk in address order; no two free blocks
@@ -247,33 +229,21 @@ public:
     void check_invariants() const {
         std::size_t reserved = 0, live = 0, cached = 0, live_count = 0, free_count = 0, block_count = 0;
         for (const chunk& c : chunk_index_) {
-            POOLKIT_VERIFY(!c.blocks.empty(), "a chunk without blocks");
             POOLKIT_VERIFY(c.address % options_.granularity == 0, "a chunk off the granularity");
-            std::uintptr_t expected = c.address;
-            bool previous_free = false;
-            for (const block& b : c.blocks) {
-                POOLKIT_VERIFY(b.owner == &c, "a block linked into another chunk");
-                POOLKIT_VERIFY(b.address == expected, "blocks do not tile their chunk");
-                POOLKIT_VERIFY(b.bytes > 0 && b.bytes % options_.granularity == 0, "a block size off the granularity");
-                POOLKIT_VERIFY(!(b.free && previous_free), "two free neighbours not coalesced");
-                if (b.free) {
+            detail::verify_tiling<by_address>(
+                c, options_.granularity, live_,
+                [&](const block& b) {
                     POOLKIT_VERIFY(free_.find(b) != free_.end(), "a free block missing from the size index");
                     cached += b.bytes;
                     ++free_count;
-                } else {
-                    const auto found = live_.find(b.address, by_address{});
-                    POOLKIT_VERIFY(found != live_.end() && &*found == &b, "a live block missing from the live index");
-                    POOLKIT_VERIFY(b.requested > 0 && b.requested <= b.bytes &&
-                                       b.bytes - align_up(b.requested, options_.granularity) < options_.minimum_split,
+                },
+                [&](const block& b) {
+                    POOLKIT_VERIFY(b.bytes - align_up(b.requested, options_.granularity) < options_.minimum_split,
                                    "a live block holds a remainder it should have split off");
                     live += b.bytes;
                     ++live_count;
-                }
-                previous_free = b.free;
-                expected += b.bytes;
-                ++block_count;
-            }
-            POOLKIT_VERIFY(expected == c.address + c.bytes, "blocks do not cover their chunk");
+                });
+            block_count += c.blocks.size();
             reserved += c.bytes;
         }
         POOLKIT_VERIFY(free_count == free_.size(), "the size index holds blocks that are not free");

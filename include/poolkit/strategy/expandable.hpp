@@ -196,13 +196,7 @@ public:
     }
 
     // Whether `pointer` lies inside a live block of this pool. O(log n).
-    [[nodiscard]] bool owns(const void* pointer) const noexcept {
-        const auto address = reinterpret_cast<std::uintptr_t>(pointer);
-        auto after = live_.upper_bound(address, by_address{});
-        if (after == live_.begin()) return false;
-        const block& b = *std::prev(after);
-        return address - b.address < b.bytes;
-    }
+    [[nodiscard]] bool owns(const void* pointer) const noexcept { return detail::inside_live<by_address>(live_, pointer); }
 
     // The walk of core/walk.hpp: each span is a chunk (address space; reserved_bytes() says what
     // is mapped), its blocks in address order. O(blocks); allocates nothing.
@@ -211,19 +205,7 @@ public:
         std::vector<const span*> ordered;
         for (const auto& s : spans_) ordered.push_back(s.get());
         std::sort(ordered.begin(), ordered.end(), [](const span* a, const span* b) { return a->address < b->address; });
-        for (const span* s : ordered) {
-            chunk_view chunk_seen;
-            chunk_seen.address = s->address;
-            chunk_seen.bytes = s->bytes;
-            for (const block& b : s->blocks) {
-                block_view seen;
-                seen.address = b.address;
-                seen.bytes = b.bytes;
-                seen.requested_bytes = b.free ? 0 : b.requested;
-                seen.live = !b.free;
-                visit(chunk_seen, seen);
-            }
-        }
+        for (const span* s : ordered) detail::visit_tiling(*s, visit);
     }
 
     // Blocks tile their span; no two free blocks touch; each block is in the index its state
@@ -233,34 +215,22 @@ public:
     void check_invariants() const {
         std::size_t live = 0, live_count = 0, free_count = 0, cached = 0, mapped = 0, cached_listed = 0;
         for (const auto& s : spans_) {
-            POOLKIT_VERIFY(!s->blocks.empty(), "a span without blocks");
-            std::uintptr_t expected = s->address;
-            bool previous_free = false;
-            for (const block& b : s->blocks) {
-                POOLKIT_VERIFY(b.owner == s.get(), "a block linked into another span");
-                POOLKIT_VERIFY(b.address == expected, "blocks do not tile their span");
-                POOLKIT_VERIFY(b.bytes > 0 && b.bytes % options_.rounding == 0, "a block size off the rounding");
-                POOLKIT_VERIFY(!(b.free && previous_free), "two free neighbours not coalesced");
-                if (b.free) {
+            detail::verify_tiling<by_address>(
+                *s, options_.rounding, live_,
+                [&](const block& b) {
                     const auto& index = s->small ? small_free_ : large_free_;
                     POOLKIT_VERIFY(index.find(b) != index.end(), "a free block missing from its size index");
                     const auto [first, last] = releasable(b);
                     POOLKIT_VERIFY(b.cached == s->count(first, last, true), "a free block's cached count drifted");
                     cached += b.cached;
                     ++free_count;
-                } else {
-                    const auto found = live_.find(b.address, by_address{});
-                    POOLKIT_VERIFY(found != live_.end() && &*found == &b, "a live block missing from the live index");
+                },
+                [&](const block& b) {
                     const auto [first, last] = touched(b);
                     POOLKIT_VERIFY(s->count(first, last, false) == 0, "a live block on an unmapped granule");
-                    POOLKIT_VERIFY(b.requested > 0 && b.requested <= b.bytes, "a live block smaller than asked");
                     live += b.bytes;
                     ++live_count;
-                }
-                previous_free = b.free;
-                expected += b.bytes;
-            }
-            POOLKIT_VERIFY(expected == s->address + s->bytes, "blocks do not cover their span");
+                });
             for (std::size_t w = 0; w < s->mapped.size(); ++w) {
                 const std::uint64_t previous = (s->mapped[w] << 1) | (w > 0 ? s->mapped[w - 1] >> 63 : 0);
                 POOLKIT_VERIFY((s->starts[w] & ~s->mapped[w]) == 0, "an allocation starts on an unmapped granule");

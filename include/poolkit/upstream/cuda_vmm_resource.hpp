@@ -189,9 +189,7 @@ public:
         if (bytes == 0) return;
         const auto address = reinterpret_cast<std::uintptr_t>(at);
         std::lock_guard lock(mutex_);
-        const char* violation = granules_.unmap_violation(address, bytes);
-        POOLKIT_ASSERT(violation == nullptr, violation);  // says which rule the call broke
-        if (violation != nullptr) return;
+        if (!may_unmap_locked(address, bytes)) return;
         const detail::device_scope scope(device_);
         unmap_mappings(address, bytes);
         granules_.mark_unmapped(address, bytes);

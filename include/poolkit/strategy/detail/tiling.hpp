@@ -2,11 +2,14 @@
 // spans. Both split a free block around a placement and merge a freed block with its free
 // neighbours the same way; what differs is their indexes, which they pass in as two callables:
 // forget(block&) takes a free block out of them, file(block&) puts one in. A block has address,
-// bytes, requested and free; `nodes` is the node_pool its nodes come from.
+// bytes, requested, free and owner; a range has address, bytes and its blocks; `nodes` is the
+// node_pool the blocks' nodes come from. The walk, the owns() query and the invariants that every
+// tiling holds are here too.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
+#include <poolkit/core/walk.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -92,6 +95,61 @@ Block& coalesce(List& blocks, Block& freed, Nodes& nodes, Forget&& forget) noexc
     blocks.erase(position);
     nodes.destroy(&freed);
     return survivor;
+}
+
+// Whether `pointer` lies inside a block of `live` (a set searched by address with ByAddress). O(log n).
+template <class ByAddress, class Live>
+bool inside_live(const Live& live, const void* pointer) noexcept {
+    const auto address = reinterpret_cast<std::uintptr_t>(pointer);
+    const auto after = live.upper_bound(address, ByAddress{});
+    if (after == live.begin()) return false;
+    const auto& b = *std::prev(after);
+    return address - b.address < b.bytes;
+}
+
+// The walk of core/walk.hpp over one range: its blocks in address order, with the bytes asked for
+// when live.
+template <class Range, class Visitor>
+void visit_tiling(const Range& range, Visitor& visit) {
+    chunk_view chunk_seen;
+    chunk_seen.address = range.address;
+    chunk_seen.bytes = range.bytes;
+    for (const auto& b : range.blocks) {
+        block_view seen;
+        seen.address = b.address;
+        seen.bytes = b.bytes;
+        seen.requested_bytes = b.free ? 0 : b.requested;
+        seen.live = !b.free;
+        visit(chunk_seen, seen);
+    }
+}
+
+// What every range holds, checked with POOLKIT_VERIFY: its blocks, linked to it, tile it in address
+// order, each a positive multiple of `rounding`; no two free blocks touch; a live block is the one
+// `live` finds at its address (searched with ByAddress) and holds what was asked. Then
+// check_free(b) or check_live(b) checks a block against its owner's own indexes.
+template <class ByAddress, class Range, class Live, class CheckFree, class CheckLive>
+void verify_tiling(const Range& range, std::size_t rounding, const Live& live, CheckFree&& check_free, CheckLive&& check_live) {
+    POOLKIT_VERIFY(!range.blocks.empty(), "a range without blocks");
+    std::uintptr_t expected = range.address;
+    bool previous_free = false;
+    for (const auto& b : range.blocks) {
+        POOLKIT_VERIFY(b.owner == &range, "a block linked into another range");
+        POOLKIT_VERIFY(b.address == expected, "blocks do not tile their range");
+        POOLKIT_VERIFY(b.bytes > 0 && b.bytes % rounding == 0, "a block size off the rounding");
+        POOLKIT_VERIFY(!(b.free && previous_free), "two free neighbours not coalesced");
+        if (b.free) {
+            check_free(b);
+        } else {
+            const auto found = live.find(b.address, ByAddress{});
+            POOLKIT_VERIFY(found != live.end() && &*found == &b, "a live block missing from the live index");
+            POOLKIT_VERIFY(b.requested > 0 && b.requested <= b.bytes, "a live block smaller than asked");
+            check_live(b);
+        }
+        previous_free = b.free;
+        expected += b.bytes;
+    }
+    POOLKIT_VERIFY(expected == range.address + range.bytes, "blocks do not cover their range");
 }
 
 }  // namespace poolkit::detail

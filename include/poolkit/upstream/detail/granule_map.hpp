@@ -540,6 +540,15 @@ protected:
         return reinterpret_cast<void*>(*at);
     }
 
+    // With mutex_ held: whether [address, address + bytes) may be unmapped now (whole granules, all
+    // mapped, none in a live block from allocate). A call that breaks a rule is asserted, with the
+    // rule it broke, and refused.
+    [[nodiscard]] bool may_unmap_locked(std::uintptr_t address, std::size_t bytes) const noexcept {
+        const char* violation = granules_.unmap_violation(address, bytes);
+        POOLKIT_ASSERT(violation == nullptr, violation);
+        return violation == nullptr;
+    }
+
     mutable std::mutex mutex_;
     granule_map granules_{0, 0, 1};  // guarded by mutex_; the reservation once adopted
 
