@@ -134,7 +134,6 @@ class std_allocator;
 template <class T, stream_resource R>
     requires has_property<R, device_accessible>
 class thrust_allocator;
-class device_registry;
 template <class Options>
 struct text_option;
 #if POOLKIT_HAS_CUDA

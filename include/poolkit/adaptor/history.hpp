@@ -198,7 +198,7 @@ private:
 
 // The history of recorded<> adaptors built without one (lanes of a stream_ordered among them),
 // off until started. Never destroyed: pools that outlive main may still record into it.
-[[nodiscard]] inline history& default_history() noexcept {
+[[nodiscard]] inline history& default_history() {
     static history* const shared = new history;
     return *shared;
 }

@@ -171,7 +171,7 @@ public:
             }
             std::erase_if(timeline_->captures, [&](const capture_state& x) { return x.id == graph.id; });
         }
-        run(std::move(gone));
+        run(gone);
         return graph;
     }
     // Issues `graph` on `stream` as one item of work.
@@ -403,8 +403,8 @@ private:
         });
         return ready;
     }
-    static void run(std::vector<std::function<void()>> functions) {
-        for (auto& f : functions) f();
+    static void run(const std::vector<std::function<void()>>& functions) {
+        for (const auto& f : functions) f();
     }
     graph_state* find_graph(std::uint64_t id) const {
         for (auto& g : timeline_->graphs) {

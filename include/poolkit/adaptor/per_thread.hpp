@@ -582,7 +582,7 @@ private:
     // that stream, alive in this call) until the cache holds half its bound; then the other sets.
     void shrink(thread_cache& c, stream_set& set, const deallocation_request& request) noexcept {
         const auto target = static_cast<std::int64_t>(options_.max_cached_bytes / 2);
-        const bool same_stream = request.on_stream ? events_.identity(request.stream) == set.identity : set.identity == plain_identity;
+        const bool same_stream = request.on_stream ? identity_or_plain(request.stream) == set.identity : set.identity == plain_identity;
         for (std::size_t index = classes_; index-- > 0 && c.cached.get() > target;) {
             const std::size_t size = detail::per_thread_parts::class_size(index);
             while (set.counts[index] > 0 && c.cached.get() > target) {
@@ -601,6 +601,16 @@ private:
         for (auto& other : c.sets) {
             if (c.cached.get() <= target) break;
             if (other.get() != &set) give_back_set(c, *other, waited);
+        }
+    }
+
+    // The stream's identity; plain_identity, which no stream's set has, where the events model
+    // cannot say (the caller then treats the stream as another one: it waits for the device).
+    std::uint64_t identity_or_plain(stream_ref stream) noexcept {
+        try {
+            return static_cast<std::uint64_t>(events_.identity(stream));
+        } catch (...) {
+            return plain_identity;
         }
     }
 

@@ -9,6 +9,7 @@
 #include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/resource_ref.hpp>
 
+#include <type_traits>
 #include <utility>
 
 namespace poolkit {
@@ -18,8 +19,11 @@ namespace detail {
 class owning_handle : public erased_handle {
 protected:
     owning_handle() noexcept = default;
+    // The requires-clause keeps copies and moves off this constructor (clang-tidy 14 reads only
+    // enable_if there).
     template <class R>
-    explicit owning_handle(R&& resource)
+        requires(!std::is_base_of_v<owning_handle, std::remove_cvref_t<R>>)
+    explicit owning_handle(R&& resource)  // NOLINT(bugprone-forwarding-reference-overload)
         : erased_handle(new std::remove_cvref_t<R>(std::forward<R>(resource)), &resource_table_for<std::remove_cvref_t<R>>) {}
 
     owning_handle(const owning_handle& other) : erased_handle(other.object_ ? other.table_->clone(other.object_) : nullptr, other.table_) {}

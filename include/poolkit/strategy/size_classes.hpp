@@ -147,7 +147,7 @@ public:
     size_classes(size_classes&& other) noexcept
         : upstream_(std::move(other.upstream_)),
           large_(std::move(other.large_)),
-          sizes_(other.sizes_),
+          sizes_(std::move(other.sizes_)),
           engine_(std::move(other.engine_)),
           table_(std::move(other.table_)),
           table_shift_(other.table_shift_),

@@ -315,7 +315,7 @@ private:
             CUmemGenericAllocationHandle handle{};
             const CUresult created = driver_->mem_create(&handle, piece, &properties_, 0);
             if (created != CUDA_SUCCESS) fail(created, "cuMemCreate", done);
-            const CUresult mapped = driver_->mem_map(static_cast<CUdeviceptr>(at + done), piece, 0, handle, 0);
+            const CUresult mapped = driver_->mem_map(static_cast<CUdeviceptr>(at) + done, piece, 0, handle, 0);
             const CUresult released = driver_->mem_release(handle);  // the mapping, if any, keeps the memory
             if (mapped != CUDA_SUCCESS) fail(mapped, "cuMemMap", done);
             if (released != CUDA_SUCCESS) fail(released, "cuMemRelease", done + piece);
@@ -338,7 +338,7 @@ private:
     // memory goes back to the device.
     void unmap_pieces(std::uintptr_t at, std::size_t bytes, std::size_t piece) const noexcept {
         for (std::size_t done = 0; done < bytes; done += piece) {
-            detail::cuda_driver::check_in_deallocate(driver_->mem_unmap(static_cast<CUdeviceptr>(at + done), piece), "cuMemUnmap");
+            detail::cuda_driver::check_in_deallocate(driver_->mem_unmap(static_cast<CUdeviceptr>(at) + done, piece), "cuMemUnmap");
         }
     }
 

@@ -23,7 +23,8 @@ namespace poolkit::detail {
 template <class Upstream>
 class passed_through {
 public:
-    [[nodiscard]] void* take(Upstream& upstream, std::size_t bytes, std::size_t alignment) noexcept {
+    // nullptr where the upstream has no memory; its other errors (CUDA's, a bad alignment) go on.
+    [[nodiscard]] void* take(Upstream& upstream, std::size_t bytes, std::size_t alignment) {
         if constexpr (resource<Upstream>) {
             try {
                 blocks_.reserve(blocks_.size() + 1);

@@ -45,7 +45,9 @@ constexpr resource_table make_resource_table() noexcept {
         };
     }
     if constexpr (std::is_copy_constructible_v<R>) {
-        table.clone = [](const void* object) -> void* { return new R(*static_cast<const R*>(object)); };
+        table.clone = [](const void* object) noexcept(false) -> void* {  // bad_alloc reaches the copy
+            return new R(*static_cast<const R*>(object));
+        };
     }
     return table;
 }
