@@ -23,6 +23,13 @@ struct resource_table {
     void (*destroy)(void* object) noexcept;
 };
 
+// A copy of the resource at `object`, on the heap; std::bad_alloc (or R's copy's error) reaches the
+// copy of the handle.
+template <class R>
+void* clone_resource(const void* object) {
+    return new R(*static_cast<const R*>(object));
+}
+
 template <class R>
 constexpr resource_table make_resource_table() noexcept {
     resource_table table{
@@ -45,9 +52,7 @@ constexpr resource_table make_resource_table() noexcept {
         };
     }
     if constexpr (std::is_copy_constructible_v<R>) {
-        table.clone = [](const void* object) noexcept(false) -> void* {  // bad_alloc reaches the copy
-            return new R(*static_cast<const R*>(object));
-        };
+        table.clone = &clone_resource<R>;
     }
     return table;
 }
