@@ -63,13 +63,17 @@ TEST_CASE("simulated_vmm_resource: a run mapped whole unmaps whole, alone or wit
     vm.map(run + 3 * granule, 2 * granule);  // two allocations of a granule each
     vm.map_whole(run + 5 * granule, 2 * granule);
     CHECK(vm.map_calls() == 3);
+    CHECK(vm.created_allocations() == 4);  // 1 + 2 + 1: what the driver charges for
     CHECK(vm.mapped_bytes() == 7 * granule);
     vm.check_invariants();
 
     vm.unmap(run + 3 * granule, granule);  // a granule mapped alone still unmaps alone
+    CHECK(vm.released_allocations() == 1);
     vm.unmap(run, 3 * granule);  // a whole mapping, exactly
+    CHECK(vm.released_allocations() == 2);
     vm.unmap(run + 4 * granule, 3 * granule);  // a granule and the whole mapping beside it, in one call
     CHECK(vm.unmap_calls() == 3);
+    CHECK(vm.released_allocations() == 4);
     CHECK(vm.mapped_bytes() == 0);
     vm.check_invariants();
 

@@ -53,6 +53,24 @@ struct run_settings {
     capture_check captures = capture_check::every_call;  // for compositions that check (CUDA graphs)
 };
 
+// The physical memory operations of a virtual memory (core/virtual_memory.hpp), over one pass.
+struct physical_ops {
+    std::size_t maps = 0;
+    std::size_t unmaps = 0;
+    std::size_t creates = 0;  // physical allocations made
+    std::size_t releases = 0;  // physical allocations given back
+
+    friend physical_ops operator-(const physical_ops& a, const physical_ops& b) noexcept {
+        return {a.maps - b.maps, a.unmaps - b.unmaps, a.creates - b.creates, a.releases - b.releases};
+    }
+};
+
+// What `memory` has done so far (a virtual memory that counts its physical allocations).
+template <class Memory>
+physical_ops physical_ops_of(const Memory& memory) {
+    return {memory.map_calls(), memory.unmap_calls(), memory.created_allocations(), memory.released_allocations()};
+}
+
 struct run_figures {
     replay_result cold;
     replay_result warm;
@@ -61,6 +79,9 @@ struct run_figures {
     // upstream is a driver pool.
     std::optional<std::size_t> upstream_allocs;
     std::optional<std::size_t> warm_upstream_allocs;
+    // The physical operations of each pass, where the composition maps virtual memory itself.
+    std::optional<physical_ops> cold_ops;
+    std::optional<physical_ops> warm_ops;
     std::vector<sample> samples;
 };
 
@@ -78,10 +99,13 @@ struct composition {
     std::function<run_figures(const trace&, const run_settings&)> run;
 };
 
-// Replays `t` twice through `resource`, reading reserved bytes from `reserved()` as it goes and
-// the upstream's allocations so far from `upstream_calls()` (std::nullopt: unknown) after each pass.
-template <class R, class Reserved, class UpstreamCalls>
-run_figures measure_replay(const trace& t, const run_settings& settings, R& resource, Reserved reserved, UpstreamCalls upstream_calls) {
+// Replays `t` twice through `resource`, reading reserved bytes from `reserved()` as it goes, and
+// after each pass the upstream's allocations so far from `upstream_calls()` and the physical
+// operations so far from `ops()` (std::nullopt: unknown).
+template <class R, class Reserved, class UpstreamCalls, class Ops = std::optional<physical_ops> (*)()>
+run_figures measure_replay(
+    const trace& t, const run_settings& settings, R& resource, Reserved reserved, UpstreamCalls upstream_calls,
+    Ops ops = [] { return std::optional<physical_ops>{}; }) {
     if constexpr (requires { resource.capture_checks(settings.captures); }) resource.capture_checks(settings.captures);
     run_figures figures;
     const std::size_t total = t.events.size();
@@ -97,6 +121,7 @@ run_figures measure_replay(const trace& t, const run_settings& settings, R& reso
         if (settings.after_event) settings.after_event(e);
     });
     const std::optional<std::size_t> after_cold = upstream_calls();
+    const std::optional<physical_ops> ops_after_cold = ops();
     figures.warm = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
         if (settings.progress && index % progress_every == 0) settings.progress(total + index + 1, 2 * total);
         if (settings.after_event) settings.after_event(e);
@@ -105,6 +130,10 @@ run_figures measure_replay(const trace& t, const run_settings& settings, R& reso
     if (const std::optional<std::size_t> after_warm = upstream_calls(); after_cold && after_warm) {
         figures.upstream_allocs = *after_cold;
         figures.warm_upstream_allocs = *after_warm - *after_cold;
+    }
+    if (const std::optional<physical_ops> ops_after_warm = ops(); ops_after_cold && ops_after_warm) {
+        figures.cold_ops = *ops_after_cold;
+        figures.warm_ops = *ops_after_warm - *ops_after_cold;
     }
     return figures;
 }
@@ -150,7 +179,8 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                                    stream_ordered<ref<memory_type>, lanes<Lane>, Events> pool{ref<memory_type>(*memory), options};
                                    figures = measure_replay(
                                        t, s, pool, [&memory] { return memory->mapped_bytes(); },
-                                       [&memory] { return std::optional<std::size_t>(memory->map_calls()); });
+                                       [&memory] { return std::optional<std::size_t>(memory->map_calls()); },
+                                       [&memory] { return std::optional<physical_ops>(physical_ops_of(*memory)); });
                                }
                                figures.peak_reserved_bytes = memory->peak_mapped_bytes();
                                return figures;

@@ -131,12 +131,22 @@ inline std::string upstream_allocs_text(const run_figures& f) {
     return std::to_string(*f.upstream_allocs) + " / " + std::to_string(*f.warm_upstream_allocs);
 }
 
+// Physical allocations created and released in the warm pass per 1,000 of its events (what a GPU
+// pays tens of microseconds each for), or "-" where the composition maps no virtual memory.
+inline std::string physical_text(const run_figures& f, std::size_t events) {
+    if (!f.warm_ops || events == 0) return "-";
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f",
+                  static_cast<double>(f.warm_ops->creates + f.warm_ops->releases) * 1000.0 / static_cast<double>(events));
+    return text;
+}
+
 // `quoted`: the peers quoted beside each trace, by trace name.
 inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, const std::map<std::string, quoted_peers>& quoted,
                         std::string_view upstream) {
-    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %15s\n", "trace", "composition", "events", "ns/op", "peak live", "peak reserved",
-                 "ratio", "upstream allocs");
-    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %15s\n", "", "", "", "", "MiB", "MiB", "", "cold / warm");
+    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %15s %10s\n", "trace", "composition", "events", "ns/op", "peak live",
+                 "peak reserved", "ratio", "upstream allocs", "physical");
+    std::fprintf(out, "%-20s %-28s %8s %9s %12s %15s %7s %15s %10s\n", "", "", "", "", "MiB", "MiB", "", "cold / warm", "per 1k ev");
     std::string previous;
     for (const outcome& o : outcomes) {
         if (!previous.empty() && previous != o.trace) std::fprintf(out, "\n");
@@ -146,9 +156,27 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
             continue;
         }
         const std::string allocs = upstream_allocs_text(*o.figures);
-        std::fprintf(out, "%-20s %-28s %8zu %9.1f %12s %15s %7.3f %15s\n", o.trace.c_str(), o.composition.c_str(), o.events,
+        const std::string physical = physical_text(*o.figures, o.events);
+        std::fprintf(out, "%-20s %-28s %8zu %9.1f %12s %15s %7.3f %15s %10s\n", o.trace.c_str(), o.composition.c_str(), o.events,
                      o.figures->warm.ns_per_op(), mebibytes(o.peak_live_bytes).c_str(), mebibytes(o.figures->peak_reserved_bytes).c_str(),
-                     o.ratio(), allocs.c_str());
+                     o.ratio(), allocs.c_str(), physical.c_str());
+    }
+    bool mapped = false;
+    for (const outcome& o : outcomes) {
+        if (!o.figures || !o.figures->cold_ops || !o.figures->warm_ops) continue;
+        if (!mapped) {
+            std::fprintf(out,
+                         "\nphysical memory operations of the compositions over virtual memory, cold / warm pass (physical: "
+                         "creates and releases\nper 1,000 warm events; each costs a GPU tens of microseconds, docs/costs.md):\n");
+            std::fprintf(out, "%-20s %-28s %15s %15s %15s %15s\n", "trace", "composition", "maps", "unmaps", "creates", "releases");
+            mapped = true;
+        }
+        const physical_ops& cold = *o.figures->cold_ops;
+        const physical_ops& warm = *o.figures->warm_ops;
+        const auto pair = [](std::size_t a, std::size_t b) { return std::to_string(a) + " / " + std::to_string(b); };
+        std::fprintf(out, "%-20s %-28s %15s %15s %15s %15s\n", o.trace.c_str(), o.composition.c_str(), pair(cold.maps, warm.maps).c_str(),
+                     pair(cold.unmaps, warm.unmaps).c_str(), pair(cold.creates, warm.creates).c_str(),
+                     pair(cold.releases, warm.releases).c_str());
     }
     bool counted = false;
     for (const outcome& o : outcomes) {
@@ -244,6 +272,12 @@ inline void print_json(std::FILE* out, const outcome& o, std::string_view upstre
             std::fprintf(out, "%zu,\"warm_upstream_allocs\":%zu", *o.figures->upstream_allocs, *o.figures->warm_upstream_allocs);
         } else {
             std::fprintf(out, "null,\"warm_upstream_allocs\":null");
+        }
+        if (o.figures->cold_ops && o.figures->warm_ops) {
+            const physical_ops& c = *o.figures->cold_ops;
+            const physical_ops& w = *o.figures->warm_ops;
+            std::fprintf(out, ",\"physical_ops\":{\"maps\":[%zu,%zu],\"unmaps\":[%zu,%zu],\"creates\":[%zu,%zu],\"releases\":[%zu,%zu]}",
+                         c.maps, w.maps, c.unmaps, w.unmaps, c.creates, w.creates, c.releases, w.releases);
         }
     } else {
         std::fprintf(out, ",\"error\":%s", json_string(o.error).c_str());

@@ -43,8 +43,11 @@ namespace poolkit {
 // | v.claim(bytes) | std::byte* | out_of_memory | a span of whole granules, unmapped, that allocate never uses: for a strategy that maps inside it |
 // | v.unclaim(at, bytes) | void | never | give a claimed span (or whole granules of one) back, nothing mapped in it |
 // | v.synchronize() | void | cuda_error | waits until no work can use memory unmapped after it (all of the device's work) |
-// Optional: v.may_unmap() -> bool, false while nothing may be unmapped now (a stream_ordered lane's
-// upstream while a CUDA capture may run): a strategy then keeps its granules mapped for later.
+// Optional: v.created_allocations(), v.released_allocations() -> size_t, the physical allocations
+// made (one per granule of a map, one per map_whole) and given back (each one's unmap), the
+// driver's unit of cost (poolkit-replay reports them). Optional: v.may_unmap() -> bool, false
+// while nothing may be unmapped now (a stream_ordered lane's upstream while a CUDA capture may
+// run): a strategy then keeps its granules mapped for later.
 template <class V>
 concept virtual_memory = requires(V& v, const V& cv, void* at, const void* pointer, std::size_t bytes) {
     { cv.base() } noexcept -> std::same_as<std::byte*>;

@@ -58,6 +58,10 @@ public:
     }
     [[nodiscard]] std::size_t map_calls() const noexcept { return map_calls_; }
     [[nodiscard]] std::size_t unmap_calls() const noexcept { return unmap_calls_; }
+    // Physical allocations created (one per granule of a map, one per map_whole) and released
+    // (each one's unmap): what the driver charges for.
+    [[nodiscard]] std::size_t created_allocations() const noexcept { return created_; }
+    [[nodiscard]] std::size_t released_allocations() const noexcept { return released_; }
     [[nodiscard]] std::size_t block_count() const noexcept { return blocks_.size(); }
     [[nodiscard]] std::size_t block_bytes() const noexcept { return block_bytes_; }
 
@@ -201,26 +205,11 @@ public:
         return *start;
     }
 
-    // Records [at, at + bytes) as mapped (check_map passed) and counts one map call. Strong
-    // guarantee: on std::bad_alloc nothing changed.
+    // Records [at, at + bytes) as mapped (check_map passed), one physical allocation per granule,
+    // and counts one map call. Strong guarantee: on std::bad_alloc nothing changed.
     void mark_mapped(std::uintptr_t at, std::size_t bytes) {
-        const auto hole = hole_containing(at);
-        POOLKIT_ASSERT(hole != holes_by_address_.end() && at + bytes <= hole->first + hole->second,
-                       "mark_mapped of granules already mapped");
-        const std::uintptr_t hole_start = hole->first;
-        const std::size_t hole_bytes = hole->second;
-        const std::uintptr_t end = at + bytes;
-        const std::size_t right = hole_start + hole_bytes - end;
-        if (right != 0) insert_hole(end, right);  // the only step that allocates, and it comes first
-        if (at > hole_start) {
-            resize_hole(hole, at - hole_start);
-        } else {
-            holes_by_size_.erase({hole_bytes, hole_start});
-            holes_by_address_.erase(hole);
-        }
-        mapped_bytes_ += bytes;
-        if (mapped_bytes_ > peak_mapped_bytes_) peak_mapped_bytes_ = mapped_bytes_;
-        ++map_calls_;
+        record_mapped(at, bytes);
+        created_ += bytes / granularity_;
     }
 
     // As mark_mapped, for a mapping made whole: one physical allocation, unmapped only whole.
@@ -228,11 +217,12 @@ public:
         if (bytes <= granularity_) return mark_mapped(at, bytes);
         const auto inserted = whole_.emplace(at, bytes).first;
         try {
-            mark_mapped(at, bytes);
+            record_mapped(at, bytes);
         } catch (...) {
             whole_.erase(inserted);
             throw;
         }
+        ++created_;
     }
 
     // Records [at, at + bytes) as unmapped (unmap_violation was nullptr) and counts one unmap call.
@@ -262,7 +252,14 @@ public:
         } else {
             insert_hole(at, bytes);
         }
-        whole_.erase(whole_.lower_bound(at), whole_.lower_bound(at + bytes));
+        const auto first_whole = whole_.lower_bound(at), past_whole = whole_.lower_bound(at + bytes);
+        std::size_t whole_bytes = 0;
+        for (auto w = first_whole; w != past_whole; ++w) {
+            whole_bytes += w->second;
+            ++released_;
+        }
+        released_ += (bytes - whole_bytes) / granularity_;
+        whole_.erase(first_whole, past_whole);
         mapped_bytes_ -= bytes;
         ++unmap_calls_;
     }
@@ -339,16 +336,41 @@ public:
             block_total += bytes;
         }
         std::uintptr_t whole_end = 0;
+        std::size_t whole_bytes = 0;
         for (const auto& [start, bytes] : whole_) {
             POOLKIT_VERIFY(start >= whole_end && bytes > granularity_, "mappings made whole overlap or are one granule");
             POOLKIT_VERIFY(unmap_violation_ignoring_blocks(start, bytes) == nullptr, "a mapping made whole is not mapped");
             whole_end = start + bytes;
+            whole_bytes += bytes;
         }
+        POOLKIT_VERIFY(created_ - released_ == whole_.size() + (mapped_bytes_ - whole_bytes) / granularity_,
+                       "physical allocations created and released do not add up to what is mapped");
         POOLKIT_VERIFY(block_total == block_bytes_, "block byte count drifted");
         POOLKIT_VERIFY(block_bytes_ <= mapped_bytes_, "blocks hold more than is mapped");
     }
 
 private:
+    // mark_mapped's bookkeeping: the hole shrinks or splits, and one map call is counted.
+    void record_mapped(std::uintptr_t at, std::size_t bytes) {
+        const auto hole = hole_containing(at);
+        POOLKIT_ASSERT(hole != holes_by_address_.end() && at + bytes <= hole->first + hole->second,
+                       "mark_mapped of granules already mapped");
+        const std::uintptr_t hole_start = hole->first;
+        const std::size_t hole_bytes = hole->second;
+        const std::uintptr_t end = at + bytes;
+        const std::size_t right = hole_start + hole_bytes - end;
+        if (right != 0) insert_hole(end, right);  // the only step that allocates, and it comes first
+        if (at > hole_start) {
+            resize_hole(hole, at - hole_start);
+        } else {
+            holes_by_size_.erase({hole_bytes, hole_start});
+            holes_by_address_.erase(hole);
+        }
+        mapped_bytes_ += bytes;
+        if (mapped_bytes_ > peak_mapped_bytes_) peak_mapped_bytes_ = mapped_bytes_;
+        ++map_calls_;
+    }
+
     using hole_iterator = std::map<std::uintptr_t, std::size_t>::iterator;
     using const_hole_iterator = std::map<std::uintptr_t, std::size_t>::const_iterator;
 
@@ -444,6 +466,8 @@ private:
     std::size_t peak_mapped_bytes_ = 0;  // most mapped_bytes_ ever was
     std::size_t map_calls_ = 0;  // mark_mapped calls
     std::size_t unmap_calls_ = 0;  // mark_unmapped calls
+    std::size_t created_ = 0;  // physical allocations mapped
+    std::size_t released_ = 0;  // physical allocations unmapped
 };
 
 // A granule_map under one mutex, with the physical limit, and the queries of virtual_memory and
@@ -496,6 +520,8 @@ public:
     }
     [[nodiscard]] std::size_t map_calls() const { return locked(&granule_map::map_calls); }
     [[nodiscard]] std::size_t unmap_calls() const { return locked(&granule_map::unmap_calls); }
+    [[nodiscard]] std::size_t created_allocations() const { return locked(&granule_map::created_allocations); }
+    [[nodiscard]] std::size_t released_allocations() const { return locked(&granule_map::released_allocations); }
 
     // Whether `pointer` lies inside a live block from allocate; how many there are.
     [[nodiscard]] bool owns(const void* pointer) const { return locked(&granule_map::in_block, reinterpret_cast<std::uintptr_t>(pointer)); }
