@@ -1,7 +1,7 @@
 // virtual_memory: a reserved range of addresses whose granules are backed by physical memory on
 // request — the interface a placement strategy over CUDA virtual memory (strategy/expandable.hpp)
 // is written against. Its models: cuda_vmm_resource on a GPU, simulated_vmm_resource on a CPU,
-// which share their bookkeeping (upstream/detail/granule_map.hpp).
+// which share their bookkeeping (upstream/detail/granule_map.hpp and locked_granules.hpp).
 //
 // The range [base(), base() + capacity()) is reserved once and never moves. map(at, bytes) backs
 // the granules of [at, at + bytes) with physical memory; unmap(at, bytes) gives it back. `at` and

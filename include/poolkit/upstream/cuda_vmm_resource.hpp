@@ -43,7 +43,7 @@
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/detail/cuda_driver.hpp>
 #include <poolkit/core/detail/cuda_runtime.hpp>
-#include <poolkit/upstream/detail/granule_map.hpp>
+#include <poolkit/upstream/detail/locked_granules.hpp>
 
 #include <algorithm>
 #include <cstddef>

@@ -22,7 +22,7 @@
 #include <poolkit/core/cuda_mr_spelling.hpp>
 #include <poolkit/core/errors.hpp>
 #include <poolkit/core/virtual_memory.hpp>
-#include <poolkit/upstream/detail/granule_map.hpp>
+#include <poolkit/upstream/detail/locked_granules.hpp>
 
 #include <algorithm>
 #include <atomic>
