@@ -260,10 +260,11 @@ template <class Events>
 std::vector<composition> simulated_compositions_over() {
     auto list = compositions_over<Events>(
         [] { return std::make_unique<simulated_resource>(simulated_options{.capacity = std::size_t{512} << 30}); });
-    // The H200's granule and memory, over simulated address space.
+    // The H200's granule and memory, over simulated address space as large as cuda_vmm_resource
+    // reserves there (32 times the memory).
     for (auto& c : expandable_compositions<Events>([] {
-             return std::make_unique<simulated_vmm_resource>(
-                 simulated_vmm_options{.capacity = std::size_t{1} << 40, .granularity = 2 * MiB, .physical_limit = std::size_t{141} << 30});
+             return std::make_unique<simulated_vmm_resource>(simulated_vmm_options{
+                 .capacity = std::size_t{32 * 141} << 30, .granularity = 2 * MiB, .physical_limit = std::size_t{141} << 30});
          })) {
         list.push_back(std::move(c));
     }

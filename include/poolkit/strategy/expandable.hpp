@@ -11,7 +11,9 @@
 // best-fitting free blocks; a large one the placement that maps fewest granules in any free block
 // that fits, smallest block first: each granule it maps may be one unmapped elsewhere (a third
 // fewer granules remapped per warm pass of the bundled BERT trace than best fit, 80% fewer on
-// GPT-2: docs/virtual_memory.md). A free block keeps its wholly free granules mapped (the cache)
+// GPT-2: docs/virtual_memory.md). Where the low end of a block needs no mapping the block goes
+// there, so that blocks pack towards the low ends of free ranges and the rest of each stays in one
+// piece (as PyTorch's expandable_segments places). A free block keeps its wholly free granules mapped (the cache)
 // until the mapping policy (strategy/mapping_policy.hpp) has them unmapped:
 //   - before new granules are mapped, as many cached bytes as the policy says (oldest freed
 //     first), and then as many ahead of the new block as it says. follow_live, the default, keeps
@@ -98,7 +100,7 @@ public:
         options_.allocations_per_remap = std::max<std::size_t>(options_.allocations_per_remap, 1);
         mapping_granules_ = std::max<std::size_t>(1, options_.mapping_bytes / granularity_);
         options_.candidates = std::clamp(options_.candidates, 1, max_candidates);
-        if (options_.span_bytes == 0) options_.span_bytes = std::max(limit_of(memory()) / 8, std::size_t{1} << 30);
+        if (options_.span_bytes == 0) options_.span_bytes = std::max(limit_of(memory()), std::size_t{1} << 30);
         options_.span_bytes = round_to_granule(options_.span_bytes);
         if (options_.small_span_bytes == 0) options_.small_span_bytes = options_.span_bytes / 8;
         options_.small_span_bytes = round_to_granule(std::max(options_.small_span_bytes, options_.small_size * 2));
@@ -416,7 +418,7 @@ private:
         const std::uintptr_t low = align_up(b.address, alignment);
         if (low < b.address || low - b.address > b.bytes - rounded) return best;
         consider(low);
-        if (best.unmapped == 0 && best.pins == 0) return best;
+        if (best.unmapped == 0) return best;
         consider(align_down(b.end() - rounded, alignment));
         if (best.unmapped == 0) return best;
         const auto [first, last] = touched(b);
@@ -645,8 +647,8 @@ private:
         }
         spans_.reserve(spans_.size() + 1);
         // At most a 32nd of what is left to claim, where the memory says: many pools over it
-        // (stream lanes) then fit, each span smaller as space runs short (a hundred lanes before
-        // spans shrink to a 32nd of their size), and a claim that fails halves down to the request.
+        // (stream lanes) then fit, each span smaller as space runs short, and a claim that fails
+        // halves down to the request.
         std::size_t share = wanted;
         if constexpr (requires(const memory_type& m) { m.largest_claimable(); }) {
             share = std::min(wanted, round_to_granule(memory().largest_claimable() / 32));

@@ -60,11 +60,13 @@ namespace poolkit {
 struct cuda_vmm_options {
     // The device whose memory is mapped; negative means the current device.
     int device = -1;
-    // Bytes of device address space reserved, rounded up to the granularity. 0 means 16 times the
+    // Bytes of device address space reserved, rounded up to the granularity. 0 means 32 times the
     // device's memory: address space costs nothing until mapped (reserving takes microseconds, up
     // to some tens of TiB: docs/costs.md), holes between blocks then never stop
     // the physical memory from being used, and each stream lane of the expandable preset claims
-    // spans of its own (about a seventh of the device's memory each) — room for some hundred lanes.
+    // spans of its own (one as large as the device's memory, and an eighth of that for small
+    // blocks), at most a 32nd of what is left each: room for some dozens of lanes before spans
+    // shrink.
     std::size_t reserve_bytes = 0;
     // Bytes per granule: 0 means the device's recommended granularity (2 MiB on most GPUs); else a
     // power of two that is a multiple of the device's minimum (larger pages).
@@ -140,7 +142,7 @@ public:
         detail::check_cuda(cudaMemGetInfo(&free_bytes, &device_bytes), "cudaMemGetInfo");
         const std::size_t device_limit = align_down(device_bytes, granularity_);
 
-        const auto wanted = options.reserve_bytes != 0 ? std::optional(options.reserve_bytes) : checked_mul(device_bytes, std::size_t{16});
+        const auto wanted = options.reserve_bytes != 0 ? std::optional(options.reserve_bytes) : checked_mul(device_bytes, std::size_t{32});
         const auto reserve = wanted ? checked_align_up(*wanted, granularity_) : std::nullopt;
         if (!reserve) throw std::invalid_argument("poolkit: cuda_vmm_resource reserve_bytes is too large");
         CUdeviceptr base{};
