@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Synthetic allocation traces in the bundled traces' format (RMM's CSV, gzip), one per shape of
+real GPU program that the bundled captures do not cover well. They are not captures: sizes follow
+the arithmetic of each model family (activations grow with batch x length, attention with
+length squared, caches grow a token at a time), with fixed seeds, so every run writes the same
+files. Use them to check that a policy holds beyond the three captured workloads:
+
+    python3 bench/traces/synthetic.py OUT_DIR          # every family
+    poolkit-replay OUT_DIR/*.csv.gz
+
+Families:
+  generation         decoder inference with per-layer key/value caches grown by concatenation
+                     (a new, one-token-longer block, then the old one freed), batch and prompt
+                     length drawn per request
+  varlen_training    transformer training with batch x length drawn per step: activations kept
+                     for the backward pass, attention scores quadratic in the length, gradients
+  multiscale_vision  CNN training on batches of a resolution drawn per step
+  kv_serving         a server that keeps many requests' caches live at once, requests of random
+                     lengths arriving and finishing at different times
+"""
+import argparse
+import gzip
+import io
+import os
+import random
+
+MiB = 1 << 20
+
+
+class Trace:
+    def __init__(self, path):
+        # No name and mtime 0 in the gzip header: the same trace makes the same bytes.
+        self.raw = open(path, "wb")
+        self.file = io.TextIOWrapper(gzip.GzipFile(filename="", mode="wb", fileobj=self.raw, mtime=0), encoding="ascii", newline="")
+        self.file.write("Thread,Time,Action,Pointer,Size,Stream\n")
+        self.events = 0
+        self.next_id = 0
+        self.free_ids = []
+
+    def _write(self, action, ident, size):
+        # Time only orders the events; one microsecond apart.
+        us = self.events
+        stamp = f"{us // 3_600_000_000:02d}:{us // 60_000_000 % 60:02d}:{us // 1_000_000 % 60:02d}.{us % 1_000_000:06d}"
+        self.file.write(f"0,{stamp},{action},0x{ident:x},{size},0\n")
+        self.events += 1
+
+    def alloc(self, size):
+        size = max(512, (int(size) + 511) // 512 * 512)  # the caching allocator's rounding, as in the captures
+        ident = self.free_ids.pop() if self.free_ids else self._new_id()
+        self._write("allocate", ident, size)
+        return (ident, size)
+
+    def _new_id(self):
+        self.next_id += 1
+        return self.next_id
+
+    def free(self, block):
+        self._write("free", block[0], block[1])
+        self.free_ids.append(block[0])
+
+    def close(self):
+        self.file.close()
+        self.raw.close()
+
+
+def write(family, path):
+    """Writes the named family's trace to path; returns its event count."""
+    trace = Trace(path)
+    FAMILIES[family](trace, random.Random(family))
+    trace.close()
+    return trace.events
+
+
+def generation(t, rng):
+    layers, hidden, heads, vocab = 24, 2048, 16, 50257
+    weights = [t.alloc(rng.choice([8, 16, 32, 50]) * MiB) for _ in range(80)]
+    for _ in range(10):
+        batch, prompt, new_tokens = rng.choice([1, 2, 4, 8]), rng.randint(32, 512), rng.randint(32, 256)
+        kv = [t.alloc(batch * prompt * hidden * 2) for _ in range(2 * layers)]
+        for length in range(prompt, prompt + new_tokens):
+            for layer in range(layers):
+                h, q = t.alloc(batch * hidden * 2), t.alloc(batch * hidden * 2)
+                scores = t.alloc(batch * heads * (length + 1) * 4)
+                for i in (2 * layer, 2 * layer + 1):
+                    grown = t.alloc(batch * (length + 1) * hidden * 2)
+                    t.free(kv[i])
+                    kv[i] = grown
+                for b in (scores, q, h):
+                    t.free(b)
+            logits = t.alloc(batch * vocab * 4)
+            t.free(logits)
+        for b in kv:
+            t.free(b)
+    for w in weights:
+        t.free(w)
+
+
+def varlen_training(t, rng):
+    layers, hidden, heads, vocab = 12, 1024, 16, 32000
+    params = [t.alloc(hidden * hidden * 4 * rng.choice([1, 3, 4])) for _ in range(layers * 4)]
+    adam = [t.alloc(p[1]) for p in params for _ in range(2)]
+    for _ in range(16):
+        batch, length = rng.choice([4, 8, 16]), rng.choice(range(128, 1025, 64))
+        tokens = batch * length
+        saved = []
+        for _ in range(layers):
+            saved.append(t.alloc(tokens * hidden * 2))
+            scores = t.alloc(batch * heads * length * length * 2)
+            probs = t.alloc(batch * heads * length * length * 2)
+            t.free(scores)
+            saved.append(probs)
+            saved.append(t.alloc(tokens * hidden * 4 * 2))
+            tmp = t.alloc(tokens * hidden * 2)
+            t.free(tmp)
+        logits = t.alloc(tokens * vocab * 2)
+        grad_logits = t.alloc(tokens * vocab * 2)
+        t.free(logits)
+        grads = []
+        for i in reversed(range(len(saved))):
+            g = t.alloc(saved[i][1])
+            t.free(saved[i])
+            if i % 3 == 0:
+                grads.append(t.alloc(params[i // 3 % len(params)][1]))
+            t.free(g)
+        t.free(grad_logits)
+        for g in grads:
+            t.free(g)
+    for b in params + adam:
+        t.free(b)
+
+
+def multiscale_vision(t, rng):
+    params = [t.alloc(rng.choice([1, 2, 4, 9]) * MiB) for _ in range(60)]
+    for _ in range(150):
+        scale = rng.choice([224, 256, 288, 320, 384, 448])
+        acts = []
+        for _ in range(40):
+            acts.append(t.alloc(64 * scale * scale * rng.choice([1, 2, 4])))
+            t.free(t.alloc(rng.choice([512, 8192, MiB])))
+        grads = []
+        for layer in reversed(range(40)):
+            g = t.alloc(acts[layer][1])
+            t.free(acts[layer])
+            grads.append(t.alloc(rng.choice([1, 2, 4]) * MiB))
+            t.free(g)
+        for g in grads:
+            t.free(g)
+    for p in params:
+        t.free(p)
+
+
+def kv_serving(t, rng):
+    layers, hidden = 16, 4096
+    weights = [t.alloc(rng.choice([32, 64, 128]) * MiB) for _ in range(40)]
+    live = {}  # request -> (caches, tokens left)
+    for step in range(3000):
+        if len(live) < 12 and rng.random() < 0.3:
+            prompt = rng.randint(16, 1024)
+            live[step] = ([t.alloc(prompt * hidden * 2 * 2) for _ in range(layers)], prompt, rng.randint(16, 400))
+        act = [t.alloc(max(1, len(live)) * hidden * 2 * rng.choice([1, 4])) for _ in range(4)]
+        for b in act:
+            t.free(b)
+        for request in list(live):
+            caches, length, left = live[request]
+            if left == 0:
+                for c in caches:
+                    t.free(c)
+                del live[request]
+            elif rng.random() < 0.25:  # grows in pages of 16 tokens
+                grown = []
+                for c in caches:
+                    grown.append(t.alloc((length + 16) * hidden * 2 * 2))
+                    t.free(c)
+                live[request] = (grown, length + 16, max(0, left - 16))
+            else:
+                live[request] = (caches, length, max(0, left - 1))
+    for caches, _, _ in live.values():
+        for c in caches:
+            t.free(c)
+    for w in weights:
+        t.free(w)
+
+
+FAMILIES = {f.__name__: f for f in (generation, varlen_training, multiscale_vision, kv_serving)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", help="folder to write NAME.csv.gz into (made if missing)")
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES), help="only these (repeatable); default: all")
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    for name in args.family or list(FAMILIES):
+        path = os.path.join(args.out, f"{name}.csv.gz")
+        print(f"{path}: {write(name, path)} events")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Real PyTorch programs of the shapes an allocator meets, each under every allocator of
+allocators.py in a process of its own: peak reserved, peak allocated and the median time per step
+(after two warm-up steps), and the program's results, which must equal those under PyTorch's
+default allocator (fixed seeds, deterministic kernels).
+
+    PYTHONPATH=python/src:python/checks POOLKIT_PLUGIN=build/plugins/libpoolkit_plugin.so \\
+        python3 python/checks/programs.py [PROGRAM ...] [--steps N] [--json FILE]
+
+Programs (default: all):
+  resnet18_train      ResNet-18 training, batch 64 at 224x224
+  multiscale_train    ResNet-18 training at a resolution drawn per step (160 to 320)
+  varlen_train        a GPT-2-style transformer (6 layers, built from a config) trained on batch x
+                      length drawn per step (4-16 x 64-512)
+  generate            the same model generating 32-96 new tokens for a batch and prompt drawn
+                      per call: key/value caches that grow a token at a time
+
+Exits 1 when a program's results differ from PyTorch's default allocator's, a child fails, or
+poolkit's statistics disagree with its snapshot. A program whose library is missing
+(torchvision, transformers) is reported as skipped.
+"""
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+
+import allocators
+
+
+def _deterministic():
+    import torch
+    torch.manual_seed(0)
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+
+
+def _timed(step, steps):
+    """Runs step(i) for each i; returns its results and the median milliseconds after two steps."""
+    import torch
+    results, times = [], []
+    for i in range(steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        results.append(step(i))
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return results, 1e3 * statistics.median(times[2:] or times)
+
+
+def _resnet_train(steps, sizes):
+    import torch
+    import torchvision
+    model = torchvision.models.resnet18(num_classes=10).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    draw = random.Random(2)
+
+    def step(_):
+        size = draw.choice(sizes)
+        images = torch.randn(64, 3, size, size, device="cuda", generator=generator)
+        labels = torch.randint(0, 10, (64,), device="cuda", generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return _timed(step, steps)
+
+
+def _gpt(torch):
+    import transformers
+    config = transformers.GPT2Config(n_layer=6, n_embd=512, n_head=8, n_positions=1024, vocab_size=16384)
+    return transformers.GPT2LMHeadModel(config).cuda()
+
+
+def resnet18_train(steps):
+    return _resnet_train(steps, [224])
+
+
+def multiscale_train(steps):
+    return _resnet_train(steps, [160, 192, 224, 256, 288, 320])
+
+
+def varlen_train(steps):
+    import torch
+    model = _gpt(torch)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    draw = random.Random(2)
+
+    def step(_):
+        batch, length = draw.choice([4, 8, 16]), draw.randrange(64, 513, 32)
+        tokens = torch.randint(0, 16384, (batch, length), device="cuda", generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(tokens, labels=tokens).loss
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return _timed(step, steps)
+
+
+def generate(steps):
+    import torch
+    model = _gpt(torch).eval()
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    draw = random.Random(2)
+
+    @torch.no_grad()
+    def step(_):
+        batch, prompt, new = draw.choice([1, 4, 8, 16]), draw.randrange(16, 257), draw.randrange(32, 97)
+        tokens = torch.randint(0, 16384, (batch, prompt), device="cuda", generator=generator)
+        out = model.generate(tokens, attention_mask=torch.ones_like(tokens), max_new_tokens=new, min_new_tokens=new,
+                             do_sample=False, pad_token_id=0)
+        return int(out[:, prompt:].sum().item())
+
+    return _timed(step, steps)
+
+
+PROGRAMS = {f.__name__: f for f in (resnet18_train, multiscale_train, varlen_train, generate)}
+NEEDS = {"resnet18_train": "torchvision", "multiscale_train": "torchvision", "varlen_train": "transformers",
+         "generate": "transformers"}
+
+
+def child(name, program, steps):
+    allocators.install(name)
+    _deterministic()
+    results, ms_per_step = PROGRAMS[program](steps)
+    print(json.dumps({"losses": results, "ms_per_step": ms_per_step, "figures": allocators.figures(name)}))
+
+
+def main():
+    if len(sys.argv) >= 5 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("programs", nargs="*", default=[], help=f"of {', '.join(PROGRAMS)} (default: all)")
+    parser.add_argument("--allocators", help="comma-separated names of allocators.py's (default: all but the no-hooks run)")
+    parser.add_argument("--steps", type=int, default=24, help="steps per program (default 24; the median skips two)")
+    parser.add_argument("--json", help="also write every run's figures here")
+    args = parser.parse_args()
+    unknown = [p for p in args.programs if p not in PROGRAMS]
+    names = args.allocators.split(",") if args.allocators else [n for n in allocators.ALLOCATORS if "no hooks" not in n]
+    unknown += [n for n in names if n not in allocators.ALLOCATORS]
+    if unknown or "pytorch" not in names:
+        parser.error(f"unknown: {', '.join(unknown)}" if unknown else "the pytorch run is the reference: keep it")
+    failures, everything = [], {}
+    for program in args.programs or list(PROGRAMS):
+        try:
+            __import__(NEEDS[program])
+        except ImportError:
+            print(f"{program}: skipped: {NEEDS[program]} is not installed\n")
+            continue
+        runs = {name: allocators.run_child(__file__, name, [program, str(args.steps)]) for name in names}
+        everything[program] = runs
+        print(f"{program}, {args.steps} steps:")
+        print(allocators.table(runs))
+        print()
+        expected = runs["pytorch"]["losses"]
+        failures += [f"{program}: {name}: results differ from pytorch's" for name, run in runs.items() if run["losses"] != expected]
+        failures += [f"{program}: {line}" for line in allocators.inconsistencies(runs)]
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(everything, f, indent=1)
+    for failure in failures:
+        print("FAILED:", failure)
+    print("OK" if not failures else f"FAILED: {len(failures)} checks")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""bench/traces/synthetic.py: each family writes a well-formed trace (every free names a live
+allocation with its size, nothing is left live), the same bytes every time, and poolkit-replay
+reads it where POOLKIT_TEST_REPLAY names the tool."""
+import csv
+import gzip
+import importlib.util
+import os
+import subprocess
+import tempfile
+import unittest
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("synthetic", os.path.join(_ROOT, "bench", "traces", "synthetic.py"))
+synthetic = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(synthetic)
+
+
+class SyntheticTraces(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def path(self, name):
+        return os.path.join(self.dir.name, name)
+
+    def test_every_family_is_well_formed(self):
+        for family in synthetic.FAMILIES:
+            with self.subTest(family=family):
+                events = synthetic.write(family, self.path(f"{family}.csv.gz"))
+                with gzip.open(self.path(f"{family}.csv.gz"), "rt", newline="") as f:
+                    rows = list(csv.DictReader(f))
+                self.assertEqual(len(rows), events)
+                live = {}
+                for row in rows:
+                    size = int(row["Size"])
+                    self.assertEqual(size % 512, 0)
+                    if row["Action"] == "allocate":
+                        self.assertNotIn(row["Pointer"], live)
+                        live[row["Pointer"]] = size
+                    else:
+                        self.assertEqual(row["Action"], "free")
+                        self.assertEqual(live.pop(row["Pointer"]), size)
+                self.assertEqual(live, {})
+
+    def test_the_same_bytes_every_time(self):
+        synthetic.write("varlen_training", self.path("a.csv.gz"))
+        synthetic.write("varlen_training", self.path("b.csv.gz"))
+        with open(self.path("a.csv.gz"), "rb") as a, open(self.path("b.csv.gz"), "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    @unittest.skipUnless(os.environ.get("POOLKIT_TEST_REPLAY"), "POOLKIT_TEST_REPLAY does not name poolkit-replay")
+    def test_replayed_by_poolkit_replay(self):
+        synthetic.write("multiscale_vision", self.path("multiscale_vision.csv.gz"))
+        run = subprocess.run([os.environ["POOLKIT_TEST_REPLAY"], "--no-progress", "--composition", "expandable,caching",
+                              self.path("multiscale_vision.csv.gz")], capture_output=True, text=True)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertIn("multiscale_vision", run.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
