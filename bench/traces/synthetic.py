@@ -58,6 +58,10 @@ class Trace:
         self._write("free", block[0], block[1])
         self.free_ids.append(block[0])
 
+    def free_all(self, blocks):
+        for block in blocks:
+            self.free(block)
+
     def close(self):
         self.file.close()
         self.raw.close()
@@ -85,14 +89,11 @@ def generation(t, rng):
                     grown = t.alloc(batch * (length + 1) * hidden * 2)
                     t.free(kv[i])
                     kv[i] = grown
-                for b in (scores, q, h):
-                    t.free(b)
+                t.free_all((scores, q, h))
             logits = t.alloc(batch * vocab * 4)
             t.free(logits)
-        for b in kv:
-            t.free(b)
-    for w in weights:
-        t.free(w)
+        t.free_all(kv)
+    t.free_all(weights)
 
 
 def varlen_training(t, rng):
@@ -123,10 +124,8 @@ def varlen_training(t, rng):
                 grads.append(t.alloc(params[i // 3 % len(params)][1]))
             t.free(g)
         t.free(grad_logits)
-        for g in grads:
-            t.free(g)
-    for b in params + adam:
-        t.free(b)
+        t.free_all(grads)
+    t.free_all(params + adam)
 
 
 def multiscale_vision(t, rng):
@@ -143,10 +142,8 @@ def multiscale_vision(t, rng):
             t.free(acts[layer])
             grads.append(t.alloc(rng.choice([1, 2, 4]) * MiB))
             t.free(g)
-        for g in grads:
-            t.free(g)
-    for p in params:
-        t.free(p)
+        t.free_all(grads)
+    t.free_all(params)
 
 
 def kv_serving(t, rng):
@@ -158,13 +155,11 @@ def kv_serving(t, rng):
             prompt = rng.randint(16, 1024)
             live[step] = ([t.alloc(prompt * hidden * 2 * 2) for _ in range(layers)], prompt, rng.randint(16, 400))
         act = [t.alloc(max(1, len(live)) * hidden * 2 * rng.choice([1, 4])) for _ in range(4)]
-        for b in act:
-            t.free(b)
+        t.free_all(act)
         for request in list(live):
             caches, length, left = live[request]
             if left == 0:
-                for c in caches:
-                    t.free(c)
+                t.free_all(caches)
                 del live[request]
             elif rng.random() < 0.25:  # grows in pages of 16 tokens
                 grown = []
@@ -175,10 +170,8 @@ def kv_serving(t, rng):
             else:
                 live[request] = (caches, length, max(0, left - 1))
     for caches, _, _ in live.values():
-        for c in caches:
-            t.free(c)
-    for w in weights:
-        t.free(w)
+        t.free_all(caches)
+    t.free_all(weights)
 
 
 FAMILIES = {f.__name__: f for f in (generation, varlen_training, multiscale_vision, kv_serving)}
