@@ -14,6 +14,11 @@ Programs (default: all):
   generate            the same model generating 32-96 new tokens for a batch and prompt drawn
                       per call: key/value caches that grow a token at a time
 
+Step times drift between runs of the same script (by up to a quarter on the H200), so with
+--rounds R every allocator runs R times, the order rotated each round, and each run's step time
+is also taken relative to the PyTorch run of its round: the table gives the median of those paired
+ratios (the figure to compare with "within 2% of PyTorch") and their range.
+
 Exits 1 when a program's results differ from PyTorch's default allocator's, a child fails, or
 poolkit's statistics disagree with its snapshot. A program whose library is missing
 (torchvision, transformers) is reported as skipped.
@@ -126,6 +131,22 @@ NEEDS = {"resnet18_train": "torchvision", "multiscale_train": "torchvision", "va
          "generate": "transformers"}
 
 
+def paired(rounds, reference="pytorch"):
+    """rounds: one {allocator: ms_per_step} per round. For each allocator, the median over rounds
+    of its step time over the reference's in the same round, and the least and most of them."""
+    figures = {}
+    for name in rounds[0]:
+        ratios = sorted(r[name] / r[reference] for r in rounds)
+        figures[name] = (statistics.median(ratios), ratios[0], ratios[-1])
+    return figures
+
+
+def rotated(names, round_index):
+    """The allocators in the order of one round: each round starts one further along."""
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
 def child(name, program, steps):
     allocators.install(name)
     _deterministic()
@@ -141,6 +162,7 @@ def main():
     parser.add_argument("programs", nargs="*", default=[], help=f"of {', '.join(PROGRAMS)} (default: all)")
     parser.add_argument("--allocators", help="comma-separated names of allocators.py's (default: all but the no-hooks run)")
     parser.add_argument("--steps", type=int, default=24, help="steps per program (default 24; the median skips two)")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each allocator, interleaved (default 1)")
     parser.add_argument("--json", help="also write every run's figures here")
     args = parser.parse_args()
     unknown = [p for p in args.programs if p not in PROGRAMS]
@@ -155,14 +177,23 @@ def main():
         except ImportError:
             print(f"{program}: skipped: {NEEDS[program]} is not installed\n")
             continue
-        runs = {name: allocators.run_child(__file__, name, [program, str(args.steps)]) for name in names}
-        everything[program] = runs
-        print(f"{program}, {args.steps} steps:")
-        print(allocators.table(runs))
+        rounds = []
+        for index in range(max(1, args.rounds)):
+            order = rotated(names, index)
+            runs = {name: allocators.run_child(__file__, name, [program, str(args.steps)]) for name in order}
+            rounds.append({name: runs[name] for name in names})
+        everything[program] = rounds
+        print(f"{program}, {args.steps} steps, {len(rounds)} round(s); the first round's figures:")
+        print(allocators.table(rounds[0]))
+        if len(rounds) > 1:
+            print("step time / PyTorch's in the same round: median (least - most)")
+            for name, (median, least, most) in paired([{n: r[n]["ms_per_step"] for n in names} for r in rounds]).items():
+                print(f"  {name:30} {median:6.3f} ({least:.3f} - {most:.3f})")
         print()
-        expected = runs["pytorch"]["losses"]
-        failures += [f"{program}: {name}: results differ from pytorch's" for name, run in runs.items() if run["losses"] != expected]
-        failures += [f"{program}: {line}" for line in allocators.inconsistencies(runs)]
+        expected = rounds[0]["pytorch"]["losses"]
+        for runs in rounds:
+            failures += [f"{program}: {name}: results differ from pytorch's" for name, run in runs.items() if run["losses"] != expected]
+            failures += [f"{program}: {line}" for line in allocators.inconsistencies(runs)]
     if args.json:
         with open(args.json, "w") as f:
             json.dump(everything, f, indent=1)

@@ -1,0 +1,30 @@
+"""python/checks/programs.py's bookkeeping, which needs no GPU: the order of the allocators in each
+round and the paired step-time ratios (each run against the PyTorch run of the same round)."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python", "checks"))
+import programs  # noqa: E402  (imports no torch at module level)
+
+
+class Rounds(unittest.TestCase):
+    def test_each_round_starts_one_further_along(self):
+        names = ["pytorch", "a", "b"]
+        self.assertEqual(programs.rotated(names, 0), ["pytorch", "a", "b"])
+        self.assertEqual(programs.rotated(names, 1), ["a", "b", "pytorch"])
+        self.assertEqual(programs.rotated(names, 4), ["a", "b", "pytorch"])
+
+    def test_paired_ratios_cancel_a_slow_round(self):
+        # The second round ran a quarter slower for everyone: the pairs do not see it.
+        rounds = [{"pytorch": 20.0, "a": 21.0}, {"pytorch": 25.0, "a": 26.25}, {"pytorch": 20.0, "a": 20.0}]
+        figures = programs.paired(rounds)
+        self.assertEqual(figures["pytorch"], (1.0, 1.0, 1.0))
+        median, least, most = figures["a"]
+        self.assertAlmostEqual(median, 1.05)
+        self.assertAlmostEqual(least, 1.0)
+        self.assertAlmostEqual(most, 1.05)
+
+
+if __name__ == "__main__":
+    unittest.main()
