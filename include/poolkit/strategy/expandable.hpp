@@ -13,8 +13,8 @@
 // fewer granules remapped per warm pass of the bundled BERT trace than best fit, 80% fewer on
 // GPT-2: docs/virtual_memory.md). Where the low end of a block needs no mapping the block goes
 // there, so that blocks pack towards the low ends of free ranges and the rest of each stays in one
-// piece (as PyTorch's expandable_segments places). A free block keeps its wholly free granules mapped (the cache)
-// until the mapping policy (strategy/mapping_policy.hpp) has them unmapped:
+// piece (as PyTorch's expandable_segments places). A free block keeps its wholly free granules
+// mapped (the cache) until the mapping policy (strategy/mapping_policy.hpp) has them unmapped:
 //   - before new granules are mapped, as many cached bytes as the policy says (oldest freed
 //     first), and then as many ahead of the new block as it says. follow_live, the default, keeps
 //     mapped memory near live memory; keep_mapped unmaps nothing (PyTorch's expandable_segments);
@@ -404,7 +404,8 @@ private:
 
     // The start in free block `b` for `rounded` bytes at `alignment` that leaves fewest granules
     // to map (then pins fewest): one of b's ends, or a window that starts or ends with a mapped
-    // stretch of b. where == nullptr: it does not fit. O(granules of b / 64 + mapped stretches).
+    // stretch of b; the low end whenever it needs no mapping, whatever it pins (it keeps the rest
+    // of b in one piece). where == nullptr: it does not fit. O(granules of b / 64 + mapped stretches).
     placement least_unmapped(block& b, std::size_t rounded, std::size_t alignment) const noexcept {
         placement best;
         const auto consider = [&](std::uintptr_t start) {

@@ -65,8 +65,8 @@ struct cuda_vmm_options {
     // to some tens of TiB: docs/costs.md), holes between blocks then never stop
     // the physical memory from being used, and each stream lane of the expandable preset claims
     // spans of its own (one as large as the device's memory, and an eighth of that for small
-    // blocks), at most a 32nd of what is left each: room for some dozens of lanes before spans
-    // shrink.
+    // blocks), each at most a 32nd of what is left: the first lane's as large as the memory, the
+    // twentieth's about half of it.
     std::size_t reserve_bytes = 0;
     // Bytes per granule: 0 means the device's recommended granularity (2 MiB on most GPUs); else a
     // power of two that is a multiple of the device's minimum (larger pages).
