@@ -75,7 +75,7 @@ def _resnet_train(steps, sizes):
     return _timed(step, steps)
 
 
-def _gpt(torch):
+def _gpt():
     import transformers
     config = transformers.GPT2Config(n_layer=6, n_embd=512, n_head=8, n_positions=1024, vocab_size=16384)
     return transformers.GPT2LMHeadModel(config).cuda()
@@ -91,7 +91,7 @@ def multiscale_train(steps):
 
 def varlen_train(steps):
     import torch
-    model = _gpt(torch)
+    model = _gpt()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     generator = torch.Generator(device="cuda").manual_seed(1)
     draw = random.Random(2)
@@ -111,7 +111,7 @@ def varlen_train(steps):
 
 def generate(steps):
     import torch
-    model = _gpt(torch).eval()
+    model = _gpt().eval()
     generator = torch.Generator(device="cuda").manual_seed(1)
     draw = random.Random(2)
 
