@@ -121,6 +121,19 @@ TEST_CASE("expandable maps a block's granules when it is placed and keeps them w
     pool.check_invariants();
 }
 
+TEST_CASE("by default one span holds all the physical memory: large blocks up to the limit never split across spans") {
+    // Address space of 32 times the limit, as cuda_vmm_resource reserves: a span is at most a
+    // 32nd of what is left, so the first is the whole limit.
+    checked_memory memory{{.capacity = std::size_t{512} << 30, .granularity = granule, .physical_limit = std::size_t{16} << 30}};
+    pool_type pool{memory};
+    CHECK(pool.options().span_bytes == std::size_t{16} << 30);
+    std::vector<void*> blocks;
+    for (int i = 0; i < 15; ++i) blocks.push_back(pool.allocate(std::size_t{1} << 30));
+    CHECK(pool.chunks() == 1);
+    for (void* b : blocks) pool.deallocate(b, std::size_t{1} << 30);
+    pool.check_invariants();
+}
+
 TEST_CASE("freed blocks coalesce across the span: no chunk boundary strands memory") {
     checked_memory memory{memory_options()};
     pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0}};

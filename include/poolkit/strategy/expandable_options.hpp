@@ -16,8 +16,8 @@ namespace poolkit {
 struct expandable_options {
     // Address space claimed at a time, rounded up to whole granules; a larger request claims a
     // span of its own size. 0: the physical limit, at least 1 GiB: one span holds all the memory
-    // there is, so a pool's large blocks never split across spans (PyTorch's expandable_segments
-    // keeps one segment per stream for the same reason).
+    // there is, so a pool's large blocks never split across spans (as PyTorch's
+    // expandable_segments keeps one segment per stream).
     std::size_t span_bytes = 0;
     // Requests up to this many bytes are placed in small spans, apart from the large blocks.
     std::size_t small_size = std::size_t{1} << 20;
