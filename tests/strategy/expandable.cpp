@@ -190,6 +190,42 @@ TEST_CASE("trimming unmaps only the granules the budget needs, not a free block'
     pool.check_invariants();
 }
 
+TEST_CASE("with mapping_bytes, trimming unmaps the fewest whole allocations the budget needs") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .mapping_bytes = 8 * MiB}};
+    void* a = pool.allocate(64 * MiB);  // granules 0-31: eight allocations of 4
+    void* b = pool.allocate(64 * MiB);
+    void* e = pool.allocate(40 * MiB);
+    pool.deallocate(a, 64 * MiB);
+    pool.deallocate(e, 40 * MiB);
+    memory.begin();
+    void* c = pool.allocate(70 * MiB);  // where e was: 15 granules to map, 15 to unmap
+    CHECK(c == e);
+    // Four allocations from the high end of a's cache, not all eight: the rest would be mapped
+    // again at the next request that a's space holds.
+    CHECK(memory.unmapped_bytes() == 16 * granule);
+    CHECK(memory.unsynchronized_unmaps == 0);
+    pool.check_invariants();
+    pool.deallocate(b, 64 * MiB);
+    pool.deallocate(c, 70 * MiB);
+    pool.check_invariants();
+}
+
+TEST_CASE("nothing is mapped ahead in a small span: its granules save no driver call mapped together") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30}};
+    pool.deallocate(pool.allocate(64 * MiB), 64 * MiB);
+    memory.begin();
+    pool.release();  // nothing mapped, the peak 64 MiB: the policy's budget would map 31 granules ahead
+    void* small = pool.allocate(4 * KiB);
+    CHECK(pool.reserved_bytes() == granule);
+    void* large = pool.allocate(4 * MiB);  // a large span still maps ahead for growth
+    CHECK(pool.reserved_bytes() > granule + 4 * MiB);
+    pool.deallocate(small, 4 * KiB);
+    pool.deallocate(large, 4 * MiB);
+    pool.check_invariants();
+}
+
 TEST_CASE("a large request goes where fewest granules need mapping, in any free block that fits") {
     checked_memory memory{memory_options()};
     pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .max_cached_bytes = 40 * MiB}};

@@ -472,10 +472,14 @@ private:
             policy_.unmapped(before - reserved_bytes(), state());
         }
         // What the policy would map ahead, into the free space beside the block, so that the next
-        // requests of a growing workload need no map call of their own; never past the limit.
-        const std::size_t left = physical_left();
-        const std::size_t ahead = left > needed ? align_down(std::min(policy_.map_ahead(state()), left - needed), granularity_) : 0;
+        // requests of a growing workload need no map call of their own; never past the limit. Not
+        // in a small span: its granules are allocations of their own, so mapping ahead saves no
+        // driver call there, and the ahead can be all a trim left under the peak (5,000 granules
+        // mapped at once for one small block, on a varying-length training trace).
         const block& where = *found.where;
+        const std::size_t left = physical_left();
+        const std::size_t ahead =
+            !where.owner->small && left > needed ? align_down(std::min(policy_.map_ahead(state()), left - needed), granularity_) : 0;
         std::uintptr_t first = found.start, last = found.start + rounded;
         if (ahead > 0 && last < where.end()) {
             last = std::min<std::uintptr_t>(where.end(), align_up(last, granularity_) + ahead);
@@ -576,14 +580,16 @@ private:
     }
 
     // Unmaps cached granules, oldest freed first, until at least `bytes` are unmapped or none is
-    // left; never those of `keep`. Where each granule is an allocation of its own (no
-    // mapping_bytes), only as many as still wanted, from the high end of each mapped run:
-    // unmapping a whole block's cache for a request of one granule left the budget to be mapped
-    // again at the next large request (1.9 times the granules remapped per warm pass of the
-    // bundled BERT trace). With mapping_bytes, whole caches go, as the adaptive slack, which
-    // counts remaps, was measured with (trimming small spans a granule at a time raised
-    // ResNet-50's slack: 1.015 → 1.150). Waits for the device first (once, and only if there is
-    // something to unmap). Unmaps nothing where the upstream says it may not now (may_unmap).
+    // left; never those of `keep`. Only as many whole allocations as still wanted, from the high
+    // end of each mapped run: unmapping a whole block's cache for a request of one granule left
+    // the budget to be mapped again at the next large request (1.9 times the granules remapped
+    // per warm pass of the bundled BERT trace), and with mapping_bytes it unmapped a whole
+    // program's memory, freed at the end of a pass, for a few MiB (750 physical allocations per
+    // 1,000 events of the next pass of a varying-length training trace; 0.8 when trimmed by the
+    // allocation). Small spans with mapping_bytes still drop whole caches (a granule at a time
+    // raised ResNet-50's adaptive slack: 1.015 → 1.150). Waits for the device first (once, and
+    // only if there is something to unmap). Unmaps nothing where the upstream says it may not now
+    // (may_unmap).
     void trim(std::size_t bytes, kept keep = {}) {
         if (cached_.empty() || !may_unmap()) return;
         bool waited = false;
@@ -599,13 +605,14 @@ private:
                 s.for_each_run(a, z, true, drop);
             };
             std::size_t dropped = 0;
-            const bool by_granule = mapping_granules_ == 1;
+            const bool by_allocation = mapping_granules_ == 1 || !s.small;
             const auto drop = [&](std::size_t a, std::size_t z) {
-                if (by_granule) {
+                if (by_allocation) {  // the fewest whole allocations at the run's high end
                     const std::size_t done = unmapped + dropped * granularity_;
                     if (done >= bytes) return;
                     const std::size_t left = bytes - done;  // bytes may be SIZE_MAX (release)
-                    a = z - std::min(z - a, left / granularity_ + (left % granularity_ != 0 ? 1 : 0));
+                    const std::size_t wanted = left / granularity_ + (left % granularity_ != 0 ? 1 : 0);
+                    if (z - a > wanted) a = s.last_start(a, z - wanted + 1);
                 }
                 if (!waited) {
                     memory().synchronize();
