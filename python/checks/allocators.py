@@ -19,9 +19,9 @@ ALLOCATORS = {
     "pytorch expandable_segments": ({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, None, {}),
     "poolkit caching": ({}, "caching", {}),
     "poolkit expandable": ({}, "expandable", {}),
-    # Up to 20% kept mapped where following live memory remaps often, 32 MiB physical allocations
-    # (docs/virtual_memory.md): fewer driver calls for a slightly larger footprint.
-    "poolkit expandable/adaptive": ({}, "expandable", {"max_peak_slack": 0.2, "mapping_bytes": 32 << 20}),
+    # Mapped memory following live memory whatever it costs in driver calls (the C++
+    # expandable_options::exact_follow()): the least footprint where shapes repeat.
+    "poolkit expandable/exact": ({}, "expandable", {"max_peak_slack": 0, "mapping_bytes": 0}),
     # alloc and free alone, as PyTorch's Python CUDAPluggableAllocator wires them (no hooks extension)
     "poolkit caching, no hooks": ({"POOLKIT_TORCH_HOOKS": "0"}, "caching", {}),
 }
@@ -36,7 +36,7 @@ def install(name):
 
 
 def snapshot_name(name):
-    """A file name for the snapshot of a poolkit run: "caching", "expandable-adaptive"."""
+    """A file name for the snapshot of a poolkit run: "caching", "expandable-exact"."""
     return name.removeprefix("poolkit ").replace("/", "-")
 
 

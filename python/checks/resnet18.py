@@ -1,6 +1,6 @@
 """Trains ResNet-18 for a few steps on random data under the five allocators of allocators.py,
 each in its own process: PyTorch's default, PyTorch with expandable_segments, and
-poolkit.torch.use() with "caching", "expandable" and "expandable" with adaptive options.
+poolkit.torch.use() with "caching", "expandable" and "expandable" following live memory exactly.
 Deterministic kernels and fixed seeds, so every run's losses must equal those of PyTorch's default
 allocator.
 

@@ -19,9 +19,9 @@ using namespace poolkit::test;
 constexpr std::size_t MiB = std::size_t{1} << 20;
 
 // Options set member by member: nvcc builds treat a designated initializer that leaves a member
-// out as an error.
+// out as an error. Following live memory exactly, so that the tests unmap and remap often.
 expandable_options pool_options(std::size_t span, double cache_fraction, std::size_t max_cached = ~std::size_t{0}) {
-    expandable_options options;
+    expandable_options options = expandable_options::exact_follow();
     options.span_bytes = span;
     options.cache_fraction = cache_fraction;
     options.max_cached_bytes = max_cached;
@@ -35,6 +35,10 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
     expandable_options options = pool_options(std::size_t{4} << 30, 0, 16 * MiB);
     SUBCASE("a physical allocation per granule") {}
     SUBCASE("physical allocations of 8 MiB, unmapped only whole") { options.mapping_bytes = 8 * MiB; }
+    SUBCASE("the default slack and physical allocations") {
+        options.max_peak_slack = expandable_options{}.max_peak_slack;
+        options.mapping_bytes = expandable_options{}.mapping_bytes;
+    }
     expandable_device_resource pool{std::in_place, options, cuda_vmm_options{}};
     streams lanes(1);
     cudaStream_t stream = lanes.handles[0];

@@ -399,7 +399,8 @@ TEST_CASE("walk: mapped_walk cuts expandable's spans to their mapped granules") 
     constexpr std::size_t granule = 2 * MiB;
     simulated_vmm_resource memory(
         simulated_vmm_options{.capacity = std::size_t{16} << 30, .granularity = granule, .physical_limit = std::size_t{4} << 30});
-    expandable<ref<simulated_vmm_resource>> pool(ref<simulated_vmm_resource>(memory), expandable_options{.cache_fraction = 0});
+    expandable<ref<simulated_vmm_resource>> pool(ref<simulated_vmm_resource>(memory),
+                                                 expandable_options{.cache_fraction = 0, .mapping_bytes = 0});
     void* a = pool.allocate(3 * MiB);
     void* b = pool.allocate(10 * MiB + 512);
     void* c = pool.allocate(5 * MiB);

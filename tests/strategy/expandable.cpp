@@ -167,7 +167,7 @@ TEST_CASE("before new granules are mapped, the cache is trimmed to the peak of l
 
 TEST_CASE("trimming unmaps only the granules the budget needs, not a free block's whole cache") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0}};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .max_peak_slack = 0, .mapping_bytes = 0}};
     void* a = pool.allocate(64 * MiB);
     void* b = pool.allocate(64 * MiB);
     void* e = pool.allocate(40 * MiB);
@@ -354,12 +354,13 @@ std::size_t remapped_in_rounds(Pool& pool, checked_memory& memory, bool varying)
 
 TEST_CASE("where following live memory remaps often, a max_peak_slack lets the slack rise until remaps stop") {
     checked_memory follow_memory{memory_options()};
-    pool_type follow{follow_memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0}};  // the default
+    pool_type follow{follow_memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .max_peak_slack = 0, .mapping_bytes = 0}};
     const std::size_t follow_remaps = remapped_in_rounds(follow, follow_memory, true);
     CHECK(follow.peak_slack() == 0);
 
     checked_memory adaptive_memory{memory_options()};
-    pool_type adaptive{adaptive_memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .max_peak_slack = 0.2}};
+    pool_type adaptive{adaptive_memory,
+                       {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .max_peak_slack = 0.2, .mapping_bytes = 0}};
     const std::size_t adaptive_remaps = remapped_in_rounds(adaptive, adaptive_memory, true);
     MESSAGE("granules unmapped for new mappings in the last 60 rounds: " << follow_remaps << " following live memory, " << adaptive_remaps
                                                                          << " with the slack risen to " << adaptive.peak_slack());
@@ -385,7 +386,7 @@ TEST_CASE("a workload that repeats its shapes stops remapping and never raises t
 
 TEST_CASE("keep_mapped, PyTorch expandable_segments' policy: nothing is unmapped until release() or the physical limit") {
     checked_memory follow_memory{memory_options()};
-    pool_type follow{follow_memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0}};
+    pool_type follow{follow_memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .max_peak_slack = 0, .mapping_bytes = 0}};
     remapped_in_rounds(follow, follow_memory, true);
 
     checked_memory memory{memory_options()};
@@ -433,7 +434,7 @@ TEST_CASE("a mapping policy of one's own is asked before each mapping, told of e
     };
     static_assert(mapping_policy<eager>);
     checked_memory memory{memory_options()};
-    expandable<ref<checked_memory>, eager> pool{memory, {.span_bytes = std::size_t{1} << 30}};
+    expandable<ref<checked_memory>, eager> pool{memory, {.span_bytes = std::size_t{1} << 30, .mapping_bytes = 0}};
     void* a = pool.allocate(8 * MiB);
     CHECK(pool.reserved_bytes() == 10 * MiB);  // the block and one granule ahead
     void* b = pool.allocate(2 * MiB);  // in the granule mapped ahead: no mapping
@@ -457,7 +458,7 @@ TEST_CASE("a mapping policy of one's own is asked before each mapping, told of e
 
 TEST_CASE("a growing workload maps ahead within the budget, so most growth needs no map call") {
     checked_memory memory{memory_options(std::size_t{8} << 30)};
-    pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0.05}};
+    pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0.05, .mapping_bytes = 0}};
     std::vector<void*> blocks;
     for (int i = 0; i < 400; ++i) blocks.push_back(pool.allocate(3 * MiB + 512 * i));
     CHECK(pool.map_calls() < 100);
@@ -549,6 +550,23 @@ TEST_CASE("mapping_bytes: a large block maps in few physical allocations, each u
     CHECK_THROWS_AS(pool_type(memory, {.mapping_bytes = 3 * MiB}), std::invalid_argument);
     CHECK_THROWS_AS(pool_type(memory, {.mapping_bytes = 6 * MiB}), std::invalid_argument);
     CHECK_NOTHROW(pool_type(memory, {.mapping_bytes = MiB}));  // below a granule: one granule
+}
+
+TEST_CASE("near the physical limit, mapping_bytes gives way to a physical allocation per granule") {
+    checked_memory memory{memory_options()};  // 1 GiB: allocations of 4 MiB while 256 MiB or more is left
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .mapping_bytes = 4 * MiB}};
+    void* far = pool.allocate(600 * MiB);
+    void* mid = pool.allocate(200 * MiB);  // 424 MiB left before it
+    CHECK(memory.created_allocations() == 200);
+    void* near = pool.allocate(20 * MiB);  // 224 MiB left: a granule each
+    CHECK(memory.created_allocations() == 210);
+    pool.deallocate(mid, 200 * MiB);
+    pool.deallocate(near, 20 * MiB);
+    memory.begin();
+    pool.release();  // every granule that no live block holds goes back
+    CHECK(memory.mapped_bytes() == 600 * MiB);
+    pool.deallocate(far, 600 * MiB);
+    pool.check_invariants();
 }
 
 TEST_CASE("max_cached_bytes bounds the cache at every free") {

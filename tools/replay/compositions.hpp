@@ -165,8 +165,9 @@ using keep_mapped_expandable = expandable<Upstream, keep_mapped>;
 
 // The expandable preset's shape over the virtual memory that `make_memory()` returns (as a
 // unique_ptr): reserved is what is mapped, upstream calls are map calls. Three of them: the
-// preset's defaults (mapped memory follows live memory), with a peak slack that rises where that
-// remaps often, and with PyTorch expandable_segments' policy (nothing unmapped).
+// preset's defaults (mapped memory follows live memory, up to a fifth more kept where that remaps
+// often, large blocks in 32 MiB physical allocations), following live memory exactly, and PyTorch
+// expandable_segments' policy (nothing unmapped).
 template <class Events, class MakeMemory>
 std::vector<composition> expandable_compositions(MakeMemory make_memory) {
     const auto make = [make_memory]<template <class...> class Lane = expandable>(std::string name, std::string description,
@@ -186,18 +187,15 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                                return figures;
                            }};
     };
-    expandable_options adaptive;
-    adaptive.max_peak_slack = 0.2;
-    adaptive.mapping_bytes = std::size_t{32} << 20;
     return {make("expandable",
-                 "stream-ordered, one expandable pool (poolkit/presets.hpp): best fit over virtual address space, granules "
-                 "mapped while used, mapped memory following live memory (reserved: peak mapped; upstream calls: map calls)",
+                 "stream-ordered, one expandable pool (poolkit/presets.hpp): best fit over virtual address space, mapped "
+                 "memory following live memory, up to 20% more kept mapped where shapes vary so much that following it "
+                 "remaps often, large blocks in 32 MiB physical allocations (reserved: peak mapped; upstream calls: map calls)",
                  expandable_options{}),
-            make("expandable/adaptive",
-                 "the expandable preset with max_peak_slack = 0.2 and mapping_bytes = 32 MiB: up to 20% more kept mapped where "
-                 "shapes vary so much that following live memory remaps often, and large blocks mapped in 32 MiB physical "
-                 "allocations (a sixteenth of the driver calls)",
-                 adaptive),
+            make("expandable/exact",
+                 "the expandable preset following live memory whatever it costs (expandable_options::exact_follow()): "
+                 "no slack raised, a physical allocation per granule",
+                 expandable_options::exact_follow()),
             make.template operator()<keep_mapped_expandable>(
                 "expandable/keep_mapped",
                 "the expandable preset with PyTorch expandable_segments' policy (keep_mapped): granules stay mapped until "

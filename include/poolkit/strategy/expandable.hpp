@@ -515,6 +515,11 @@ private:
         return carve(*found.where, found.start, rounded, bytes);
     }
 
+    // Within 64 allocations of mapping_bytes of the physical limit (2 GiB at 32 MiB), large spans
+    // map a granule per allocation too: a live block pins the allocations it touches whole, and
+    // near the limit every free granule must be one that can be given back.
+    bool near_limit() const { return physical_left() < 64 * mapping_granules_ * granularity_; }
+
     // Bytes the upstream can still map before its physical limit, whoever maps them.
     std::size_t physical_left() const {
         const std::size_t limit = limit_of(memory());
@@ -523,8 +528,8 @@ private:
     }
 
     // Maps the unmapped granules under [start, start + bytes) of `s`: one map call per run, a
-    // physical allocation per granule — or, in a large span with mapping_bytes above a granule,
-    // map_pieces. Small spans keep a granule each, so that a live small block pins only its own.
+    // physical allocation per granule — or, in a large span with mapping_bytes above a granule
+    // and not near_limit(), map_pieces. Small spans keep a granule each, so that a live small block pins only its own.
     // Strong guarantee: on failure what this call mapped is unmapped again.
     void map_range(span& s, std::uintptr_t start, std::size_t bytes) {
         const std::size_t first = (start - s.address) / granularity_;
@@ -536,7 +541,7 @@ private:
             for (; done < runs.size(); ++done) {
                 const auto [a, b] = runs[done];
                 void* at = reinterpret_cast<void*>(granule_address(s, a));
-                if (s.small || mapping_granules_ == 1) {
+                if (s.small || mapping_granules_ == 1 || near_limit()) {
                     memory().map(at, (b - a) * granularity_);
                     s.set_mapped(a, b, true);
                     ++map_calls_;

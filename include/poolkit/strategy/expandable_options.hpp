@@ -35,23 +35,34 @@ struct expandable_options {
     // The most the pool raises peak_slack to while following live memory costs many remaps: each
     // time it has unmapped a quarter of its peak live bytes' worth of granules for new mappings in
     // fewer than allocations_per_remap allocations per granule, the slack grows a quarter of the
-    // way from peak_slack to this. Never below peak_slack; equal to it (the default), mapped
-    // memory follows live memory whatever it costs. 0.2 suits workloads whose shapes vary widely
-    // and whose speed matters more than the last fifth of memory (docs/virtual_memory.md).
-    double max_peak_slack = 0;
+    // way from peak_slack to this. Never below peak_slack; equal to it, mapped memory follows
+    // live memory whatever that costs (exact_follow()). Where shapes vary widely, following that
+    // closely remaps on most calls, each tens of microseconds (docs/virtual_memory.md).
+    double max_peak_slack = 0.2;
     std::size_t allocations_per_remap = 100;
     // Bytes of each physical allocation of a large span, aligned to it within the span: 0 or a
     // power of two; at most a granule means a granule. The driver charges per allocation mapped
     // and unmapped, whatever its size, so larger ones cut the cost of remapping many times over
     // (docs/costs.md), but an allocation is unmapped only when all of it is free: a live block
     // pins every allocation it touches. Larger pays where the peak slack leaves room for that
-    // (docs/virtual_memory.md).
-    std::size_t mapping_bytes = 0;
+    // (docs/virtual_memory.md). Small spans map a granule per allocation whatever this says.
+    std::size_t mapping_bytes = std::size_t{32} << 20;
     // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
     std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
     // Free blocks for small requests (best fit first, at most 64) compared for a placement that
     // needs no mapping; large requests compare every free block that fits.
     int candidates = 8;
+
+    // Mapped memory following live memory as closely as the placement allows, whatever it costs
+    // in driver calls: no slack raised, a physical allocation per granule. The least footprint
+    // where the workload's shapes repeat; the defaults trade up to a fifth more where they vary
+    // (docs/virtual_memory.md, "Choosing a preset").
+    [[nodiscard]] static constexpr expandable_options exact_follow() noexcept {
+        expandable_options options;
+        options.max_peak_slack = 0;
+        options.mapping_bytes = 0;
+        return options;
+    }
 
     // Throws std::invalid_argument naming the option and its rule, for the memory's granularity:
     // rounding a power of two of at most a granule; cache_fraction, peak_slack and max_peak_slack

@@ -54,7 +54,8 @@ def _as_index(device):
 
 def use(preset="caching", *, plugin=None, **options):
     """Makes poolkit PyTorch's CUDA allocator: preset "caching" or "expandable", options by their
-    C++ names (e.g. use("expandable", max_peak_slack=0.2, mapping_bytes=32 << 20)). Must run
+    C++ names (e.g. use("expandable", max_peak_slack=0, mapping_bytes=0) to follow live memory
+    exactly). Must run
     before the first CUDA allocation of the process; raises PoolkitError if PyTorch already
     allocated, for an unknown preset or option, or for a second call with other settings (a
     repeated call with the same ones does nothing). `plugin` is a path to libpoolkit_plugin.so
