@@ -160,7 +160,7 @@ public:
         const auto rounded = checked_align_up(bytes, options_.rounding);
         if (!rounded || *rounded > std::numeric_limits<std::size_t>::max() / 2) return nullptr;
         try {
-            const placement found = find(*rounded, alignment);
+            const placement found = find(*rounded, alignment, 0);
             if (found.where == nullptr || found.unmapped != 0) return nullptr;
             return carve(*found.where, found.start, *rounded, bytes);
         } catch (...) {  // no host memory for a bookkeeping node
@@ -366,10 +366,21 @@ private:
     // Large: a large block maps many granules, and once the budget is reached each one mapped is
     // one unmapped elsewhere, so every free block that fits is searched, smallest first, for the
     // placement that maps fewest (least_unmapped); the search stops at the first that maps none.
-    placement find(std::size_t rounded, std::size_t alignment) {
+    // Blocks that cannot beat the best so far, or map at most `most_unmapped` granules, are
+    // skipped (try_allocate_cached wants none mapped: 0).
+    placement find(std::size_t rounded, std::size_t alignment, std::size_t most_unmapped = std::numeric_limits<std::size_t>::max()) {
+        const std::size_t touched = (rounded + granularity_ - 1) / granularity_;
+        // At most a free block's cache and an allocation at each end are mapped under a placement
+        // in it: the fewest granules any placement in it can leave to map.
+        const auto least_to_map = [&](const block& b, std::size_t per_allocation) {
+            const std::size_t most_mapped = b.cached + 2 * per_allocation;
+            return touched > most_mapped ? touched - most_mapped : 0;
+        };
         if (!is_small(rounded)) {
             placement best;
             for (auto it = large_free_.lower_bound(by_size::key{rounded, 0}, by_size{}); it != large_free_.end(); ++it) {
+                const std::size_t least = least_to_map(*it, mapping_granules_);
+                if (least > most_unmapped || (best.where != nullptr && least >= best.unmapped)) continue;
                 const placement here = least_unmapped(*it, rounded, alignment);
                 if (here.where != nullptr && (best.where == nullptr || here.unmapped < best.unmapped)) best = here;
                 if (best.where != nullptr && best.unmapped == 0) break;
@@ -396,6 +407,7 @@ private:
             if (best.where == nullptr || here.unmapped < best.unmapped) best = here;
         }
         for (int i = 0; i < count; ++i) {
+            if (least_to_map(*seen[i], 1) > 0) continue;
             const placement inside = least_unmapped(*seen[i], rounded, alignment);
             if (inside.where != nullptr && inside.unmapped == 0) return inside;
         }
