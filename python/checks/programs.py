@@ -13,6 +13,9 @@ Programs (default: all):
                       length drawn per step (4-16 x 64-512)
   generate            the same model generating 32-96 new tokens for a batch and prompt drawn
                       per call: key/value caches that grow a token at a time
+  alloc_free          no model: 10,000 torch.empty calls per step, sizes of 512 B to 8 MiB, 16
+                      tensors alive: the allocator's own cost per call through PyTorch, which a
+                      model's step time hides among its kernels (ms per step / 10 = us per pair)
 
 Step times drift between runs of the same script (by up to a quarter on the H200), so with
 --rounds R every allocator runs R times, the order rotated each round, and each run's step time
@@ -126,9 +129,23 @@ def generate(steps):
     return _timed(step, steps)
 
 
-PROGRAMS = {f.__name__: f for f in (resnet18_train, multiscale_train, varlen_train, generate)}
+def alloc_free(steps):
+    import torch
+    draw = random.Random(2)
+    sizes = [draw.choice([512, 4096, 65536, 1 << 20, 8 << 20]) + 512 * draw.randrange(8) for _ in range(10000)]
+
+    def step(_):
+        alive = [None] * 16
+        for i, size in enumerate(sizes):
+            alive[i % 16] = torch.empty(size, dtype=torch.uint8, device="cuda")
+        return len(sizes)
+
+    return _timed(step, steps)
+
+
+PROGRAMS = {f.__name__: f for f in (resnet18_train, multiscale_train, varlen_train, generate, alloc_free)}
 NEEDS = {"resnet18_train": "torchvision", "multiscale_train": "torchvision", "varlen_train": "transformers",
-         "generate": "transformers"}
+         "generate": "transformers", "alloc_free": "torch"}
 
 
 def paired(rounds, reference="pytorch"):

@@ -52,8 +52,9 @@ def _as_index(device):
     return torch.cuda.current_device() if device.index is None else device.index
 
 
-def use(preset="caching", *, plugin=None, **options):
-    """Makes poolkit PyTorch's CUDA allocator: preset "caching" or "expandable", options by their
+def use(preset="expandable", *, plugin=None, **options):
+    """Makes poolkit PyTorch's CUDA allocator: preset "expandable" (the default: CUDA virtual
+    memory, the least memory reserved at PyTorch's speed) or "caching", options by their
     C++ names (e.g. use("expandable", max_peak_slack=0, mapping_bytes=0) to follow live memory
     exactly). Must run
     before the first CUDA allocation of the process; raises PoolkitError if PyTorch already
