@@ -55,6 +55,18 @@ expect_run("--lag counts the driver calls" 0 "driver calls a GPU would have take
 expect_run("--lag in JSON" 0 "\"event_calls\":{\"records\":" good.csv --json --composition=caching --streams=3 --lag=2)
 expect_run("--lag 0" 2 "--lag: Value 0 not in range" good.csv --lag=0)
 expect_run("--lag over real streams" 2 "--lag simulates streams over the simulated upstream" good.csv --upstream=cuda --lag=4)
+# --expandable-option sets a field on every expandable composition: a 4 MiB block is one physical
+# allocation of the default 32 MiB, two granules of their own with mapping_bytes=0.
+trace_file(four_mib.csv "${header}0,00:00:00.000001,allocate,0x1,4194304,0\n0,00:00:00.000002,free,0x1,4194304,0\n")
+expect_run("expandable's defaults" 0 "\"creates\":[1,0]" four_mib.csv --json --composition=expandable)
+expect_run("--expandable-option" 0 "\"creates\":[2,0]" four_mib.csv --json --composition=expandable
+  --expandable-option=mapping_bytes=0)
+expect_run("--expandable-option, no such option" 2 "no option \"bogus\" (the options are span_bytes" four_mib.csv
+  --expandable-option=bogus=1)
+expect_run("--expandable-option, no value" 2 "--expandable-option takes NAME=VALUE, not 'peak_slack'" four_mib.csv
+  --expandable-option=peak_slack)
+expect_run("--expandable-option, a value the pool refuses" 2 "mapping_bytes must be 0 or a power of two" four_mib.csv
+  --expandable-option=mapping_bytes=3)
 expect_run("an SVG" 0 "best_fit" good.csv --composition=best_fit --svg=${WORK_DIR}/chart.svg)
 file(READ ${WORK_DIR}/chart.svg svg)
 string(FIND "${svg}" "<polyline" found)

@@ -21,6 +21,7 @@
 #include <poolkit/strategy/exact_cache.hpp>
 #include <poolkit/strategy/segregator.hpp>
 #include <poolkit/adaptor/completed_events.hpp>
+#include <poolkit/interop/option_text.hpp>
 #include <poolkit/presets.hpp>
 #include <poolkit/strategy/expandable.hpp>
 #include <poolkit/strategy/size_classes.hpp>
@@ -51,7 +52,17 @@ struct run_settings {
     std::function<void(const trace_event&)> after_event;  // may be empty; after every event of both passes
     std::size_t samples = 0;  // how many samples to take (for --svg)
     capture_check captures = capture_check::every_call;  // for compositions that check (CUDA graphs)
+    // Set on every expandable composition's options, in order (--expandable-option NAME=VALUE).
+    std::vector<std::pair<std::string, std::string>> expandable_options;
 };
+
+// `options` with each of `changes` set by its name (interop/option_text.hpp), checked against
+// `granularity`. Throws std::invalid_argument naming the option and the rule.
+inline expandable_options with_changes(expandable_options options, const std::vector<std::pair<std::string, std::string>>& changes,
+                                       std::size_t granularity) {
+    for (const auto& [name, value] : changes) set_option(options, name, value, granularity);
+    return options;
+}
 
 // The physical memory operations of a virtual memory (core/virtual_memory.hpp), over one pass.
 struct physical_ops {
@@ -177,7 +188,8 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                                using memory_type = typename decltype(memory)::element_type;
                                run_figures figures;
                                {
-                                   stream_ordered<ref<memory_type>, lanes<Lane>, Events> pool{ref<memory_type>(*memory), options};
+                                   stream_ordered<ref<memory_type>, lanes<Lane>, Events> pool{
+                                       ref<memory_type>(*memory), with_changes(options, s.expandable_options, memory->granularity())};
                                    figures = measure_replay(
                                        t, s, pool, [&memory] { return memory->mapped_bytes(); },
                                        [&memory] { return std::optional<std::size_t>(memory->map_calls()); },

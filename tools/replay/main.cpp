@@ -81,6 +81,7 @@ struct command_line {
     std::size_t streams = 0;  // 0: the trace's own streams
     std::size_t lag = 0;  // 0: simulated streams are always done (completed_events)
     std::string captures = "every_call";  // when stream-ordered compositions ask about CUDA graph capture
+    std::vector<std::pair<std::string, std::string>> expandable_options;  // --expandable-option, in order
     bool json = false;
     bool list = false;
 };
@@ -144,6 +145,13 @@ command_line parse_arguments(int argc, char** argv) {
                    "(default), announced (only while a capture is announced) or never")
         ->type_name("every_call|announced|never")
         ->check(CLI::IsMember({"every_call", "announced", "never"}));
+    std::vector<std::string> expandable_changes;
+    app.add_option("--expandable-option", expandable_changes,
+                   "set an expandable_options field by its C++ name on every expandable composition (repeatable; "
+                   "e.g. peak_slack=0.05): what would these options do to my trace?")
+        ->type_name("NAME=VALUE")
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     app.add_flag("--json", options.json, "one JSON object per line instead of the table");
     app.add_option("--svg", svg, "also write live and reserved bytes over each trace, as SVG, to FILE")->type_name("FILE");
     CLI::Option* progress_flag =
@@ -181,6 +189,19 @@ command_line parse_arguments(int argc, char** argv) {
             if (comma == std::string::npos) break;
             start = comma + 1;
         }
+    }
+    for (const std::string& change : expandable_changes) {
+        const auto equals = change.find('=');
+        if (equals == std::string::npos || equals == 0) {
+            throw usage_error{"--expandable-option takes NAME=VALUE, not '" + change +
+                              "' (the names: " + option_names<expandable_options>() + ")"};
+        }
+        options.expandable_options.emplace_back(change.substr(0, equals), change.substr(equals + 1));
+    }
+    try {  // by the rules of a 2 MiB granule (the H200's); a device's own is checked again when run
+        static_cast<void>(with_changes(expandable_options{}, options.expandable_options, std::size_t{2} << 20));
+    } catch (const std::invalid_argument& refused) {
+        throw usage_error{std::string("--expandable-option: ") + refused.what()};
     }
     if (options.lag != 0 && options.upstream != "simulated") {
         throw usage_error{"--lag simulates streams over the simulated upstream; --upstream=" + options.upstream + " has real ones"};
@@ -379,6 +400,7 @@ int run(const command_line& options) {
                 settings.after_event = [&lagging](const trace_event& e) { lagging->after(e); };
             }
             settings.samples = options.svg ? 1500 : 0;
+            settings.expandable_options = options.expandable_options;
             settings.captures = options.captures == "announced" ? capture_check::announced
                                 : options.captures == "never"   ? capture_check::never
                                                                 : capture_check::every_call;
