@@ -140,6 +140,32 @@ class CommandLine(unittest.TestCase):
             self.assertIn("program              caching", result.stdout)
             self.assertIn("best per trace", result.stdout)
 
+    @unittest.skipUnless(os.environ.get("POOLKIT_TEST_REPLAY"), "poolkit-replay was not built (POOLKIT_TEST_REPLAY unset)")
+    def test_the_layout_at_the_peak_for_pytorchs_viewer(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path, out = os.path.join(folder, "program.pickle"), os.path.join(folder, "poolkit.pickle")
+            with open(path, "wb") as f:
+                pickle.dump(snapshot(PROGRAM), f)
+            result = subprocess.run([sys.executable, "-m", "poolkit.replay", path, "--replay", os.environ["POOLKIT_TEST_REPLAY"],
+                                     "--snapshot", out, "--", "--composition=expandable", "--no-progress"],
+                                    capture_output=True, text=True, check=False)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            with open(out, "rb") as f:
+                layout = pickle.load(f)
+            # The peak: the 4 MiB and 2 MiB blocks, live at once before the first free.
+            live = sorted(b["size"] for s in layout["segments"] for b in s["blocks"] if b["state"] == "active_allocated")
+            self.assertEqual(live, [2 * MiB, 4 * MiB])
+            self.assertTrue(all(s["is_expandable"] and s["device"] == 0 for s in layout["segments"]))
+            self.assertEqual(layout["allocator_settings"], {"poolkit_composition": "expandable"})
+            self.assertEqual(layout["device_traces"], [[]])
+            # Several compositions have no one layout: poolkit-replay refuses, and nothing is written.
+            refused = subprocess.run([sys.executable, "-m", "poolkit.replay", path, "--replay", os.environ["POOLKIT_TEST_REPLAY"],
+                                      "--snapshot", os.path.join(folder, "none.pickle"), "--", "--composition=caching,expandable"],
+                                     capture_output=True, text=True, check=False)
+            self.assertEqual(refused.returncode, 2)
+            self.assertIn("--snapshot takes one trace and one composition", refused.stderr)
+            self.assertFalse(os.path.exists(os.path.join(folder, "none.pickle")))
+
 
 if __name__ == "__main__":
     unittest.main()

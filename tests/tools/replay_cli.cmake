@@ -67,6 +67,24 @@ expect_run("--expandable-option, no value" 2 "--expandable-option takes NAME=VAL
   --expandable-option=peak_slack)
 expect_run("--expandable-option, a value the pool refuses" 2 "mapping_bytes must be 0 or a power of two" four_mib.csv
   --expandable-option=mapping_bytes=3)
+# --snapshot: one composition's layout when live bytes first peak (after the second event of
+# good.csv: 1 MiB and 512 B live), as the segments of PyTorch's snapshot.
+expect_run("--snapshot" 0 "best_fit" good.csv --composition=best_fit --snapshot=${WORK_DIR}/layout.json)
+file(READ ${WORK_DIR}/layout.json layout)
+string(FIND "${layout}" "\"size\": 1048576, \"requested_size\": 1048576, \"state\": \"active_allocated\"" found)
+if(found EQUAL -1)
+  message(FATAL_ERROR "--snapshot: the 1 MiB block is not live in the layout: ${layout}")
+endif()
+expect_run("--snapshot of two compositions" 2 "--snapshot takes one trace and one composition" good.csv
+  --composition=best_fit,buddy --snapshot=${WORK_DIR}/two.json)
+expect_run("--snapshot over a trace" 2 "--snapshot good.csv: that names a trace" good.csv --composition=best_fit --snapshot=good.csv)
+expect_run("--snapshot of no pool" 1 "upstream has no layout to walk" good.csv --composition=upstream
+  --snapshot=${WORK_DIR}/none.json)
+foreach(unwritten two.json none.json)
+  if(EXISTS ${WORK_DIR}/${unwritten})
+    message(FATAL_ERROR "--snapshot wrote ${unwritten} for a run it refused")
+  endif()
+endforeach()
 expect_run("an SVG" 0 "best_fit" good.csv --composition=best_fit --svg=${WORK_DIR}/chart.svg)
 file(READ ${WORK_DIR}/chart.svg svg)
 string(FIND "${svg}" "<polyline" found)

@@ -14,7 +14,9 @@
 #include <poolkit/adaptor/counted.hpp>
 #include <poolkit/core/captures.hpp>
 #include <poolkit/core/ref.hpp>
+#include <poolkit/observe/mapped_walk.hpp>
 #include <poolkit/observe/replay.hpp>
+#include <poolkit/observe/snapshot.hpp>
 #include <poolkit/observe/trace.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
@@ -54,6 +56,9 @@ struct run_settings {
     capture_check captures = capture_check::every_call;  // for compositions that check (CUDA graphs)
     // Set on every expandable composition's options, in order (--expandable-option NAME=VALUE).
     std::vector<std::pair<std::string, std::string>> expandable_options;
+    // The cold pass's event after which the composition's layout is taken (--snapshot), where it
+    // can be walked: PyTorch's snapshot "segments" (observe/snapshot.hpp) into run_figures.
+    std::optional<std::size_t> snapshot_after;
 };
 
 // `options` with each of `changes` set by its name (interop/option_text.hpp), checked against
@@ -94,7 +99,20 @@ struct run_figures {
     std::optional<physical_ops> cold_ops;
     std::optional<physical_ops> warm_ops;
     std::vector<sample> samples;
+    // The layout after run_settings::snapshot_after, as observe/snapshot.hpp writes it; none where
+    // the composition cannot be walked (the upstream alone, driver pools, PyTorch's allocator).
+    std::optional<std::string> snapshot;
 };
+
+// The snapshot of `r` (observe/snapshot.hpp), or none where r cannot be walked.
+template <class R>
+std::optional<std::string> snapshot_of(const R& r) {
+    if constexpr (walkable<R>) {
+        return snapshot(r);
+    } else {
+        return std::nullopt;
+    }
+}
 
 // The driver calls a run of a composition took (counted where the streams are simulated).
 struct event_calls {
@@ -113,10 +131,11 @@ struct composition {
 // Replays `t` twice through `resource`, reading reserved bytes from `reserved()` as it goes, and
 // after each pass the upstream's allocations so far from `upstream_calls()` and the physical
 // operations so far from `ops()` (std::nullopt: unknown).
-template <class R, class Reserved, class UpstreamCalls, class Ops = std::optional<physical_ops> (*)()>
+template <class R, class Reserved, class UpstreamCalls, class Ops = std::optional<physical_ops> (*)(),
+          class Layout = std::optional<std::string> (*)()>
 run_figures measure_replay(
     const trace& t, const run_settings& settings, R& resource, Reserved reserved, UpstreamCalls upstream_calls,
-    Ops ops = [] { return std::optional<physical_ops>{}; }) {
+    Ops ops = [] { return std::optional<physical_ops>{}; }, Layout layout = [] { return std::optional<std::string>{}; }) {
     if constexpr (requires { resource.capture_checks(settings.captures); }) resource.capture_checks(settings.captures);
     run_figures figures;
     const std::size_t total = t.events.size();
@@ -130,6 +149,7 @@ run_figures measure_replay(
         }
         if (settings.progress && (index % progress_every == 0 || index + 1 == total)) settings.progress(index + 1, 2 * total);
         if (settings.after_event) settings.after_event(e);
+        if (settings.snapshot_after == index) figures.snapshot = layout();
     });
     const std::optional<std::size_t> after_cold = upstream_calls();
     const std::optional<physical_ops> ops_after_cold = ops();
@@ -163,7 +183,8 @@ run_figures measure_over(const trace& t, const run_settings& settings, Upstream&
         auto resource = build(ref<counted_type>(reserved));
         figures = measure_replay(
             t, settings, *resource, [&reserved] { return static_cast<std::size_t>(reserved.figures().allocated_bytes.current); },
-            [&reserved] { return std::optional<std::size_t>(static_cast<std::size_t>(reserved.figures().allocations.allocated)); });
+            [&reserved] { return std::optional<std::size_t>(static_cast<std::size_t>(reserved.figures().allocations.allocated)); },
+            [] { return std::optional<physical_ops>{}; }, [&resource] { return snapshot_of(*resource); });
     }
     figures.peak_reserved_bytes = static_cast<std::size_t>(reserved.figures().allocated_bytes.peak);
     return figures;
@@ -193,7 +214,8 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                                    figures = measure_replay(
                                        t, s, pool, [&memory] { return memory->mapped_bytes(); },
                                        [&memory] { return std::optional<std::size_t>(memory->map_calls()); },
-                                       [&memory] { return std::optional<physical_ops>(physical_ops_of(*memory)); });
+                                       [&memory] { return std::optional<physical_ops>(physical_ops_of(*memory)); },
+                                       [&] { return std::optional<std::string>(snapshot(mapped_walk(pool, *memory))); });
                                }
                                figures.peak_reserved_bytes = memory->peak_mapped_bytes();
                                return figures;

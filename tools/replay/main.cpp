@@ -7,11 +7,14 @@
 //   --composition=A,B   only these (see --list)        --list      the compositions, one a line
 //   --upstream=simulated|cuda                            --json      one JSON object per line
 //   --svg=FILE          live and reserved bytes over each trace, for every composition
+//   --snapshot=FILE     one composition's layout at one trace's peak, as PyTorch's snapshot JSON
+//   --expandable-option=NAME=VALUE   an expandable_options field on every expandable composition
 //   --streams=N         each trace spread over N streams   --lag=K   simulated streams lag K events
 //   --progress / --no-progress   a progress bar on stderr (default: when stderr is a terminal)
 // The command line and every trace are checked before anything is replayed, and nothing is written
-// then: an --svg FILE that is an input, looks like a trace (.csv, .gz) or lies in a missing folder
-// is refused; the chart is written to a temporary file beside FILE and renamed over it at the end.
+// then: an --svg or --snapshot FILE that is an input, looks like a trace (.csv, .gz) or lies in a
+// missing folder is refused; each is written to a temporary file beside FILE and renamed over it
+// at the end.
 // Exit status: 0; 1 when a composition failed (out of memory) or the upstream is unusable;
 // 2 for malformed input ("file:line: message") or a bad command line.
 #include "compositions.hpp"
@@ -77,6 +80,7 @@ struct command_line {
     std::vector<std::string> only;
     std::string upstream = "simulated";
     std::optional<std::string> svg;
+    std::optional<std::string> snapshot;  // --snapshot: the layout at the peak, as PyTorch's snapshot JSON
     std::optional<bool> progress;
     std::size_t streams = 0;  // 0: the trace's own streams
     std::size_t lag = 0;  // 0: simulated streams are always done (completed_events)
@@ -110,7 +114,7 @@ command_line parse_arguments(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         const std::string_view argument = argv[i];
         if (argument == "--") break;
-        if (argument == "--svg=" || argument == "--upstream=" || argument == "--composition=") {
+        if (argument == "--svg=" || argument == "--snapshot=" || argument == "--upstream=" || argument == "--composition=") {
             const std::string name(argument.substr(0, argument.size() - 1));
             if (name == "--composition") {
                 throw usage_error{"--composition= names no composition; name one or more of: " + composition_names() + " (see --list)"};
@@ -121,6 +125,7 @@ command_line parse_arguments(int argc, char** argv) {
     command_line options;
     std::vector<std::string> compositions;
     std::string svg;
+    std::string snapshot;
     bool progress = false;
     CLI::App app{"Replays allocation traces in RMM's CSV format (plain or gzip) through named compositions.", "poolkit-replay"};
     app.add_option("TRACE", options.files,
@@ -154,6 +159,11 @@ command_line parse_arguments(int argc, char** argv) {
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     app.add_flag("--json", options.json, "one JSON object per line instead of the table");
     app.add_option("--svg", svg, "also write live and reserved bytes over each trace, as SVG, to FILE")->type_name("FILE");
+    app.add_option("--snapshot", snapshot,
+                   "also write the composition's layout when live bytes first peak, as the segments of PyTorch's "
+                   "memory snapshot (JSON; python -m poolkit.replay --snapshot turns it into the pickle PyTorch's viewer "
+                   "reads); one trace and one composition")
+        ->type_name("FILE");
     CLI::Option* progress_flag =
         app.add_flag("--progress,!--no-progress", progress, "a progress bar on stderr (default: when stderr is a terminal)");
     app.add_flag("--list", options.list, "the compositions, one a line, and exit");
@@ -207,6 +217,10 @@ command_line parse_arguments(int argc, char** argv) {
         throw usage_error{"--lag simulates streams over the simulated upstream; --upstream=" + options.upstream + " has real ones"};
     }
     if (progress_flag->count() > 0) options.progress = progress;
+    if (app.count("--snapshot") > 0) {
+        if (snapshot.empty() || snapshot[0] == '-') throw usage_error{"--snapshot needs a file name"};
+        options.snapshot = snapshot;
+    }
     if (app.count("--svg") > 0) {
         if (svg.empty()) throw usage_error{"--svg needs a file name"};
         // "--svg --no-progress": an option, not a file name.
@@ -273,40 +287,43 @@ private:
     int shown_ = -1;
 };
 
-// Refuses an --svg path that would write over an input or a trace, or that cannot be written;
-// before anything is replayed, so that a mistake costs nothing.
-void check_svg_path(const std::string& svg, const std::vector<std::string>& inputs) {
-    if (ends_with(svg, ".csv") || ends_with(svg, ".gz")) {
-        throw usage_error{"--svg " + svg + ": that names a trace (.csv, .csv.gz), not a chart; " +
-                          "refusing to write over it (name an .svg file)"};
+// Refuses an output path (of `option`: --svg, --snapshot) that would write over an input or a
+// trace, or that cannot be written; before anything is replayed, so that a mistake costs nothing.
+// `kind` names what the file should be ("an .svg file").
+void check_output_path(const std::string& option, const std::string& path, const std::vector<std::string>& inputs,
+                       const std::string& kind) {
+    if (ends_with(path, ".csv") || ends_with(path, ".gz")) {
+        throw usage_error{option + " " + path + ": that names a trace (.csv, .csv.gz); refusing to write over it (name " + kind + ")"};
     }
     std::error_code error;
     for (const std::string& input : inputs) {
-        std::error_code svg_error, input_error;
-        const fs::path svg_path = fs::weakly_canonical(svg, svg_error);
+        std::error_code path_error, input_error;
+        const fs::path out_path = fs::weakly_canonical(path, path_error);
         const fs::path input_path = fs::weakly_canonical(input, input_error);
-        if (fs::equivalent(svg, input, error) || (!svg_error && !input_error && svg_path == input_path)) {
-            throw usage_error{"--svg " + svg + " is the input trace " + input + "; refusing to write over it"};
+        if (fs::equivalent(path, input, error) || (!path_error && !input_error && out_path == input_path)) {
+            throw usage_error{option + " " + path + " is the input trace " + input + "; refusing to write over it"};
         }
     }
-    if (fs::is_directory(svg, error)) throw usage_error{"--svg " + svg + " is a directory"};
-    const fs::path folder = fs::path(svg).parent_path().empty() ? fs::path(".") : fs::path(svg).parent_path();
+    if (fs::is_directory(path, error)) throw usage_error{option + " " + path + " is a directory"};
+    const fs::path folder = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
     if (!fs::is_directory(folder, error)) {
-        throw usage_error{"--svg " + svg + ": the folder " + folder.string() + " does not exist"};
+        throw usage_error{option + " " + path + ": the folder " + folder.string() + " does not exist"};
     }
     if (access(folder.c_str(), W_OK) != 0) {
-        throw usage_error{"--svg " + svg + ": cannot write in " + folder.string() + " (" + std::strerror(errno) + ")"};
+        throw usage_error{option + " " + path + ": cannot write in " + folder.string() + " (" + std::strerror(errno) + ")"};
     }
 }
 
-// Writes the chart to a temporary file beside `path` and renames it over `path` once complete,
-// so that a failed write leaves whatever was there; a path that is no regular file (a terminal,
-// /dev/stdout, a pipe) is written directly. Returns false, with a message on stderr, on failure.
-bool write_svg_file(const std::string& path, const std::vector<outcome>& outcomes) {
+// Writes `write`'s output to a temporary file beside `path` and renames it over `path` once
+// complete, so that a failed write leaves whatever was there; a path that is no regular file (a
+// terminal, /dev/stdout, a pipe) is written directly. Returns false, with a message on stderr, on
+// failure.
+template <class Write>
+bool write_file(const std::string& path, Write write) {
     std::error_code error;
     if (fs::exists(path, error) && !fs::is_regular_file(path, error)) {
         std::ofstream out(path);
-        write_svg(out, outcomes);
+        write(out);
         out.flush();
         if (out) return true;
         std::fprintf(stderr, "poolkit-replay: cannot write %s\n", path.c_str());
@@ -324,7 +341,7 @@ bool write_svg_file(const std::string& path, const std::vector<outcome>& outcome
     bool written = false;
     if (made) {
         std::ofstream out(temporary, std::ios::trunc);
-        write_svg(out, outcomes);
+        write(out);
         out.close();
         written = !out.fail();
     }
@@ -335,6 +352,20 @@ bool write_svg_file(const std::string& path, const std::vector<outcome>& outcome
         return false;
     }
     return true;
+}
+
+// The index of the event after which `t` first holds its peak of live bytes.
+std::size_t first_peak(const trace& t) {
+    std::size_t live = 0, most = 0, at = 0;
+    for (std::size_t i = 0; i < t.events.size(); ++i) {
+        const trace_event& e = t.events[i];
+        live = e.action == trace_action::allocate ? live + e.bytes : live - e.bytes;
+        if (live > most) {
+            most = live;
+            at = i;
+        }
+    }
+    return at;
 }
 
 int run(const command_line& options) {
@@ -362,7 +393,16 @@ int run(const command_line& options) {
         files = bundled_traces();
         if (files.empty()) throw usage_error{"no trace named, and no bundled traces in " + bundled_traces_folder().string()};
     }
-    if (options.svg) check_svg_path(*options.svg, files);
+    if (options.svg) check_output_path("--svg", *options.svg, files, "an .svg file");
+    if (options.snapshot) {
+        check_output_path("--snapshot", *options.snapshot, files, "a .json file");
+        if (files.size() != 1 || chosen.size() != 1) {
+            throw usage_error{
+                "--snapshot takes one trace and one composition (--composition=NAME): PyTorch's viewer shows one "
+                "layout; named " +
+                std::to_string(files.size()) + " trace(s) and " + std::to_string(chosen.size()) + " composition(s)"};
+        }
+    }
     // Read every trace first: a malformed one stops the run before anything is measured.
     std::vector<trace> traces;
     std::map<std::string, quoted_peers> quoted;  // by trace name; the peers ran the trace as captured
@@ -400,6 +440,7 @@ int run(const command_line& options) {
                 settings.after_event = [&lagging](const trace_event& e) { lagging->after(e); };
             }
             settings.samples = options.svg ? 1500 : 0;
+            if (options.snapshot) settings.snapshot_after = first_peak(t);
             settings.expandable_options = options.expandable_options;
             settings.captures = options.captures == "announced" ? capture_check::announced
                                 : options.captures == "never"   ? capture_check::never
@@ -426,7 +467,17 @@ int run(const command_line& options) {
     if (!options.json) {
         print_table(stdout, outcomes, quoted, options.upstream);
     }
-    if (options.svg && !write_svg_file(*options.svg, outcomes)) return 1;
+    if (options.svg && !write_file(*options.svg, [&outcomes](std::ostream& out) { write_svg(out, outcomes); })) return 1;
+    if (options.snapshot) {
+        const outcome& only = outcomes.front();
+        if (!only.figures || !only.figures->snapshot) {
+            std::fprintf(stderr, "poolkit-replay: --snapshot: %s\n",
+                         only.figures ? (only.composition + " has no layout to walk (no pool of poolkit's)").c_str()
+                                      : (only.composition + " failed before the peak").c_str());
+            return 1;
+        }
+        if (!write_file(*options.snapshot, [&only](std::ostream& out) { out << *only.figures->snapshot << '\n'; })) return 1;
+    }
     return failed ? 1 : 0;
 }
 

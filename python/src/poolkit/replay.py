@@ -9,6 +9,9 @@ poolkit-replay on it, which prints each composition's ns/op and peak reserved / 
     python -m poolkit.replay snap.pickle -- --composition=caching,expandable --svg=memory.svg
     python -m poolkit.replay snap.pickle --convert snap.csv.gz  # only convert, for sharing
     python -m poolkit.replay snap.pickle --device 1             # a snapshot of several devices
+    python -m poolkit.replay snap.pickle --snapshot poolkit.pickle -- --composition=expandable
+        # poolkit's layout of the program at its peak, for PyTorch's viewer:
+        # python -m torch.cuda._memory_viz segment_plot poolkit.pickle -o poolkit.html
 
 What is read: `alloc` is an allocation, `free_requested` (the program's free, on the block's stream)
 a free; `free_completed`, segment and `snapshot` entries describe PyTorch's own allocator and are
@@ -27,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 
+from ._frontend import _segment
 from ._plugin import PoolkitError
 
 HEADER = "Thread,Time,Action,Pointer,Size,Stream\n"
@@ -142,6 +146,35 @@ def _replay_program(given):
     return program
 
 
+def _composition(passed):
+    """The one composition named in poolkit-replay's arguments (--composition=NAME or
+    --composition NAME), or None."""
+    for i, argument in enumerate(passed):
+        if argument.startswith("--composition="):
+            return argument.split("=", 1)[1]
+        if argument == "--composition" and i + 1 < len(passed):
+            return passed[i + 1]
+    return None
+
+
+def write_layout(layout_json, path, device, composition):
+    """poolkit-replay --snapshot's segments (JSON) as the pickle of torch.cuda.memory._snapshot()
+    that PyTorch's viewer reads: the blocks at poolkit's addresses, with no frames (the replay's
+    addresses are not the program's) and no device_traces."""
+    import json
+    with open(layout_json) as f:
+        segments = json.load(f)["segments"]
+    expandable = (composition or "").startswith("expandable")
+    layout = {
+        "segments": [_segment(device, s, expandable, {}) for s in segments],
+        "device_traces": [[] for _ in range(device + 1)],
+        "allocator_settings": {"poolkit_composition": composition},
+        "external_annotations": [],
+    }
+    with open(path, "wb") as f:
+        pickle.dump(layout, f)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m poolkit.replay",
                                      description="Replays a PyTorch memory snapshot's allocation history under poolkit's "
@@ -150,6 +183,9 @@ def main(argv=None):
     parser.add_argument("--device", type=int, help="the device whose history to replay (needed where several have one)")
     parser.add_argument("--convert", metavar="OUT.csv[.gz]", help="only write the trace there")
     parser.add_argument("--replay", metavar="PATH", help="the poolkit-replay program")
+    parser.add_argument("--snapshot", metavar="OUT.pickle", dest="layout",
+                        help="also write the layout of the composition named after -- (--composition=NAME, one) when the "
+                             "program's live bytes first peak, as the pickle PyTorch's viewer reads")
     argv = list(sys.argv[1:] if argv is None else argv)
     passed = argv[argv.index("--") + 1:] if "--" in argv else []
     options = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -164,7 +200,13 @@ def main(argv=None):
             name = os.path.splitext(os.path.basename(options.snapshot))[0] or "snapshot"
             trace = os.path.join(folder, name + ".csv")
             write_trace(rows, trace)
-            return subprocess.call([program, trace, *passed])
+            if not options.layout:
+                return subprocess.call([program, trace, *passed])
+            layout = os.path.join(folder, "layout.json")
+            status = subprocess.call([program, trace, *passed, "--snapshot", layout])
+            if status == 0:
+                write_layout(layout, options.layout, report["device"], _composition(passed))
+            return status
     except PoolkitError as error:
         print(f"poolkit.replay: {error}", file=sys.stderr)
         return 2
