@@ -50,7 +50,31 @@ class Convert(unittest.TestCase):
         rows, report = replay.convert(snapshot(PROGRAM))
         self.assertEqual(rows, [(1, "allocate", 0x7000_0000, 4 * MiB, S1), (2, "allocate", 0x7040_0000, 2 * MiB, S2),
                                 (1003, "free", 0x7000_0000, 4 * MiB, S1), (2999500, "allocate", 0x7000_0000, 3 * MiB, S1)])
-        self.assertEqual((report["allocations"], report["frees"], report["left_out"]), (3, 1, 2))
+        # The segment_alloc is PyTorch's own; the free_completed right after its request places nothing.
+        self.assertEqual((report["allocations"], report["frees"], report["left_out"]), (3, 1, 1))
+
+    def test_a_free_that_waited_for_other_streams_goes_where_it_took_effect(self):
+        used_elsewhere = [entry("alloc", 0x1000, MiB, time_us=10), entry("free_requested", 0x1000, MiB, time_us=11),
+                          entry("alloc", 0x9000, 2 * MiB, time_us=12),  # record_stream: 0x1000 still busy on S2
+                          entry("free_completed", 0x1000, MiB, time_us=13), entry("alloc", 0x1000, 512, time_us=14),
+                          entry("free_requested", 0x1000, 512, time_us=15)]  # never completed
+        rows, report = replay.convert(snapshot(used_elsewhere))
+        self.assertEqual(rows, [(0, "allocate", 0x1000, MiB, S1), (2, "allocate", 0x9000, 2 * MiB, S1),
+                                (3, "free", 0x1000, MiB, S1), (4, "allocate", 0x1000, 512, S1)])
+        self.assertEqual((report["frees"], report["frees_delayed"], report["pending_at_end"]), (2, 1, 1))
+        self.assertIn("1 frees took effect after other streams' work", replay.describe(report))
+        self.assertIn("1 frees still waiting on other streams at the end", replay.describe(report))
+        # A block is reused only once its free completed: anything else is no history PyTorch wrote.
+        early = used_elsewhere[:3] + [entry("alloc", 0x1000, 512, time_us=14), entry("free_completed", 0x1000, MiB, time_us=15)]
+        with self.assertRaisesRegex(poolkit.PoolkitError, r"\[0\]\[3\]: alloc of 0x1000, which is freed but not yet completed"):
+            replay.convert(snapshot(early))
+
+    def test_a_history_with_no_completions_frees_where_requested(self):
+        # PyTorch before 2.1 records no free_completed: the request is the free.
+        rows, report = replay.convert(snapshot([entry("alloc", 0x1000, MiB), entry("alloc", 0x2000, MiB),
+                                                entry("free_requested", 0x1000, MiB)]))
+        self.assertEqual(rows[-1], (0, "free", 0x1000, MiB, S1))
+        self.assertEqual((report["frees_delayed"], report["pending_at_end"]), (0, 0))
 
     def test_the_trace_format(self):
         with tempfile.TemporaryDirectory() as folder:

@@ -14,9 +14,11 @@ poolkit-replay on it, which prints each composition's ns/op and peak reserved / 
         # python -m torch.cuda._memory_viz segment_plot poolkit.pickle -o poolkit.html
 
 What is read: `alloc` is an allocation, `free_requested` (the program's free, on the block's stream)
-a free; `free_completed`, segment and `snapshot` entries describe PyTorch's own allocator and are
-left out. PyTorch keeps at most max_entries events: where the oldest were dropped, a block freed
-with no allocation seen was alive from the start, and so is a block the snapshot's segments show
+a free, placed where its `free_completed` took effect when that came later (a block used on other
+streams, record_stream: until then the memory could not be reused); segment and `snapshot` entries
+describe PyTorch's own allocator and are left out. PyTorch keeps at most max_entries events: where
+the oldest were dropped, a block freed with no allocation seen was alive from the start, and so is
+a block the snapshot's segments show
 allocated that the history never mentions; both are allocated at the start of the trace and
 counted in the report. poolkit-replay comes from --replay, POOLKIT_REPLAY or PATH. Exit status:
 poolkit-replay's; 2 for a file that is not a snapshot, or a bad command line.
@@ -69,12 +71,18 @@ def convert(snapshot, device=None):
     if device < 0 or device >= len(snapshot["device_traces"]) or not snapshot["device_traces"][device]:
         raise PoolkitError(f"no allocation history on device {device} (devices with history: {devices})")
     report = {"device": device, "allocations": 0, "frees": 0, "freed_unseen": 0, "alive_throughout": 0, "ooms": 0,
-              "left_out": 0}
+              "left_out": 0, "frees_delayed": 0, "pending_at_end": 0}
+    history = snapshot["device_traces"][device]
+    # PyTorch 2.1+ records when a free took effect (free_completed): at once for most, after other
+    # streams' work for a block used on them (record_stream). There the free goes where it took
+    # effect, since until then the memory was not free to reuse. Older histories have only the request.
+    completes = any(isinstance(e, dict) and e.get("action") == "free_completed" for e in history)
     live = {}  # address -> (size, stream)
+    pending = {}  # address -> (time of the request, size, stream, rows written by then): requested, not completed
     seen = set()
     rows, at_start = [], []
     first_time = None
-    for index, entry in enumerate(snapshot["device_traces"][device]):
+    for index, entry in enumerate(history):
         try:
             action, address, size = entry["action"], int(entry["addr"]), int(entry["size"])
             stream = int(entry.get("stream", 0))
@@ -85,8 +93,9 @@ def convert(snapshot, device=None):
             first_time = time_us
         when = max(time_us - first_time, 0)
         if action == "alloc":
-            if address in live:
-                raise PoolkitError(f"device_traces[{device}][{index}]: alloc of {address:#x}, which is live already")
+            if address in live or address in pending:
+                raise PoolkitError(f"device_traces[{device}][{index}]: alloc of {address:#x}, which is "
+                                   + ("live already" if address in live else "freed but not yet completed"))
             live[address] = (size, stream)
             seen.add(address)
             rows.append((when, "allocate", address, size, stream))
@@ -101,12 +110,24 @@ def convert(snapshot, device=None):
                 report["freed_unseen"] += 1
             else:
                 size = live.pop(address)[0]
-            rows.append((when, "free", address, size, stream))
             report["frees"] += 1
+            if completes:
+                pending[address] = (when, size, stream, len(rows))
+            else:
+                rows.append((when, "free", address, size, stream))
+        elif action == "free_completed" and address in pending:
+            requested, size, stream, written = pending.pop(address)
+            if len(rows) == written:  # nothing happened in between: the free as requested
+                rows.append((requested, "free", address, size, stream))
+            else:
+                rows.append((when, "free", address, size, stream))
+                report["frees_delayed"] += 1
         elif action == "oom":
             report["ooms"] += 1
-        else:
+        else:  # PyTorch's own entries; free_completed of a free it requested before the history began
             report["left_out"] += 1
+    # Requested but not completed when the snapshot was taken: still held for other streams' work.
+    report["pending_at_end"] = len(pending)
     for segment in snapshot.get("segments", []):
         if segment.get("device", device) != device:
             continue
@@ -132,6 +153,11 @@ def describe(report):
     if report["ooms"]:
         text += f", {report['ooms']} out-of-memory events"
     text += ")"
+    if report["frees_delayed"]:
+        text += (f"; {report['frees_delayed']} frees took effect after other streams' work (record_stream) and are "
+                 f"replayed there")
+    if report["pending_at_end"]:
+        text += f"; {report['pending_at_end']} frees still waiting on other streams at the end, replayed as live"
     if report["freed_unseen"] or report["alive_throughout"]:
         text += (f"; the history's start was dropped (max_entries): {report['freed_unseen']} blocks freed with no "
                  f"allocation seen and {report['alive_throughout']} alive throughout, allocated at the start")
