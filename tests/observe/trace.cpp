@@ -53,6 +53,31 @@ TEST_CASE("trace: reads RMM's columns, numbers the slots and finds the peak") {
     CHECK(t.unfreed_bytes == 512);
 }
 
+TEST_CASE("trace: RMM's logs as its adaptor writes them and as its docs show them") {
+    // logging_resource_adaptor: the thread id, HH:MM:SS.micro, `%p` (glibc's `(nil)` for a failed
+    // request), the stream as std::hex writes a cudaStream_t (0 for the default stream).
+    const trace adaptor = parse_trace(
+        "Thread,Time,Action,Pointer,Size,Stream\n"
+        "140573312345856,10:30:45.123456,allocate,0x7f8a40000000,1024,0\n"
+        "140573312345856,10:30:45.123460,allocate failure,(nil),99999999999999,0x55d1c3a0b2c0\n"
+        "140573312345856,10:30:45.234567,allocate,0x7f8a40000400,2048,0x55d1c3a0b2c0\n"
+        "140573312345856,10:30:45.345678,free,0x7f8a40000000,1024,0\n",
+        "adaptor.csv");
+    REQUIRE(adaptor.events.size() == 3);
+    CHECK(adaptor.streams == std::vector<std::uint64_t>{0, 0x55d1c3a0b2c0});
+    CHECK(adaptor.events[2].time_us - adaptor.events[0].time_us == 222'222);
+    // The user guide's example: seconds since the epoch, and `deallocate`.
+    const trace documented = parse_trace(
+        "Thread,Time,Action,Pointer,Size,Stream\n"
+        "140573312345856,1634567890.123456,allocate,0x7f8a40000000,1024,0x7f8a38001020\n"
+        "140573312345856,1634567890.234567,allocate,0x7f8a40000400,2048,0x7f8a38001020\n"
+        "140573312345856,1634567890.345678,deallocate,0x7f8a40000000,1024,0x7f8a38001020\n",
+        "documented.csv");
+    REQUIRE(documented.events.size() == 3);
+    CHECK(documented.events[2].action == trace_action::free);
+    CHECK(documented.peak_live_bytes == 3072);
+}
+
 TEST_CASE("trace: columns in another order, and without the optional ones") {
     const trace t = parse_trace("Size,Pointer,Action\n100,ff,allocate\n100,0xFF,free\n");
     REQUIRE(t.events.size() == 2);
@@ -69,7 +94,8 @@ TEST_CASE("trace: malformed input names the file and line") {
     CHECK(error_of("Action,Pointer,Size,Size\n").find("t.csv:1: column Size appears twice") == 0);
     CHECK(error_of(header + ok + "0,00:00:00.000002,allocate,0x2,256\n") == "t.csv:3: expected 6 columns, found 5");
     CHECK(error_of(header + ok + "0,00:00:00.000002,allocate,0x2,256,0,7\n") == "t.csv:3: expected 6 columns, found 7");
-    CHECK(error_of(header + "0,00:00:00.000001,alloc,0x1,256,0\n") == "t.csv:2: unknown action 'alloc' (expected allocate or free)");
+    CHECK(error_of(header + "0,00:00:00.000001,alloc,0x1,256,0\n") ==
+          "t.csv:2: unknown action 'alloc' (expected allocate, free or deallocate)");
     CHECK(error_of(header + "0,00:00:00.000001,allocate,0xZZ,256,0\n") == "t.csv:2: bad pointer '0xZZ' (expected hex such as 0x7f00)");
     CHECK(error_of(header + "0,00:00:00.000001,allocate,0x1,12a,0\n") == "t.csv:2: bad size '12a' (expected decimal bytes)");
     CHECK(error_of(header + "0,00:00:00.000001,allocate,0x1,-5,0\n") == "t.csv:2: bad size '-5' (expected decimal bytes)");
@@ -84,7 +110,7 @@ TEST_CASE("trace: malformed input names the file and line") {
     CHECK(error_of(header + ok + "0,00:00:00.000002,free,0x1,512,0\n") ==
           "t.csv:3: free of pointer 0x1 with 512 bytes; it was allocated with 256");
     // Control characters are not echoed.
-    CHECK(error_of(header + "0,0,all\x01oc,0x1,256,0\n") == "t.csv:2: unknown action 'all?oc' (expected allocate or free)");
+    CHECK(error_of(header + "0,0,all\x01oc,0x1,256,0\n") == "t.csv:2: unknown action 'all?oc' (expected allocate, free or deallocate)");
 }
 
 TEST_CASE("trace: trace_error carries the line and the bare message") {

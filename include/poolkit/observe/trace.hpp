@@ -5,9 +5,11 @@
 //     Thread,Time,Action,Pointer,Size,Stream
 //     0,00:00:00.000163,allocate,0x1,3145728,0
 // Columns are found by name in the header, in any order; Action, Pointer and Size are required,
-// Thread, Time and Stream default to 0. Action is `allocate` or `free` (RMM's `allocate failure`
-// rows are read and skipped). Pointer is hex (with or without 0x), Size decimal bytes, Time
-// `HH:MM:SS.micro` or plain seconds, Stream an integer (decimal, or hex with 0x).
+// Thread, Time and Stream default to 0. Action is `allocate` or `free` (`deallocate` too, as RMM's
+// docs show it; RMM's `allocate failure` rows, whose pointer is `(nil)`, are read and skipped).
+// Pointer is hex (with or without 0x), Size decimal bytes, Time `HH:MM:SS.micro` (what RMM's
+// adaptor writes) or plain seconds (since the epoch, as RMM's docs show), Stream an integer
+// (decimal, or hex with 0x; RMM writes the default stream as 0).
 //
 // trace_reader takes the file's bytes in pieces of any size, splits them into lines (a line ends at
 // LF, CRLF or a lone CR, so Unix, Windows and old Mac files read alike) and checks the rows as a
@@ -298,12 +300,12 @@ private:
         const auto& act = fields[action];
         if (act == "allocate") {
             event.action = trace_action::allocate;
-        } else if (act == "free") {
+        } else if (act == "free" || act == "deallocate") {  // RMM's docs show `deallocate`; its adaptor writes `free`
             event.action = trace_action::free;
         } else if (act == "allocate failure") {
             return;  // RMM logs failed requests; they took nothing
         } else {
-            fail("unknown action " + detail::trace_text::quoted(act) + " (expected allocate or free)");
+            fail("unknown action " + detail::trace_text::quoted(act) + " (expected allocate, free or deallocate)");
         }
         using detail::trace_text::number_read;
         // "bad <what> '<text>'", and why: past 64 bits, or `expected` (may be empty).
