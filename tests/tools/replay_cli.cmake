@@ -18,6 +18,15 @@ function(expect_run name expected_status expected_output)
   message(STATUS "ok: ${name}")
 endfunction()
 
+# The file at `path` holds `text`, or the test fails saying `what`.
+function(expect_file_holds path text what)
+  file(READ ${path} content)
+  string(FIND "${content}" "${text}" found)
+  if(found EQUAL -1)
+    message(FATAL_ERROR "${what}:\n${content}")
+  endif()
+endfunction()
+
 # A plain CSV file, and its gzip.
 function(trace_file name text)
   file(WRITE ${WORK_DIR}/${name} "${text}")
@@ -70,11 +79,8 @@ expect_run("--expandable-option, a value the pool refuses" 2 "mapping_bytes must
 # --snapshot: one composition's layout when live bytes first peak (after the second event of
 # good.csv: 1 MiB and 512 B live), as the segments of PyTorch's snapshot.
 expect_run("--snapshot" 0 "best_fit" good.csv --composition=best_fit --snapshot=${WORK_DIR}/layout.json)
-file(READ ${WORK_DIR}/layout.json layout)
-string(FIND "${layout}" "\"size\": 1048576, \"requested_size\": 1048576, \"state\": \"active_allocated\"" found)
-if(found EQUAL -1)
-  message(FATAL_ERROR "--snapshot: the 1 MiB block is not live in the layout: ${layout}")
-endif()
+expect_file_holds(${WORK_DIR}/layout.json "\"size\": 1048576, \"requested_size\": 1048576, \"state\": \"active_allocated\""
+  "--snapshot: the 1 MiB block is not live in the layout")
 expect_run("--snapshot of two compositions" 2 "--snapshot takes one trace and one composition" good.csv
   --composition=best_fit,buddy --snapshot=${WORK_DIR}/two.json)
 expect_run("--snapshot over a trace" 2 "--snapshot good.csv: that names a trace" good.csv --composition=best_fit --snapshot=good.csv)
@@ -86,11 +92,7 @@ foreach(unwritten two.json none.json)
   endif()
 endforeach()
 expect_run("an SVG" 0 "best_fit" good.csv --composition=best_fit --svg=${WORK_DIR}/chart.svg)
-file(READ ${WORK_DIR}/chart.svg svg)
-string(FIND "${svg}" "<polyline" found)
-if(found EQUAL -1)
-  message(FATAL_ERROR "the SVG has no polyline")
-endif()
+expect_file_holds(${WORK_DIR}/chart.svg "<polyline" "the SVG has no polyline")
 
 # The peers quoted from the JSON beside a trace: printed as quoted; a malformed file is a warning
 # and leaves them out, and the replay still runs.
