@@ -21,10 +21,12 @@
 //   - at a free, while the cache exceeds the policy's most_cached_bytes();
 //   - all of them on release(), and whatever the policy says, as many as the upstream's physical
 //     limit needs before a map, and all of them when a map fails (then the map is tried again).
-// Each granule is a physical allocation of its own, so any wholly free granule can be unmapped;
-// with options.mapping_bytes larger, a large span maps in allocations of that size (at 32 MiB the
-// driver's cost per GiB falls more than tenfold: docs/costs.md), and only allocations wholly
-// inside a free block are cached and unmapped: a live block pins every allocation it touches.
+// A large span maps in physical allocations of options.mapping_bytes (32 MiB by default: the
+// driver's cost per GiB falls more than tenfold against 2 MiB, docs/costs.md), and only
+// allocations wholly inside a free block are cached and unmapped: a live block pins every
+// allocation it touches. Small spans, any span near the physical limit, and mapping_bytes of at
+// most a granule (expandable_options::exact_follow()) map a physical allocation per granule, so
+// that any wholly free granule can be unmapped.
 // Unmapping waits first for all work that may use the memory (the upstream's synchronize(): the
 // whole device; under stream_ordered, what its free blocks wait for), so a block freed on a stream
 // is never unmapped before that stream's work is done; it happens only on those three occasions,
