@@ -69,6 +69,15 @@ class Convert(unittest.TestCase):
         with self.assertRaisesRegex(poolkit.PoolkitError, r"\[0\]\[3\]: alloc of 0x1000, which is freed but not yet completed"):
             replay.convert(snapshot(early))
 
+    def test_frees_completing_together_are_not_delayed(self):
+        # Two frees requested, then both completed: no allocation between, no delay to report.
+        together = [entry("alloc", 0x1000, MiB), entry("alloc", 0x2000, MiB), entry("free_requested", 0x1000, MiB),
+                    entry("free_requested", 0x2000, MiB), entry("free_completed", 0x1000, MiB),
+                    entry("free_completed", 0x2000, MiB)]
+        rows, report = replay.convert(snapshot(together))
+        self.assertEqual([r[1:3] for r in rows[2:]], [("free", 0x1000), ("free", 0x2000)])
+        self.assertEqual(report["frees_delayed"], 0)
+
     def test_a_history_with_no_completions_frees_where_requested(self):
         # PyTorch before 2.1 records no free_completed: the request is the free.
         rows, report = replay.convert(snapshot([entry("alloc", 0x1000, MiB), entry("alloc", 0x2000, MiB),
@@ -182,6 +191,12 @@ class CommandLine(unittest.TestCase):
             self.assertTrue(all(s["is_expandable"] and s["device"] == 0 for s in layout["segments"]))
             self.assertEqual(layout["allocator_settings"], {"poolkit_composition": "expandable"})
             self.assertEqual(layout["device_traces"], [[]])
+            # The input as output, or a missing folder: refused before anything runs.
+            status, errors = self.run_main(path, "--snapshot", path, "--replay", os.environ["POOLKIT_TEST_REPLAY"])
+            self.assertEqual(status, 2)
+            self.assertIn("is the input snapshot; refusing to write over it", errors)
+            status, errors = self.run_main(path, "--snapshot", os.path.join(folder, "no", "such.pickle"))
+            self.assertEqual((status, "does not exist" in errors), (2, True))
             # Several compositions have no one layout: poolkit-replay refuses, and nothing is written.
             refused = subprocess.run([sys.executable, "-m", "poolkit.replay", path, "--replay", os.environ["POOLKIT_TEST_REPLAY"],
                                       "--snapshot", os.path.join(folder, "none.pickle"), "--", "--composition=caching,expandable"],

@@ -152,8 +152,9 @@ command_line parse_arguments(int argc, char** argv) {
         ->check(CLI::IsMember({"every_call", "announced", "never"}));
     std::vector<std::string> expandable_changes;
     app.add_option("--expandable-option", expandable_changes,
-                   "set an expandable_options field by its C++ name on every expandable composition (repeatable; "
-                   "e.g. peak_slack=0.05): what would these options do to my trace?")
+                   "set an expandable_options field by its C++ name on every expandable composition, "
+                   "expandable/exact and keep_mapped included (repeatable; e.g. peak_slack=0.05): what would these "
+                   "options do to my trace? Checked by a 2 MiB granule's rules here, by the device's when run")
         ->type_name("NAME=VALUE")
         ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -162,7 +163,7 @@ command_line parse_arguments(int argc, char** argv) {
     app.add_option("--snapshot", snapshot,
                    "also write the composition's layout when live bytes first peak, as the segments of PyTorch's "
                    "memory snapshot (JSON; python -m poolkit.replay --snapshot turns it into the pickle PyTorch's viewer "
-                   "reads); one trace and one composition")
+                   "reads); one trace and one composition. The cold pass's ns/op then includes the walk")
         ->type_name("FILE");
     CLI::Option* progress_flag =
         app.add_flag("--progress,!--no-progress", progress, "a progress bar on stderr (default: when stderr is a terminal)");
@@ -473,7 +474,7 @@ int run(const command_line& options) {
         if (!only.figures || !only.figures->snapshot) {
             std::fprintf(stderr, "poolkit-replay: --snapshot: %s\n",
                          only.figures ? (only.composition + " has no layout to walk (no pool of poolkit's)").c_str()
-                                      : (only.composition + " failed before the peak").c_str());
+                                      : (only.composition + " failed (out of memory); no layout written").c_str());
             return 1;
         }
         if (!write_file(*options.snapshot, [&only](std::ostream& out) { out << *only.figures->snapshot << '\n'; })) return 1;

@@ -223,9 +223,14 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
                  static_cast<int>(upstream.size()), upstream.data());
     const auto line = [&](const char* label, const std::string& trace_name, const outcome* o) {
         if (o == nullptr) return;
-        const std::string allocs = upstream_allocs_text(*o->figures);
-        std::fprintf(out, "  %-20s %-8s %-28s ratio %.3f  %.1f ns/op  %s upstream allocs (cold / warm)\n", trace_name.c_str(), label,
-                     o->composition.c_str(), o->ratio(), o->figures->warm.ns_per_op(), allocs.c_str());
+        const run_figures& f = *o->figures;
+        // What the pick counted: physical allocations over virtual memory, else upstream calls.
+        const std::string counted = f.cold_ops && f.warm_ops ? std::to_string(f.cold_ops->creates) + " / " +
+                                                                   std::to_string(f.warm_ops->creates + f.warm_ops->releases) +
+                                                                   " physical allocations (created cold / created and released warm)"
+                                                             : upstream_allocs_text(f) + " upstream allocs (cold / warm)";
+        std::fprintf(out, "  %-20s %-8s %-28s ratio %.3f  %.1f ns/op  %s\n", trace_name.c_str(), label, o->composition.c_str(), o->ratio(),
+                     f.warm.ns_per_op(), counted.c_str());
     };
     for (const auto& [trace_name, o] : best) {
         line("any", trace_name, o);

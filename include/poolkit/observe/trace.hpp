@@ -326,7 +326,8 @@ private:
         event.bytes = static_cast<std::size_t>(bytes);
         if (index_[thread] != absent) check(detail::trace_text::parse_integer(fields[thread], event.thread), "thread", fields[thread], "");
         if (index_[time] != absent) {
-            check(detail::trace_text::parse_time(fields[time], event.time_us), "time", fields[time], "expected HH:MM:SS.microseconds");
+            check(detail::trace_text::parse_time(fields[time], event.time_us), "time", fields[time],
+                  "expected HH:MM:SS.microseconds or seconds");
         }
         std::uint64_t stream_handle = 0;
         if (index_[stream] != absent) check(detail::trace_text::parse_integer(fields[stream], stream_handle), "stream", fields[stream], "");

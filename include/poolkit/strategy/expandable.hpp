@@ -16,7 +16,8 @@
 // piece (as PyTorch's expandable_segments places). A free block keeps its wholly free granules
 // mapped (the cache) until the mapping policy (strategy/mapping_policy.hpp) has them unmapped:
 //   - before new granules are mapped, as many cached bytes as the policy says (oldest freed
-//     first), and then as many ahead of the new block as it says. follow_live, the default, keeps
+//     first), and then as many ahead of the new block as it says (in large spans: a small span's
+//     granules are allocations of their own, so mapping ahead saves nothing). follow_live, the default, keeps
 //     mapped memory near live memory; keep_mapped unmaps nothing (PyTorch's expandable_segments);
 //   - at a free, while the cache exceeds the policy's most_cached_bytes();
 //   - all of them on release(), and whatever the policy says, as many as the upstream's physical
@@ -35,7 +36,8 @@
 // Complexity: allocate and deallocate O(log n) in the blocks, plus a scan of the mapped-granule
 // bits of the block (one word per 64 granules). A small request compares at most
 // options.candidates free blocks; a large one stops at the first block that fits with nothing to
-// map (usually the first), else scores every free large block that fits — only where it then maps.
+// map (usually the first), else scores every free large block that fits and could beat the best
+// so far (its cache bounds what a placement in it can find mapped) — only where it then maps.
 // Mapping and unmapping cost driver calls, tens of microseconds per physical allocation almost
 // whatever its size (docs/costs.md).
 // Thread safety: none; wrap in synchronized<>. Alignment: any power of two; blocks start on
@@ -368,15 +370,16 @@ private:
     // Large: a large block maps many granules, and once the budget is reached each one mapped is
     // one unmapped elsewhere, so every free block that fits is searched, smallest first, for the
     // placement that maps fewest (least_unmapped); the search stops at the first that maps none.
-    // Blocks that cannot beat the best so far, or map at most `most_unmapped` granules, are
-    // skipped (try_allocate_cached wants none mapped: 0).
+    // Blocks that cannot beat the best so far are skipped, and so are, for a large request, those
+    // that must map more than `most_unmapped` granules (try_allocate_cached accepts 0).
     placement find(std::size_t rounded, std::size_t alignment, std::size_t most_unmapped = std::numeric_limits<std::size_t>::max()) {
-        const std::size_t touched = (rounded + granularity_ - 1) / granularity_;
+        const std::size_t spanned = (rounded + granularity_ - 1) / granularity_;  // granules a placement touches, at least
         // At most a free block's cache and an allocation at each end are mapped under a placement
-        // in it: the fewest granules any placement in it can leave to map.
+        // in it (no physical allocation is longer than mapping_granules_, and a small span's are a
+        // granule each): the fewest granules any placement in it can leave to map.
         const auto least_to_map = [&](const block& b, std::size_t per_allocation) {
             const std::size_t most_mapped = b.cached + 2 * per_allocation;
-            return touched > most_mapped ? touched - most_mapped : 0;
+            return spanned > most_mapped ? spanned - most_mapped : 0;
         };
         if (!is_small(rounded)) {
             placement best;
@@ -501,9 +504,10 @@ private:
             first = std::max<std::uintptr_t>(
                 where.address, align_down(first, granularity_) - std::min<std::uintptr_t>(ahead, align_down(first, granularity_)));
         }
-        // With a granule per physical allocation the block and what is mapped ahead take one map
-        // call; with larger allocations the ahead is mapped apart, so that no allocation holds
-        // both (the block would pin it), and failing to map it changes nothing: it is a bet.
+        // Without mapping_bytes the block and what is mapped ahead take one map call; with it the
+        // ahead is mapped apart (near the limit too, where both are granule by granule), so that
+        // no allocation holds both (the block would pin it), and failing to map it changes
+        // nothing: it is a bet.
         const bool apart = mapping_granules_ > 1;
         const std::uintptr_t own_first = apart ? found.start : first, own_last = apart ? found.start + rounded : last;
         try {
@@ -530,8 +534,9 @@ private:
     }
 
     // Within 64 allocations of mapping_bytes of the physical limit (2 GiB at 32 MiB), large spans
-    // map a granule per allocation too: a live block pins the allocations it touches whole, and
-    // near the limit every free granule must be one that can be given back.
+    // map a granule per allocation too: a live block pins the allocations it touches whole, so
+    // what is mapped from there on can all be given back once free (what was mapped in larger
+    // allocations before stays as it was). Under a limit that low, mapping_bytes never applies.
     bool near_limit() const { return physical_left() < 64 * mapping_granules_ * granularity_; }
 
     // Bytes the upstream can still map before its physical limit, whoever maps them.

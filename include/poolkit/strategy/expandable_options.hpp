@@ -27,7 +27,8 @@ struct expandable_options {
     std::size_t rounding = 512;
     // The rest are read by the mapping policies (strategy/mapping_policy.hpp): follow_live reads them
     // all, keep_mapped none.
-    // How far mapped memory may exceed live memory while it grows past its peak (mapped ahead).
+    // How far mapped memory may exceed live memory while it grows past its peak (mapped ahead, in
+    // large spans only).
     double cache_fraction = 0.02;
     // How far mapped memory may stay above the peak of live memory before the cache is unmapped
     // for new mappings, at first: more slack, fewer remaps when shapes vary, a larger footprint.

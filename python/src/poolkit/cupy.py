@@ -56,9 +56,10 @@ class _Allocator:
         self._plugin.free(pointer, size, device, stream)
 
 
-def use(preset="caching", *, plugin=None, **options):
-    """Makes poolkit CuPy's allocator (cupy.cuda.set_allocator): preset "caching" or
-    "expandable", options by their C++ names. Raises PoolkitError for an unknown preset or
+def use(preset="expandable", *, plugin=None, **options):
+    """Makes poolkit CuPy's allocator (cupy.cuda.set_allocator): preset "expandable" (the default,
+    as for poolkit.torch.use(), with which it shares the plugin's pools) or "caching", options by
+    their C++ names. Raises PoolkitError for an unknown preset or
     option, or when the plugin's pools were already made with other settings."""
     global _in_use
     if preset not in PRESETS:

@@ -18,9 +18,8 @@ a free, placed where its `free_completed` took effect when that came later (a bl
 streams, record_stream: until then the memory could not be reused); segment and `snapshot` entries
 describe PyTorch's own allocator and are left out. PyTorch keeps at most max_entries events: where
 the oldest were dropped, a block freed with no allocation seen was alive from the start, and so is
-a block the snapshot's segments show
-allocated that the history never mentions; both are allocated at the start of the trace and
-counted in the report. poolkit-replay comes from --replay, POOLKIT_REPLAY or PATH. Exit status:
+a block the snapshot's segments show allocated that the history never mentions; both are
+allocated at the start of the trace and counted in the report. poolkit-replay comes from --replay, POOLKIT_REPLAY or PATH. Exit status:
 poolkit-replay's; 2 for a file that is not a snapshot, or a bad command line.
 """
 import argparse
@@ -78,7 +77,8 @@ def convert(snapshot, device=None):
     # effect, since until then the memory was not free to reuse. Older histories have only the request.
     completes = any(isinstance(e, dict) and e.get("action") == "free_completed" for e in history)
     live = {}  # address -> (size, stream)
-    pending = {}  # address -> (time of the request, size, stream, rows written by then): requested, not completed
+    pending = {}  # address -> (time of the request, size, stream, rows and allocations by then): requested, not completed
+    allocations_so_far = 0
     seen = set()
     rows, at_start = [], []
     first_time = None
@@ -99,6 +99,7 @@ def convert(snapshot, device=None):
             live[address] = (size, stream)
             seen.add(address)
             rows.append((when, "allocate", address, size, stream))
+            allocations_so_far += 1
             report["allocations"] += 1
         elif action == "free_requested":
             if address not in live:
@@ -112,15 +113,15 @@ def convert(snapshot, device=None):
                 size = live.pop(address)[0]
             report["frees"] += 1
             if completes:
-                pending[address] = (when, size, stream, len(rows))
+                pending[address] = (when, size, stream, len(rows), allocations_so_far)
             else:
                 rows.append((when, "free", address, size, stream))
         elif action == "free_completed" and address in pending:
-            requested, size, stream, written = pending.pop(address)
-            if len(rows) == written:  # nothing happened in between: the free as requested
-                rows.append((requested, "free", address, size, stream))
-            else:
-                rows.append((when, "free", address, size, stream))
+            requested, size, stream, written, allocations = pending.pop(address)
+            # As requested where no row came in between; else where it completed, and delayed where
+            # allocations came in between (other frees completing are no delay).
+            rows.append((requested if len(rows) == written else when, "free", address, size, stream))
+            if allocations_so_far != allocations:
                 report["frees_delayed"] += 1
         elif action == "oom":
             report["ooms"] += 1
@@ -197,8 +198,30 @@ def write_layout(layout_json, path, device, composition):
         "allocator_settings": {"poolkit_composition": composition},
         "external_annotations": [],
     }
-    with open(path, "wb") as f:
-        pickle.dump(layout, f)
+    # Beside `path`, then renamed over it: a failed write leaves what was there.
+    folder = os.path.dirname(os.path.abspath(path))
+    with tempfile.NamedTemporaryFile("wb", dir=folder, prefix=os.path.basename(path) + ".partial-", delete=False) as f:
+        partial = f.name
+        try:
+            pickle.dump(layout, f)
+        except BaseException:
+            f.close()
+            os.remove(partial)
+            raise
+    os.replace(partial, path)
+
+
+def check_layout_path(path, snapshot_path):
+    """Refuses, before anything runs, a --snapshot path that is the input snapshot or lies in a
+    missing folder."""
+    if os.path.abspath(path) == os.path.abspath(snapshot_path) or (
+            os.path.exists(path) and os.path.exists(snapshot_path) and os.path.samefile(path, snapshot_path)):
+        raise PoolkitError(f"--snapshot {path} is the input snapshot; refusing to write over it")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise PoolkitError(f"--snapshot {path}: the folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise PoolkitError(f"--snapshot {path} is a directory")
 
 
 def main(argv=None):
@@ -216,6 +239,8 @@ def main(argv=None):
     passed = argv[argv.index("--") + 1:] if "--" in argv else []
     options = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     try:
+        if options.layout:
+            check_layout_path(options.layout, options.snapshot)
         rows, report = convert(load_snapshot(options.snapshot), options.device)
         print(f"{options.snapshot}: {describe(report)}", file=sys.stderr)
         if options.convert:
