@@ -1,7 +1,8 @@
 // Whether kernels run slower over memory mapped from small physical allocations: a streaming copy
 // of 1 GiB and a random gather over it (bound by address translation), over cudaMalloc and over
 // cuda_vmm_resource mappings made of 2 MiB (map: one allocation per granule, what expandable does
-// by default), 32 MiB and 1 GiB physical allocations (map_whole). Kernel time by CUDA events.
+// in small spans and near the physical limit), 32 MiB (its large spans' default) and 1 GiB
+// physical allocations (map_whole). Kernel time by CUDA events.
 //   build/bench/poolkit-bench-page_sizes [--benchmark_filter=...]
 #include <poolkit/upstream/cuda_device_resource.hpp>
 #include <poolkit/upstream/cuda_vmm_resource.hpp>
