@@ -7,18 +7,20 @@
 // a span of its own size) and places blocks in them best fit, coalescing freed blocks across the
 // whole span: there are no chunk boundaries to strand memory at. Requests up to options.small_size
 // go to spans of their own, so that a few live small blocks pin few granules. A block's granules
-// are mapped when it is placed. A small request takes a placement that needs no mapping among the
-// best-fitting free blocks; a large one the placement that maps fewest granules in any free block
-// that fits, smallest block first: each granule it maps may be one unmapped elsewhere (a third
-// fewer granules remapped per warm pass of the bundled BERT trace than best fit, 80% fewer on
-// GPT-2: docs/virtual_memory.md). Where the low end of a block needs no mapping the block goes
-// there, so that blocks pack towards the low ends of free ranges and the rest of each stays in one
-// piece (as PyTorch's expandable_segments places). A free block keeps its wholly free granules
-// mapped (the cache) until the mapping policy (strategy/mapping_policy.hpp) has them unmapped:
+// are mapped when it is placed (the search: detail/expandable_search.hpp). A small request takes a
+// placement that needs no mapping among the best-fitting free blocks; a large one the placement
+// that maps fewest granules in any free block that fits, smallest block first: each granule it maps
+// may be one unmapped elsewhere (a third fewer granules remapped per warm pass of the bundled BERT
+// trace than best fit, 80% fewer on GPT-2: docs/virtual_memory.md). Where the low end of a block
+// needs no mapping the block goes there, so that blocks pack towards the low ends of free ranges
+// and the rest of each stays in one piece (as PyTorch's expandable_segments places). A free block
+// keeps its wholly free granules mapped (the cache) until the mapping policy
+// (strategy/mapping_policy.hpp) has them unmapped:
 //   - before new granules are mapped, as many cached bytes as the policy says (oldest freed
 //     first), and then as many ahead of the new block as it says (in large spans: a small span's
-//     granules are allocations of their own, so mapping ahead saves nothing). follow_live, the default, keeps
-//     mapped memory near live memory; keep_mapped unmaps nothing (PyTorch's expandable_segments);
+//     granules are allocations of their own, so mapping ahead saves nothing). follow_live, the
+//     default, keeps mapped memory near live memory; keep_mapped unmaps nothing (PyTorch's
+//     expandable_segments);
 //   - at a free, while the cache exceeds the policy's most_cached_bytes();
 //   - all of them on release(), and whatever the policy says, as many as the upstream's physical
 //     limit needs before a map, and all of them when a map fails (then the map is tried again).
@@ -63,6 +65,7 @@
 #include <poolkit/core/virtual_memory.hpp>
 #include <poolkit/core/walk.hpp>
 #include <poolkit/strategy/detail/expandable_parts.hpp>
+#include <poolkit/strategy/detail/expandable_search.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>
 #include <poolkit/strategy/detail/tiling.hpp>
 #include <poolkit/strategy/expandable_options.hpp>
@@ -98,12 +101,12 @@ public:
 
     explicit expandable(Upstream upstream, expandable_options options = {})
         : upstream_(std::move(upstream)), options_(options), policy_(options_) {
-        granularity_ = memory().granularity();
-        options_.validate(granularity_);
+        grid_.bytes = memory().granularity();
+        options_.validate(grid_.bytes);
         options_.max_peak_slack = std::max(options_.max_peak_slack, options_.peak_slack);
         options_.allocations_per_remap = std::max<std::size_t>(options_.allocations_per_remap, 1);
-        mapping_granules_ = std::max<std::size_t>(1, options_.mapping_bytes / granularity_);
-        options_.candidates = std::clamp(options_.candidates, 1, max_candidates);
+        grid_.per_allocation = std::max<std::size_t>(1, options_.mapping_bytes / grid_.bytes);
+        options_.candidates = std::clamp(options_.candidates, 1, detail::expandable_parts::max_candidates);
         if (options_.span_bytes == 0) options_.span_bytes = std::max(limit_of(memory()), std::size_t{1} << 30);
         options_.span_bytes = round_to_granule(options_.span_bytes);
         if (options_.small_span_bytes == 0) options_.small_span_bytes = options_.span_bytes / 8;
@@ -128,8 +131,8 @@ public:
                 POOLKIT_ASSERT(false, "expandable could not wait for the device before unmapping");
             }
             for (const auto& s : spans_) {
-                s->for_each_run(0, s->bytes / granularity_, true, [&](std::size_t first, std::size_t last) {
-                    memory().unmap(reinterpret_cast<void*>(granule_address(*s, first)), (last - first) * granularity_);
+                s->for_each_run(0, s->bytes / grid_.bytes, true, [&](std::size_t first, std::size_t last) {
+                    memory().unmap(reinterpret_cast<void*>(grid_.address(*s, first)), (last - first) * grid_.bytes);
                 });
             }
         }
@@ -226,13 +229,13 @@ public:
                 [&](const block& b) {
                     const auto& index = s->small ? small_free_ : large_free_;
                     POOLKIT_VERIFY(index.find(b) != index.end(), "a free block missing from its size index");
-                    const auto [first, last] = releasable(b);
+                    const auto [first, last] = grid_.releasable(b);
                     POOLKIT_VERIFY(b.cached == s->count(first, last, true), "a free block's cached count drifted");
                     cached += b.cached;
                     ++free_count;
                 },
                 [&](const block& b) {
-                    const auto [first, last] = touched(b);
+                    const auto [first, last] = grid_.touched(b);
                     POOLKIT_VERIFY(s->count(first, last, false) == 0, "a live block on an unmapped granule");
                     live += b.bytes;
                     ++live_count;
@@ -242,7 +245,7 @@ public:
                 POOLKIT_VERIFY((s->starts[w] & ~s->mapped[w]) == 0, "an allocation starts on an unmapped granule");
                 POOLKIT_VERIFY((s->mapped[w] & ~previous & ~s->starts[w]) == 0, "a mapped run does not start an allocation");
             }
-            mapped += s->count(0, s->bytes / granularity_, true);
+            mapped += s->count(0, s->bytes / grid_.bytes, true);
         }
         for (const block& b : cached_) {
             POOLKIT_VERIFY(b.free && b.cached > 0, "the cached list holds a block with nothing cached");
@@ -264,9 +267,9 @@ public:
     // Bytes handed out (whole blocks); mapped by this pool (its physical footprint); mapped but
     // wholly free (the cache); the most mapped and the most live at once.
     [[nodiscard]] std::size_t live_bytes() const noexcept { return live_bytes_; }
-    [[nodiscard]] std::size_t reserved_bytes() const noexcept { return mapped_granules_ * granularity_; }
-    [[nodiscard]] std::size_t cached_bytes() const noexcept { return cached_granules_ * granularity_; }
-    [[nodiscard]] std::size_t peak_reserved_bytes() const noexcept { return peak_mapped_granules_ * granularity_; }
+    [[nodiscard]] std::size_t reserved_bytes() const noexcept { return mapped_granules_ * grid_.bytes; }
+    [[nodiscard]] std::size_t cached_bytes() const noexcept { return cached_granules_ * grid_.bytes; }
+    [[nodiscard]] std::size_t peak_reserved_bytes() const noexcept { return peak_mapped_granules_ * grid_.bytes; }
     [[nodiscard]] std::size_t peak_live_bytes() const noexcept { return peak_live_bytes_; }
     [[nodiscard]] std::size_t live_blocks() const noexcept { return live_.size(); }
     [[nodiscard]] std::size_t chunks() const noexcept { return spans_.size(); }
@@ -293,18 +296,8 @@ private:
     using span = detail::expandable_parts::span;
     using by_size = detail::expandable_parts::by_size;
     using by_address = detail::expandable_parts::by_address;
+    using placement = detail::expandable_parts::placement;
     using memory_type = typename detail::referent<Upstream>::type;
-
-    static constexpr int max_candidates = 64;
-
-    // Where a request goes: a free block, the start in it, how many granules must be mapped, and
-    // how many granules it pins that no live block pinned yet.
-    struct placement {
-        block* where = nullptr;
-        std::uintptr_t start = 0;
-        std::size_t unmapped = 0;
-        std::size_t pins = 0;
-    };
 
     // Granules [first, last) of a span that a trim leaves mapped: those a placement is about to use.
     struct kept {
@@ -334,139 +327,23 @@ private:
             return m.capacity();
     }
     std::size_t round_to_granule(std::size_t bytes) const {
-        const auto rounded = checked_align_up(std::max(bytes, granularity_), granularity_);
+        const auto rounded = checked_align_up(std::max(bytes, grid_.bytes), grid_.bytes);
         if (!rounded) throw std::invalid_argument("poolkit: expandable span too large");
         return *rounded;
     }
 
-    std::uintptr_t granule_address(const span& s, std::size_t granule) const noexcept { return s.address + granule * granularity_; }
-    // The granules a block touches, and those wholly inside it.
-    std::pair<std::size_t, std::size_t> touched(const block& b) const noexcept {
-        return {(b.address - b.owner->address) / granularity_, (b.end() - b.owner->address + granularity_ - 1) / granularity_};
-    }
-    std::pair<std::size_t, std::size_t> interior(const block& b) const noexcept {
-        const std::size_t first = (b.address - b.owner->address + granularity_ - 1) / granularity_;
-        const std::size_t last = (b.end() - b.owner->address) / granularity_;
-        return {first, std::max(first, last)};
-    }
-    // The granules of free block `b` that hold only allocations wholly inside it: its cache.
-    std::pair<std::size_t, std::size_t> releasable(const block& b) const noexcept {
-        const auto [first, last] = interior(b);
-        return b.owner->whole_within(first, last);
-    }
-    std::size_t unmapped_under(const span& s, std::uintptr_t start, std::size_t bytes) const noexcept {
-        const std::size_t first = (start - s.address) / granularity_;
-        const std::size_t last = (start + bytes - s.address + granularity_ - 1) / granularity_;
-        return s.count(first, last, false);
-    }
-
     bool is_small(std::size_t rounded) const noexcept { return rounded <= options_.small_size; }
 
-    // Where a request goes; where == nullptr: nothing fits.
-    // Small: among the best-fitting free blocks (at most options.candidates), the first (smallest)
-    // with an end whose granules are all mapped, else a mapped stretch inside one of them, else the
-    // one that maps fewest granules. In a block, the end (low or high) that pins fewer granules no
-    // live block pinned yet: sharing a granule with a live neighbour is free.
-    // Large: a large block maps many granules, and once the budget is reached each one mapped is
-    // one unmapped elsewhere, so every free block that fits is searched, smallest first, for the
-    // placement that maps fewest (least_unmapped); the search stops at the first that maps none.
-    // Blocks that cannot beat the best so far are skipped, and so are, for a large request, those
-    // that must map more than `most_unmapped` granules (try_allocate_cached accepts 0).
+    // Where a request goes (detail/expandable_search.hpp); where == nullptr: nothing fits. A large
+    // request must map at most `most_unmapped` granules (try_allocate_cached accepts 0).
     placement find(std::size_t rounded, std::size_t alignment, std::size_t most_unmapped = std::numeric_limits<std::size_t>::max()) {
-        const std::size_t spanned = (rounded + granularity_ - 1) / granularity_;  // granules a placement touches, at least
-        // At most a free block's cache and an allocation at each end are mapped under a placement
-        // in it (no physical allocation is longer than mapping_granules_, and a small span's are a
-        // granule each): the fewest granules any placement in it can leave to map.
-        const auto least_to_map = [&](const block& b, std::size_t per_allocation) {
-            const std::size_t most_mapped = b.cached + 2 * per_allocation;
-            return spanned > most_mapped ? spanned - most_mapped : 0;
-        };
-        if (!is_small(rounded)) {
-            placement best;
-            for (auto it = large_free_.lower_bound(by_size::key{rounded, 0}, by_size{}); it != large_free_.end(); ++it) {
-                const std::size_t least = least_to_map(*it, mapping_granules_);
-                if (least > most_unmapped || (best.where != nullptr && least >= best.unmapped)) continue;
-                const placement here = least_unmapped(*it, rounded, alignment);
-                if (here.where != nullptr && (best.where == nullptr || here.unmapped < best.unmapped)) best = here;
-                if (best.where != nullptr && best.unmapped == 0) break;
-            }
-            return best;
-        }
-        placement best;
-        block* seen[max_candidates];
-        int count = 0;
-        for (auto it = small_free_.lower_bound(by_size::key{rounded, 0}, by_size{}); it != small_free_.end() && count < options_.candidates;
-             ++it) {
-            block& b = *it;
-            const std::uintptr_t low = align_up(b.address, alignment);
-            if (low < b.address || low - b.address > b.bytes - rounded) continue;
-            seen[count++] = &b;
-            placement here = score(b, low, rounded);
-            const std::uintptr_t high = align_down(b.end() - rounded, alignment);
-            if (here.unmapped == 0 && here.pins == 0) return here;
-            if (high != low) {
-                const placement other = score(b, high, rounded);
-                if (other.unmapped < here.unmapped || (other.unmapped == here.unmapped && other.pins < here.pins)) here = other;
-            }
-            if (here.unmapped == 0) return here;
-            if (best.where == nullptr || here.unmapped < best.unmapped) best = here;
-        }
-        for (int i = 0; i < count; ++i) {
-            if (least_to_map(*seen[i], 1) > 0) continue;
-            const placement inside = least_unmapped(*seen[i], rounded, alignment);
-            if (inside.where != nullptr && inside.unmapped == 0) return inside;
-        }
-        return best;
-    }
-
-    // The start in free block `b` for `rounded` bytes at `alignment` that leaves fewest granules
-    // to map (then pins fewest): one of b's ends, or a window that starts or ends with a mapped
-    // stretch of b; the low end whenever it needs no mapping, whatever it pins (it keeps the rest
-    // of b in one piece). where == nullptr: it does not fit. O(granules of b / 64 + mapped stretches).
-    placement least_unmapped(block& b, std::size_t rounded, std::size_t alignment) const noexcept {
-        placement best;
-        const auto consider = [&](std::uintptr_t start) {
-            if (start < b.address || start > b.end() || b.end() - start < rounded) return;
-            const placement here = score(b, start, rounded);
-            if (best.where == nullptr || here.unmapped < best.unmapped || (here.unmapped == best.unmapped && here.pins < best.pins)) {
-                best = here;
-            }
-        };
-        const span& s = *b.owner;
-        const std::uintptr_t low = align_up(b.address, alignment);
-        if (low < b.address || low - b.address > b.bytes - rounded) return best;
-        consider(low);
-        if (best.unmapped == 0) return best;
-        consider(align_down(b.end() - rounded, alignment));
-        if (best.unmapped == 0) return best;
-        const auto [first, last] = touched(b);
-        s.for_each_run(first, last, true, [&](std::size_t a, std::size_t z) {
-            if (best.unmapped == 0 && best.pins == 0) return;
-            consider(align_up(std::max(b.address, granule_address(s, a)), alignment));
-            const std::uintptr_t end = std::min(b.end(), granule_address(s, z));
-            if (end - b.address >= rounded) consider(align_down(end - rounded, alignment));
-        });
-        return best;
-    }
-
-    placement score(block& b, std::uintptr_t start, std::size_t rounded) const noexcept {
-        const span& s = *b.owner;
-        const std::size_t first = (start - s.address) / granularity_;
-        const std::size_t last = (start + rounded - s.address + granularity_ - 1) / granularity_;
-        // The granules at b's ends are pinned by its live neighbours where they reach into them.
-        const std::size_t head = b.address - s.address, tail = b.end() - s.address;
-        const bool shared_first = head % granularity_ != 0 && head / granularity_ == first;
-        const bool shared_last = tail % granularity_ != 0 && tail / granularity_ == last - 1;
-        std::size_t pins = last - first;
-        if (shared_first) --pins;
-        if (shared_last && (last - 1 != first || !shared_first)) --pins;
-        return {&b, start, s.count(first, last, false), pins};
+        if (is_small(rounded)) return detail::expandable_parts::find_small(grid_, small_free_, rounded, alignment, options_.candidates);
+        return detail::expandable_parts::find_large(grid_, large_free_, rounded, alignment, most_unmapped);
     }
 
     kept keep_under(const placement& found, std::size_t rounded) const noexcept {
-        const span& s = *found.where->owner;
-        return {found.where, (found.start - s.address) / granularity_,
-                (found.start + rounded - s.address + granularity_ - 1) / granularity_};
+        const auto [first, last] = grid_.under(*found.where->owner, found.start, rounded);
+        return {found.where, first, last};
     }
 
     // A placement that needs mapping (or a new span): maps within the budget, trimming the cache
@@ -475,10 +352,10 @@ private:
         if (found.where == nullptr) {
             block& fresh = claim_span(rounded, alignment);
             const std::uintptr_t start = align_up(fresh.address, alignment);
-            found = {&fresh, start, unmapped_under(*fresh.owner, start, rounded)};
+            found = {&fresh, start, grid_.unmapped_under(*fresh.owner, start, rounded)};
         }
-        const std::size_t needed = found.unmapped * granularity_;
-        const auto state = [&] { return mapping_state{live_bytes_ + rounded, peak_live_bytes_, reserved_bytes(), needed, granularity_}; };
+        const std::size_t needed = found.unmapped * grid_.bytes;
+        const auto state = [&] { return mapping_state{live_bytes_ + rounded, peak_live_bytes_, reserved_bytes(), needed, grid_.bytes}; };
         // The policy's unmaps, and as many more as the upstream's physical limit needs (it may
         // serve other pools too).
         std::size_t excess = policy_.unmap_first(state());
@@ -496,19 +373,19 @@ private:
         const block& where = *found.where;
         const std::size_t left = physical_left();
         const std::size_t ahead =
-            !where.owner->small && left > needed ? align_down(std::min(policy_.map_ahead(state()), left - needed), granularity_) : 0;
+            !where.owner->small && left > needed ? align_down(std::min(policy_.map_ahead(state()), left - needed), grid_.bytes) : 0;
         std::uintptr_t first = found.start, last = found.start + rounded;
         if (ahead > 0 && last < where.end()) {
-            last = std::min<std::uintptr_t>(where.end(), align_up(last, granularity_) + ahead);
+            last = std::min<std::uintptr_t>(where.end(), align_up(last, grid_.bytes) + ahead);
         } else if (ahead > 0 && first > where.address) {
             first = std::max<std::uintptr_t>(
-                where.address, align_down(first, granularity_) - std::min<std::uintptr_t>(ahead, align_down(first, granularity_)));
+                where.address, align_down(first, grid_.bytes) - std::min<std::uintptr_t>(ahead, align_down(first, grid_.bytes)));
         }
         // Without mapping_bytes the block and what is mapped ahead take one map call; with it the
         // ahead is mapped apart (near the limit too, where both are granule by granule), so that
         // no allocation holds both (the block would pin it), and failing to map it changes
         // nothing: it is a bet.
-        const bool apart = mapping_granules_ > 1;
+        const bool apart = grid_.per_allocation > 1;
         const std::uintptr_t own_first = apart ? found.start : first, own_last = apart ? found.start + rounded : last;
         try {
             map_range(*where.owner, own_first, own_last - own_first);
@@ -537,7 +414,7 @@ private:
     // map a granule per allocation too: a live block pins the allocations it touches whole, so
     // what is mapped from there on can all be given back once free (what was mapped in larger
     // allocations before stays as it was). Under a limit that low, mapping_bytes never applies.
-    bool near_limit() const { return physical_left() < 64 * mapping_granules_ * granularity_; }
+    bool near_limit() const { return physical_left() < 64 * grid_.per_allocation * grid_.bytes; }
 
     // Bytes the upstream can still map before its physical limit, whoever maps them.
     std::size_t physical_left() const {
@@ -551,17 +428,16 @@ private:
     // and not near_limit(), map_pieces. Small spans keep a granule each, so that a live small block pins only its own.
     // Strong guarantee: on failure what this call mapped is unmapped again.
     void map_range(span& s, std::uintptr_t start, std::size_t bytes) {
-        const std::size_t first = (start - s.address) / granularity_;
-        const std::size_t last = (start + bytes - s.address + granularity_ - 1) / granularity_;
+        const auto [first, last] = grid_.under(s, start, bytes);
         std::vector<std::pair<std::size_t, std::size_t>> runs;
         s.for_each_run(first, last, false, [&](std::size_t a, std::size_t b) { runs.emplace_back(a, b); });
         std::size_t done = 0;
         try {
             for (; done < runs.size(); ++done) {
                 const auto [a, b] = runs[done];
-                void* at = reinterpret_cast<void*>(granule_address(s, a));
-                if (s.small || mapping_granules_ == 1 || near_limit()) {
-                    memory().map(at, (b - a) * granularity_);
+                void* at = reinterpret_cast<void*>(grid_.address(s, a));
+                if (s.small || grid_.per_allocation == 1 || near_limit()) {
+                    memory().map(at, (b - a) * grid_.bytes);
                     s.set_mapped(a, b, true);
                     ++map_calls_;
                 } else {
@@ -572,7 +448,7 @@ private:
         } catch (...) {
             for (std::size_t i = 0; i < done; ++i) {  // fresh: nothing can use them yet
                 const auto [a, b] = runs[i];
-                memory().unmap(reinterpret_cast<void*>(granule_address(s, a)), (b - a) * granularity_);
+                memory().unmap(reinterpret_cast<void*>(grid_.address(s, a)), (b - a) * grid_.bytes);
                 s.set_unmapped(a, b);
                 mapped_granules_ -= b - a;
                 ++unmap_calls_;
@@ -582,21 +458,21 @@ private:
         peak_mapped_granules_ = std::max(peak_mapped_granules_, mapped_granules_);
     }
 
-    // Maps granules [a, b) of large span `s` as allocations of at most mapping_granules_, aligned
+    // Maps granules [a, b) of large span `s` as allocations of at most grid_.per_allocation, aligned
     // to that within the span. Strong guarantee.
     void map_pieces(span& s, std::size_t a, std::size_t b) {
         std::size_t g = a;
         try {
             while (g < b) {
-                const std::size_t end = std::min(b, (g / mapping_granules_ + 1) * mapping_granules_);
-                memory().map_whole(reinterpret_cast<void*>(granule_address(s, g)), (end - g) * granularity_);
+                const std::size_t end = std::min(b, (g / grid_.per_allocation + 1) * grid_.per_allocation);
+                memory().map_whole(reinterpret_cast<void*>(grid_.address(s, g)), (end - g) * grid_.bytes);
                 s.set_mapped(g, end, false);
                 ++map_calls_;
                 g = end;
             }
         } catch (...) {
             if (g > a) {
-                memory().unmap(reinterpret_cast<void*>(granule_address(s, a)), (g - a) * granularity_);
+                memory().unmap(reinterpret_cast<void*>(grid_.address(s, a)), (g - a) * grid_.bytes);
                 s.set_unmapped(a, g);
             }
             throw;
@@ -621,7 +497,7 @@ private:
         for (auto it = cached_.begin(); it != cached_.end() && unmapped < bytes;) {
             block& b = *it;
             ++it;
-            const auto [first, last] = interior(b);
+            const auto [first, last] = grid_.interior(b);
             span& s = *b.owner;
             // Whole allocations only: one reaching into a live block or the kept range stays.
             const auto drop_within = [&](std::size_t from, std::size_t to, const auto& drop) {
@@ -629,20 +505,20 @@ private:
                 s.for_each_run(a, z, true, drop);
             };
             std::size_t dropped = 0;
-            const bool by_allocation = mapping_granules_ == 1 || !s.small;
+            const bool by_allocation = grid_.per_allocation == 1 || !s.small;
             const auto drop = [&](std::size_t a, std::size_t z) {
                 if (by_allocation) {  // the fewest whole allocations at the run's high end
-                    const std::size_t done = unmapped + dropped * granularity_;
+                    const std::size_t done = unmapped + dropped * grid_.bytes;
                     if (done >= bytes) return;
                     const std::size_t left = bytes - done;  // bytes may be SIZE_MAX (release)
-                    const std::size_t wanted = left / granularity_ + (left % granularity_ != 0 ? 1 : 0);
+                    const std::size_t wanted = left / grid_.bytes + (left % grid_.bytes != 0 ? 1 : 0);
                     if (z - a > wanted) a = s.last_start(a, z - wanted + 1);
                 }
                 if (!waited) {
                     memory().synchronize();
                     waited = true;
                 }
-                memory().unmap(reinterpret_cast<void*>(granule_address(s, a)), (z - a) * granularity_);
+                memory().unmap(reinterpret_cast<void*>(grid_.address(s, a)), (z - a) * grid_.bytes);
                 s.set_unmapped(a, z);
                 dropped += z - a;
                 ++unmap_calls_;
@@ -653,7 +529,7 @@ private:
             } else {
                 drop_within(first, last, drop);
             }
-            unmapped += dropped * granularity_;
+            unmapped += dropped * grid_.bytes;
             mapped_granules_ -= dropped;
             cached_granules_ -= dropped;
             b.cached -= dropped;
@@ -669,8 +545,8 @@ private:
     block& claim_span(std::size_t rounded, std::size_t alignment) {
         const bool small = is_small(rounded);
         const std::size_t wanted = small ? options_.small_span_bytes : options_.span_bytes;
-        const auto padded = checked_add(rounded, alignment > granularity_ ? alignment : 0);
-        const auto needed = padded ? checked_align_up(std::max(*padded, granularity_), granularity_) : std::nullopt;
+        const auto padded = checked_add(rounded, alignment > grid_.bytes ? alignment : 0);
+        const auto needed = padded ? checked_align_up(std::max(*padded, grid_.bytes), grid_.bytes) : std::nullopt;
         if (!needed || *needed > memory().capacity()) {
             memory_figures refused = figures(rounded, alignment);
             refused.limit_bytes = memory().capacity();
@@ -699,7 +575,7 @@ private:
         std::unique_ptr<span> fresh;
         block* whole = nullptr;
         try {
-            fresh = std::make_unique<span>(reinterpret_cast<std::uintptr_t>(claimed), bytes, granularity_, small);
+            fresh = std::make_unique<span>(reinterpret_cast<std::uintptr_t>(claimed), bytes, grid_.bytes, small);
             whole = blocks_.make(fresh->address, bytes, fresh.get());
         } catch (...) {
             memory().unclaim(claimed, bytes);
@@ -715,7 +591,7 @@ private:
     void give_back_empty_spans() noexcept {
         std::erase_if(spans_, [this](const std::unique_ptr<span>& s) {
             block& only = s->blocks.front();
-            if (!only.free || only.bytes != s->bytes || s->count(0, s->bytes / granularity_, true) != 0) return false;
+            if (!only.free || only.bytes != s->bytes || s->count(0, s->bytes / grid_.bytes, true) != 0) return false;
             forget_free(only);
             s->blocks.clear_and_dispose([this](block* b) { blocks_.destroy(b); });
             memory().unclaim(reinterpret_cast<void*>(s->address), s->bytes);
@@ -725,7 +601,7 @@ private:
 
     // Files a free block in its size index and, with its cached granules counted, in the cache.
     void file_free(block& b) noexcept {
-        const auto [first, last] = releasable(b);
+        const auto [first, last] = grid_.releasable(b);
         b.cached = b.owner->count(first, last, true);
         (b.owner->small ? small_free_ : large_free_).insert(b);
         if (b.cached > 0) {
@@ -763,8 +639,7 @@ private:
     Upstream upstream_;
     expandable_options options_;
     Policy policy_;
-    std::size_t granularity_ = 0;
-    std::size_t mapping_granules_ = 1;  // granules per physical allocation of a large span
+    detail::expandable_parts::grid grid_;  // the memory's granularity; granules per physical allocation of a large span
     // Declared before the indexes, so that the indexes go first on destruction.
     detail::node_pool<block> blocks_;
     std::vector<std::unique_ptr<span>> spans_;
