@@ -16,10 +16,10 @@ poolkit-replay on it, which prints each composition's ns/op and peak reserved / 
 What is read: `alloc` is an allocation, `free_requested` (the program's free, on the block's stream)
 a free, placed where its `free_completed` took effect when that came later (a block used on other
 streams, record_stream: until then the memory could not be reused); segment and `snapshot` entries
-describe PyTorch's own allocator and are left out. PyTorch keeps at most max_entries events: where
-the oldest were dropped, a block freed with no allocation seen was alive from the start, and so is
-a block the snapshot's segments show allocated that the history never mentions; both are
-allocated at the start of the trace and counted in the report. poolkit-replay comes from --replay, POOLKIT_REPLAY or PATH. Exit status:
+describe PyTorch's own allocator and are left out. A history starts where recording began (the model's
+weights are usually older) and keeps at most max_entries events: a block freed with no allocation
+seen was alive from the start, and so is a block the snapshot's segments show allocated that the
+history never mentions; both are allocated at the start of the trace and counted in the report. poolkit-replay comes from --replay, POOLKIT_REPLAY or PATH. Exit status:
 poolkit-replay's; 2 for a file that is not a snapshot, or a bad command line.
 """
 import argparse
@@ -38,13 +38,16 @@ HEADER = "Thread,Time,Action,Pointer,Size,Stream\n"
 
 
 def load_snapshot(path):
-    """The snapshot dict of a PyTorch memory snapshot file; PoolkitError naming the file otherwise."""
+    """The snapshot dict of a PyTorch memory snapshot file, plain or gzip-compressed; PoolkitError
+    naming the file otherwise."""
     try:
         with open(path, "rb") as f:
+            compressed = f.read(2) == b"\x1f\x8b"
+        with (gzip.open if compressed else open)(path, "rb") as f:
             snapshot = pickle.load(f)
     except FileNotFoundError:
         raise PoolkitError(f"{path}: no such file") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError) as error:
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, ImportError, IndexError, OSError) as error:
         raise PoolkitError(f"{path}: not a PyTorch memory snapshot (pickle could not read it: {error})") from None
     if not isinstance(snapshot, dict) or not isinstance(snapshot.get("device_traces"), list):
         raise PoolkitError(f"{path}: not a PyTorch memory snapshot (no device_traces: was it written by "
@@ -105,7 +108,7 @@ def convert(snapshot, device=None):
             if address not in live:
                 if address in seen:
                     raise PoolkitError(f"device_traces[{device}][{index}]: free of {address:#x}, which was freed already")
-                # Its allocation was dropped from the ring buffer: alive from the start.
+                # Allocated before the history begins (recorded later, or dropped by max_entries).
                 at_start.append((0, "allocate", address, size, stream))
                 seen.add(address)
                 report["freed_unseen"] += 1
@@ -160,8 +163,9 @@ def describe(report):
     if report["pending_at_end"]:
         text += f"; {report['pending_at_end']} frees still waiting on other streams at the end, replayed as live"
     if report["freed_unseen"] or report["alive_throughout"]:
-        text += (f"; the history's start was dropped (max_entries): {report['freed_unseen']} blocks freed with no "
-                 f"allocation seen and {report['alive_throughout']} alive throughout, allocated at the start")
+        text += (f"; {report['freed_unseen']} blocks freed with no allocation seen and {report['alive_throughout']} alive "
+                 f"throughout are older than the history (recording began later, or max_entries dropped the oldest "
+                 f"entries): allocated at the start")
     return text
 
 
@@ -228,7 +232,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m poolkit.replay",
                                      description="Replays a PyTorch memory snapshot's allocation history under poolkit's "
                                                  "compositions (poolkit-replay); arguments after -- go to poolkit-replay.")
-    parser.add_argument("snapshot", help="a pickle from torch.cuda.memory._dump_snapshot(), with history recorded")
+    parser.add_argument("snapshot", help="a pickle from torch.cuda.memory._dump_snapshot(), with history recorded (or it gzipped)")
     parser.add_argument("--device", type=int, help="the device whose history to replay (needed where several have one)")
     parser.add_argument("--convert", metavar="OUT.csv[.gz]", help="only write the trace there")
     parser.add_argument("--replay", metavar="PATH", help="the poolkit-replay program")
