@@ -22,6 +22,9 @@ ALLOCATORS = {
     # Mapped memory following live memory whatever it costs in driver calls (the C++
     # expandable_options::exact_follow()): the least footprint where shapes repeat.
     "poolkit expandable/exact": ({}, "expandable", {"max_peak_slack": 0, "mapping_bytes": 0}),
+    # Nothing unmapped until empty_cache and nothing mapped ahead: PyTorch expandable_segments'
+    # policy over poolkit's placement (the C++ keep_mapped policy; the replay's expandable/keep_mapped).
+    "poolkit expandable/keep_mapped": ({}, "expandable", {"peak_slack": 1000, "max_peak_slack": 1000, "cache_fraction": 0}),
     # alloc and free alone, as PyTorch's Python CUDAPluggableAllocator wires them (no hooks extension)
     "poolkit caching, no hooks": ({"POOLKIT_TORCH_HOOKS": "0"}, "caching", {}),
 }

@@ -51,6 +51,12 @@ expect_run("the table explains its picks" 0 "pool: the lowest ratio among those"
 # The upstream takes both allocations in each pass: counted per pass, not over both.
 expect_run("upstream allocations per pass" 0 "\"upstream_allocs\":2,\"warm_upstream_allocs\":2}" good.csv --json --composition=upstream)
 expect_run("upstream allocations per pass, in the table" 0 "2 / 2" good.csv --composition=upstream)
+# --passes: the warm figures are the last pass's alone (2 allocations, not the 4 of both warm passes).
+expect_run("--passes" 0 "\"passes\":3,\"upstream_allocs\"" good.csv --json --composition=upstream --passes=3)
+expect_run("--passes reports the last pass" 0 "\"upstream_allocs\":2,\"warm_upstream_allocs\":2}" good.csv --json
+  --composition=upstream --passes=3)
+expect_run("--passes in the table" 0 "ns/op: warm pass, the last of 3" good.csv --composition=upstream --passes=3)
+expect_run("--passes 1" 2 "--passes: Value 1 not in range" good.csv --passes=1)
 expect_run("--capture-checks" 0 "\"composition\":\"caching\"" good.csv --json --composition=caching --capture-checks=announced)
 expect_run("--capture-checks of no mode" 2 "--capture-checks: sometimes not in {every_call,announced,never}" good.csv
   --capture-checks=sometimes)

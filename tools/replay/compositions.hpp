@@ -56,6 +56,9 @@ struct run_settings {
     capture_check captures = capture_check::every_call;  // for compositions that check (CUDA graphs)
     // Set on every expandable composition's options, in order (--expandable-option NAME=VALUE).
     std::vector<std::pair<std::string, std::string>> expandable_options;
+    // Passes over the trace (--passes): the first is the cold pass, the last the warm pass whose
+    // figures are reported; those between let a composition settle.
+    std::size_t passes = 2;
     // The cold pass's event after which the composition's layout is taken (--snapshot), where it
     // can be walked: PyTorch's snapshot "segments" (observe/snapshot.hpp) into run_figures.
     std::optional<std::size_t> snapshot_after;
@@ -89,9 +92,10 @@ physical_ops physical_ops_of(const Memory& memory) {
 
 struct run_figures {
     replay_result cold;
-    replay_result warm;
+    replay_result warm;  // the last pass
+    std::size_t passes = 2;  // the cold pass, then passes - 1 warm ones
     std::size_t peak_reserved_bytes = 0;
-    // Upstream allocations in the cold (first) pass, and in the warm one; unknown where the
+    // Upstream allocations in the cold (first) pass, and in the warm (last) one; unknown where the
     // upstream is a driver pool.
     std::optional<std::size_t> upstream_allocs;
     std::optional<std::size_t> warm_upstream_allocs;
@@ -128,9 +132,10 @@ struct composition {
     std::function<run_figures(const trace&, const run_settings&)> run;
 };
 
-// Replays `t` twice through `resource`, reading reserved bytes from `reserved()` as it goes, and
-// after each pass the upstream's allocations so far from `upstream_calls()` and the physical
-// operations so far from `ops()` (std::nullopt: unknown).
+// Replays `t` settings.passes times (at least twice) through `resource`, reading reserved bytes
+// from `reserved()` as it goes, and around the cold and the last pass the upstream's allocations
+// so far from `upstream_calls()` and the physical operations so far from `ops()` (std::nullopt:
+// unknown).
 template <class R, class Reserved, class UpstreamCalls, class Ops = std::optional<physical_ops> (*)(),
           class Layout = std::optional<std::string> (*)()>
 run_figures measure_replay(
@@ -141,30 +146,40 @@ run_figures measure_replay(
     const std::size_t total = t.events.size();
     const std::size_t sample_every = settings.samples == 0 ? 0 : std::max<std::size_t>(1, total / settings.samples);
     const std::size_t progress_every = std::max<std::size_t>(1, total / 100);
+    const std::size_t passes = std::max<std::size_t>(2, settings.passes);
+    figures.passes = passes;
     std::size_t live = 0;
     figures.cold = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
         live = e.action == trace_action::allocate ? live + e.bytes : live - e.bytes;
         if (sample_every != 0 && (index % sample_every == 0 || index + 1 == total)) {
             figures.samples.push_back({index, live, reserved()});
         }
-        if (settings.progress && (index % progress_every == 0 || index + 1 == total)) settings.progress(index + 1, 2 * total);
+        if (settings.progress && (index % progress_every == 0 || index + 1 == total)) settings.progress(index + 1, passes * total);
         if (settings.after_event) settings.after_event(e);
         if (settings.snapshot_after == index) figures.snapshot = layout();
     });
     const std::optional<std::size_t> after_cold = upstream_calls();
     const std::optional<physical_ops> ops_after_cold = ops();
-    figures.warm = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
-        if (settings.progress && index % progress_every == 0) settings.progress(total + index + 1, 2 * total);
-        if (settings.after_event) settings.after_event(e);
-    });
-    if (settings.progress) settings.progress(2 * total, 2 * total);
-    if (const std::optional<std::size_t> after_warm = upstream_calls(); after_cold && after_warm) {
-        figures.upstream_allocs = *after_cold;
-        figures.warm_upstream_allocs = *after_warm - *after_cold;
+    std::optional<std::size_t> before_warm = after_cold;
+    std::optional<physical_ops> ops_before_warm = ops_after_cold;
+    for (std::size_t pass = 1; pass < passes; ++pass) {
+        if (pass + 1 == passes) {
+            before_warm = upstream_calls();
+            ops_before_warm = ops();
+        }
+        figures.warm = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
+            if (settings.progress && index % progress_every == 0) settings.progress(pass * total + index + 1, passes * total);
+            if (settings.after_event) settings.after_event(e);
+        });
     }
-    if (const std::optional<physical_ops> ops_after_warm = ops(); ops_after_cold && ops_after_warm) {
+    if (settings.progress) settings.progress(passes * total, passes * total);
+    if (const std::optional<std::size_t> after_warm = upstream_calls(); after_cold && before_warm && after_warm) {
+        figures.upstream_allocs = *after_cold;
+        figures.warm_upstream_allocs = *after_warm - *before_warm;
+    }
+    if (const std::optional<physical_ops> ops_after_warm = ops(); ops_after_cold && ops_before_warm && ops_after_warm) {
         figures.cold_ops = *ops_after_cold;
-        figures.warm_ops = *ops_after_warm - *ops_after_cold;
+        figures.warm_ops = *ops_after_warm - *ops_before_warm;
     }
     return figures;
 }

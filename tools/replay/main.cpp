@@ -10,6 +10,7 @@
 //   --snapshot=FILE     one composition's layout at one trace's peak, as PyTorch's snapshot JSON
 //   --expandable-option=NAME=VALUE   an expandable_options field on every expandable composition
 //   --streams=N         each trace spread over N streams   --lag=K   simulated streams lag K events
+//   --passes=N          N passes over each trace, the last reported as the warm one (default 2)
 //   --progress / --no-progress   a progress bar on stderr (default: when stderr is a terminal)
 // The command line and every trace are checked before anything is replayed, and nothing is written
 // then: an --svg or --snapshot FILE that is an input, looks like a trace (.csv, .gz) or lies in a
@@ -84,6 +85,7 @@ struct command_line {
     std::optional<bool> progress;
     std::size_t streams = 0;  // 0: the trace's own streams
     std::size_t lag = 0;  // 0: simulated streams are always done (completed_events)
+    std::size_t passes = 2;  // the cold pass, then warm ones: the last is reported
     std::string captures = "every_call";  // when stream-ordered compositions ask about CUDA graph capture
     std::vector<std::pair<std::string, std::string>> expandable_options;  // --expandable-option, in order
     bool json = false;
@@ -158,6 +160,11 @@ command_line parse_arguments(int argc, char** argv) {
         ->type_name("NAME=VALUE")
         ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    app.add_option("--passes", options.passes,
+                   "replay each trace N times: the first is the cold pass, the last the warm pass whose figures are "
+                   "shown (default 2); peak reserved is over all of them. A program runs its steps thousands of times: "
+                   "more passes show whether a composition settles, or keeps creating and releasing physical memory")
+        ->check(CLI::Range(2, 1000));
     app.add_flag("--json", options.json, "one JSON object per line instead of the table");
     app.add_option("--svg", svg, "also write live and reserved bytes over each trace, as SVG, to FILE")->type_name("FILE");
     app.add_option("--snapshot", snapshot,
@@ -441,6 +448,7 @@ int run(const command_line& options) {
                 settings.after_event = [&lagging](const trace_event& e) { lagging->after(e); };
             }
             settings.samples = options.svg ? 1500 : 0;
+            settings.passes = options.passes;
             if (options.snapshot) settings.snapshot_after = first_peak(t);
             settings.expandable_options = options.expandable_options;
             settings.captures = options.captures == "announced" ? capture_check::announced

@@ -213,14 +213,19 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
             if (pool == nullptr || o.ratio() < pool->ratio()) pool = &o;
         }
     }
+    std::size_t passes = 2;
+    for (const outcome& o : outcomes) {
+        if (o.figures) passes = o.figures->passes;
+    }
+    const std::string warm = passes == 2 ? "warm second pass" : "warm pass, the last of " + std::to_string(passes);
     std::fprintf(out,
-                 "\nbest per trace (upstream: %.*s; ratio = peak reserved / peak live; ns/op: warm second pass):\n"
+                 "\nbest per trace (upstream: %.*s; ratio = peak reserved / peak live over every pass; ns/op: %s):\n"
                  "  any:  the lowest ratio of every composition but `upstream`\n"
                  "  pool: the lowest ratio among those that called the upstream for at most one event in a hundred\n"
                  "        in the cold pass (over virtual memory: created a physical allocation, and created or released\n"
                  "        as few in the warm pass), where that is not the same composition (a ratio bought with a driver\n"
                  "        call per few events is no pool on a GPU)\n",
-                 static_cast<int>(upstream.size()), upstream.data());
+                 static_cast<int>(upstream.size()), upstream.data(), warm.c_str());
     const auto line = [&](const char* label, const std::string& trace_name, const outcome* o) {
         if (o == nullptr) return;
         const run_figures& f = *o->figures;
@@ -280,8 +285,11 @@ inline void print_json(std::FILE* out, const outcome& o, std::string_view upstre
                  json_string(o.trace).c_str(), json_string(o.composition).c_str(), json_string(upstream).c_str(), o.events,
                  o.peak_live_bytes);
     if (o.figures) {
-        std::fprintf(out, ",\"ns_per_op\":%.2f,\"cold_ns_per_op\":%.2f,\"peak_reserved_bytes\":%zu,\"ratio\":%.4f,\"upstream_allocs\":",
-                     o.figures->warm.ns_per_op(), o.figures->cold.ns_per_op(), o.figures->peak_reserved_bytes, o.ratio());
+        std::fprintf(out,
+                     ",\"ns_per_op\":%.2f,\"cold_ns_per_op\":%.2f,\"peak_reserved_bytes\":%zu,\"ratio\":%.4f,\"passes\":%zu,"
+                     "\"upstream_allocs\":",
+                     o.figures->warm.ns_per_op(), o.figures->cold.ns_per_op(), o.figures->peak_reserved_bytes, o.ratio(),
+                     o.figures->passes);
         if (o.figures->upstream_allocs && o.figures->warm_upstream_allocs) {
             std::fprintf(out, "%zu,\"warm_upstream_allocs\":%zu", *o.figures->upstream_allocs, *o.figures->warm_upstream_allocs);
         } else {
