@@ -17,11 +17,13 @@
 #include <poolkit/upstream/simulated_vmm_resource.hpp>
 
 #include <cstdlib>
+#include <limits>
 
 namespace {
 
-// One input under one mapping policy: follow_live with options drawn from the input's size, or
-// keep_mapped (PyTorch's expandable_segments), which unmaps only for the physical limit.
+// One input under one mapping policy: follow_live with options drawn from the input's size (an
+// infinite peak_slack, the defaults, keeps what is mapped), or keep_mapped (PyTorch's
+// expandable_segments), which unmaps only for the physical limit.
 template <class Policy>
 void run(const std::uint8_t* data, std::size_t size) {
     constexpr std::size_t granule = std::size_t{64} << 10;
@@ -35,7 +37,7 @@ void run(const std::uint8_t* data, std::size_t size) {
              .small_span_bytes = std::size_t{1} << 20,
              .rounding = std::size_t{256} << (size % 3),
              .cache_fraction = (size % 4) * 0.05,
-             .peak_slack = (size % 3) * 0.05,
+             .peak_slack = size % 11 == 0 ? std::numeric_limits<double>::infinity() : (size % 3) * 0.05,  // infinite: the defaults
              .max_peak_slack = (size % 7) * 0.05,  // below peak_slack at times: raised to it
              .allocations_per_remap = size % 50,  // 0 at times: treated as 1
              .mapping_bytes = size % 3 == 0 ? 0 : granule << (size % 4),

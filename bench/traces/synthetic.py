@@ -7,6 +7,10 @@ files. Use them to check that a policy holds beyond the three captured workloads
 
     python3 bench/traces/synthetic.py OUT_DIR          # every family
     poolkit-replay OUT_DIR/*.csv.gz
+    python3 bench/traces/synthetic.py OUT_DIR --seed 1 --varlen-steps 48   # others of the same shapes
+
+--seed S draws each family from other seeds (NAME_sS.csv.gz), so that a policy is checked on more
+than one draw of each shape; --varlen-steps N sets varlen_training's steps (16).
 
 Families:
   generation         decoder inference with per-layer key/value caches grown by concatenation
@@ -67,10 +71,15 @@ class Trace:
         self.raw.close()
 
 
-def write(family, path):
-    """Writes the named family's trace to path; returns its event count."""
+def write(family, path, seed="", varlen_steps=16):
+    """Writes the named family's trace to path, drawn from the family's name and `seed`; returns
+    its event count."""
     trace = Trace(path)
-    FAMILIES[family](trace, random.Random(family))
+    rng = random.Random(family + seed)
+    if family == "varlen_training":
+        varlen_training(trace, rng, varlen_steps)
+    else:
+        FAMILIES[family](trace, rng)
     trace.close()
     return trace.events
 
@@ -96,11 +105,11 @@ def generation(t, rng):
     t.free_all(weights)
 
 
-def varlen_training(t, rng):
+def varlen_training(t, rng, steps=16):
     layers, hidden, heads, vocab = 12, 1024, 16, 32000
     params = [t.alloc(hidden * hidden * 4 * rng.choice([1, 3, 4])) for _ in range(layers * 4)]
     adam = [t.alloc(p[1]) for p in params for _ in range(2)]
-    for _ in range(16):
+    for _ in range(steps):
         batch, length = rng.choice([4, 8, 16]), rng.choice(range(128, 1025, 64))
         tokens = batch * length
         saved = []
@@ -181,11 +190,15 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", help="folder to write NAME.csv.gz into (made if missing)")
     parser.add_argument("--family", action="append", choices=sorted(FAMILIES), help="only these (repeatable); default: all")
+    parser.add_argument("--seed", default="", help="draw from other seeds: NAME_sSEED.csv.gz (default: the bundled draws)")
+    parser.add_argument("--varlen-steps", type=int, default=16, help="training steps of varlen_training (default 16)")
     args = parser.parse_args()
+    if args.varlen_steps < 1:
+        parser.error("--varlen-steps must be at least 1")
     os.makedirs(args.out, exist_ok=True)
     for name in args.family or list(FAMILIES):
-        path = os.path.join(args.out, f"{name}.csv.gz")
-        print(f"{path}: {write(name, path)} events")
+        path = os.path.join(args.out, f"{name}_s{args.seed}.csv.gz" if args.seed else f"{name}.csv.gz")
+        print(f"{path}: {write(name, path, args.seed, args.varlen_steps)} events")
 
 
 if __name__ == "__main__":

@@ -10,14 +10,15 @@
 //                               reused once every stream that used them (record_use) is done
 // expandable_resource<VirtualMemory, Events>: stream_ordered over one expandable pool of one
 // virtual memory (PyTorch's expandable_segments made of blocks): best fit over virtual address
-// space whose granules are mapped only while used, so the device memory it holds follows the live
-// bytes; record_use; release() as empty_cache unmaps every cached granule.
+// space whose granules are mapped as blocks need them and kept mapped for reuse, as PyTorch's are;
+// record_use; release() as empty_cache unmaps every cached granule (options.peak_slack makes the
+// mapped memory follow the live bytes instead: strategy/expandable_options.hpp).
 //   expandable_device_resource  over cuda_vmm_resource (CUDA's virtual memory management)
 // The synchronized_ forms lock one mutex around every call, for sharing between threads; the
 // per_thread_ forms put a cache per thread in front of that (adaptor/per_thread.hpp), for many
 // threads that each keep their streams.
 // Construct with options: `poolkit::caching_device_resource pool{{}, {.power2_divisions = 4}};`,
-// `poolkit::expandable_device_resource pool{std::in_place, {.cache_fraction = 0.05}, poolkit::cuda_vmm_options{}};` (in place:
+// `poolkit::expandable_device_resource pool{std::in_place, {.peak_slack = 0.05}, poolkit::cuda_vmm_options{}};` (in place:
 // the preset's own options first, then the upstream's arguments).
 #pragma once
 

@@ -21,10 +21,10 @@ ALLOCATORS = {
     "poolkit expandable": ({}, "expandable", {}),
     # Mapped memory following live memory whatever it costs in driver calls (the C++
     # expandable_options::exact_follow()): the least footprint where shapes repeat.
-    "poolkit expandable/exact": ({}, "expandable", {"max_peak_slack": 0, "mapping_bytes": 0}),
-    # Nothing unmapped until empty_cache and nothing mapped ahead: PyTorch expandable_segments'
-    # policy over poolkit's placement (the C++ keep_mapped policy; the replay's expandable/keep_mapped).
-    "poolkit expandable/keep_mapped": ({}, "expandable", {"peak_slack": 1000, "max_peak_slack": 1000, "cache_fraction": 0}),
+    "poolkit expandable/exact": ({}, "expandable", {"peak_slack": 0, "max_peak_slack": 0, "mapping_bytes": 0}),
+    # Mapped memory following live memory, up to a fifth more kept where that remaps often (the
+    # replay's expandable/follow).
+    "poolkit expandable/follow": ({}, "expandable", {"peak_slack": 0}),
     # alloc and free alone, as PyTorch's Python CUDAPluggableAllocator wires them (no hooks extension)
     "poolkit caching, no hooks": ({"POOLKIT_TORCH_HOOKS": "0"}, "caching", {}),
 }
@@ -41,6 +41,25 @@ def install(name):
 def snapshot_name(name):
     """A file name for the snapshot of a poolkit run: "caching", "expandable-exact"."""
     return name.removeprefix("poolkit ").replace("/", "-")
+
+
+def resnet18_step(batch, num_classes=10, seed=1, lr=0.1):
+    """A torchvision ResNet-18 made on the GPU, and a function that runs one SGD training step of
+    it on `batch` random 224x224 images from a generator seeded with `seed`."""
+    import torch
+    import torchvision
+    model = torchvision.models.resnet18(num_classes=num_classes).cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+
+    def step():
+        images = torch.randn(batch, 3, 224, 224, device="cuda", generator=generator)
+        labels = torch.randint(0, num_classes, (batch,), device="cuda", generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(images), labels).backward()
+        optimizer.step()
+
+    return step
 
 
 def train_steps(model, steps, batch, seed):

@@ -31,6 +31,7 @@ import pickle
 import subprocess
 import sys
 
+import allocators
 import poolkit.replay
 
 failures = []
@@ -61,24 +62,8 @@ def record(torch, name, folder, work, **history):
     return path, measured
 
 
-def resnet18(torch):
-    try:
-        import torchvision
-        model = torchvision.models.resnet18(weights=None)
-    except ImportError:  # a small CNN in its place
-        model = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 7, 2, 3), torch.nn.ReLU(), torch.nn.Conv2d(64, 128, 3, 2, 1),
-                                    torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(128, 1000))
-    model = model.cuda()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    generator = torch.Generator(device="cuda").manual_seed(0)
-
-    def step():
-        images = torch.randn(32, 3, 224, 224, device="cuda", generator=generator)
-        labels = torch.randint(0, 1000, (32,), device="cuda", generator=generator)
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(images), labels).backward()
-        optimizer.step()
-
+def resnet18():
+    step = allocators.resnet18_step(32, num_classes=1000, seed=0, lr=0.01)
     step()  # warm-up: the optimizer's state exists before recording
     return step
 
@@ -169,7 +154,7 @@ def main(folder):
     os.makedirs(folder, exist_ok=True)
     import torch
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)
-    step = resnet18(torch)
+    step = resnet18()
     made = {}
     made["resnet18_stacks"] = record(torch, "resnet18_stacks", folder, lambda: [step() for _ in range(2)], context="all",
                                      stacks="all", max_entries=1_000_000)

@@ -26,19 +26,8 @@ ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "cudaEventRecord", "cudaEventQuery"
 def child(name, steps):
     allocators.install(name)
     import torch
-    import torchvision
     torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10).cuda()
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    generator = torch.Generator(device="cuda").manual_seed(1)
-
-    def step():
-        images = torch.randn(64, 3, 224, 224, device="cuda", generator=generator)
-        labels = torch.randint(0, 10, (64,), device="cuda", generator=generator)
-        optimizer.zero_grad(set_to_none=True)
-        torch.nn.functional.cross_entropy(model(images), labels).backward()
-        optimizer.step()
-
+    step = allocators.resnet18_step(64, num_classes=10, seed=1)
     for _ in range(3):
         step()
     torch.cuda.synchronize()

@@ -35,9 +35,15 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
     expandable_options options = pool_options(std::size_t{4} << 30, 0, 16 * MiB);
     SUBCASE("a physical allocation per granule") {}
     SUBCASE("physical allocations of 8 MiB, unmapped only whole") { options.mapping_bytes = 8 * MiB; }
-    SUBCASE("the default slack and physical allocations") {
+    SUBCASE("following live memory: a rising slack and 32 MiB physical allocations (peak_slack 0)") {
         options.max_peak_slack = expandable_options{}.max_peak_slack;
         options.mapping_bytes = expandable_options{}.mapping_bytes;
+    }
+    SUBCASE("the defaults: nothing unmapped for new mappings, the cache bound unmaps at frees") {
+        const expandable_options defaults;
+        options.peak_slack = defaults.peak_slack;
+        options.max_peak_slack = defaults.max_peak_slack;
+        options.mapping_bytes = defaults.mapping_bytes;
     }
     expandable_device_resource pool{std::in_place, options, cuda_vmm_options{}};
     streams lanes(1);

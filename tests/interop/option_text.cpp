@@ -2,6 +2,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <string>
 
@@ -59,7 +60,11 @@ TEST_CASE("expandable_options are checked against the granule the pool will have
     CHECK_THROWS_AS(set_option(options, "rounding", "4194304", std::size_t{2} << 20), std::invalid_argument);  // above a granule
     CHECK(options.rounding == 1048576);
     CHECK_THROWS_AS(set_option(options, "mapping_bytes", "3145728", std::size_t{2} << 20), std::invalid_argument);
-    CHECK_THROWS_AS(set_option(options, "peak_slack", "inf", std::size_t{2} << 20), std::invalid_argument);
+    set_option(options, "peak_slack", "inf", std::size_t{2} << 20);  // the default: nothing unmapped for new mappings
+    CHECK(std::isinf(options.peak_slack));
+    CHECK_THROWS_AS(set_option(options, "peak_slack", "nan", std::size_t{2} << 20), std::invalid_argument);
+    CHECK_THROWS_AS(set_option(options, "peak_slack", "-0.5", std::size_t{2} << 20), std::invalid_argument);
+    CHECK_THROWS_AS(set_option(options, "cache_fraction", "inf", std::size_t{2} << 20), std::invalid_argument);
     set_option(options, "candidates", "16", std::size_t{2} << 20);
     CHECK(options.candidates == 16);
     CHECK_THROWS_AS(set_option(options, "candidates", "-1", std::size_t{2} << 20), std::invalid_argument);

@@ -499,8 +499,8 @@ class OptionsCheckedWhenSet(unittest.TestCase):
         ("expandable", "rounding", 4 * MiB, r"expandable_options.rounding must be a power of two of at most a granule \(2097152 bytes\)"),
         ("expandable", "cache_fraction", float("inf"), r"expandable_options.cache_fraction must be a finite number of at least 0"),
         ("expandable", "cache_fraction", float("nan"), r"expandable_options.cache_fraction must be a finite number"),
-        ("expandable", "peak_slack", float("nan"), r"expandable_options.peak_slack must be a finite number"),
-        ("expandable", "max_peak_slack", float("inf"), r"expandable_options.max_peak_slack must be a finite number"),
+        ("expandable", "peak_slack", float("nan"), r"expandable_options.peak_slack must be at least 0, or infinity"),
+        ("expandable", "max_peak_slack", float("nan"), r"expandable_options.max_peak_slack must be at least 0, or infinity"),
     )
 
     def test_values_the_pool_would_refuse_are_refused_when_set(self):
@@ -533,7 +533,7 @@ class OptionsCheckedWhenSet(unittest.TestCase):
     def test_values_at_the_bounds_are_taken(self):
         plugin = fresh_plugin()
         plugin.configure("expandable", {"span_bytes": 2**48, "mapping_bytes": 2**48, "rounding": 2 * MiB, "cache_fraction": 0.0,
-                                        "max_peak_slack": 1e6})
+                                        "peak_slack": float("inf"), "max_peak_slack": float("inf")})
         self.assertEqual(plugin.allocator, "expandable")
 
 

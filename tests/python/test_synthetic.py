@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import os
 import subprocess
+import sys
 import tempfile
 import unittest
 
@@ -47,6 +48,24 @@ class SyntheticTraces(unittest.TestCase):
         synthetic.write("varlen_training", self.path("b.csv.gz"))
         with open(self.path("a.csv.gz"), "rb") as a, open(self.path("b.csv.gz"), "rb") as b:
             self.assertEqual(a.read(), b.read())
+
+    def test_other_seeds_draw_other_traces_of_the_same_shape(self):
+        def rows(path):
+            with gzip.open(path, "rt", newline="") as f:
+                return list(csv.DictReader(f))
+        bundled = synthetic.write("varlen_training", self.path("a.csv.gz"))
+        seeded = synthetic.write("varlen_training", self.path("b.csv.gz"), seed="1")
+        longer = synthetic.write("varlen_training", self.path("c.csv.gz"), varlen_steps=48)
+        self.assertNotEqual(rows(self.path("a.csv.gz")), rows(self.path("b.csv.gz")))
+        self.assertGreater(longer, 2 * bundled)
+        self.assertGreater(seeded, 0)
+        main = os.path.join(_ROOT, "bench", "traces", "synthetic.py")
+        done = subprocess.run([sys.executable, main, self.dir.name, "--family", "kv_serving", "--seed", "2"], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertTrue(os.path.exists(self.path("kv_serving_s2.csv.gz")))
+        refused = subprocess.run([sys.executable, main, self.dir.name, "--varlen-steps", "0"], capture_output=True, text=True)
+        self.assertEqual(refused.returncode, 2)
+        self.assertIn("--varlen-steps must be at least 1", refused.stderr)
 
     @unittest.skipUnless(os.environ.get("POOLKIT_TEST_REPLAY"), "POOLKIT_TEST_REPLAY does not name poolkit-replay")
     def test_replayed_by_poolkit_replay(self):

@@ -15,6 +15,7 @@
 #include <poolkit/upstream/simulated_resource.hpp>
 #include <poolkit/upstream/simulated_vmm_resource.hpp>
 
+#include <limits>
 #include <type_traits>
 
 namespace {
@@ -129,15 +130,18 @@ struct fallback_fixture : host_touch {
 };
 
 // Over simulated virtual memory: blocks are addresses whose granules are mapped, never touched.
-// Under each mapping policy.
+// Under each mapping policy; follow_live with a peak slack of 0, so that it unmaps for new
+// mappings (its defaults keep what is mapped, as keep_mapped does).
 template <class Policy>
 struct expandable_fixture_of : no_touch {
-    static constexpr const char* name = std::is_same_v<Policy, follow_live> ? "expandable<ref<simulated_vmm_resource>>"
-                                                                            : "expandable<ref<simulated_vmm_resource>, keep_mapped>";
+    static constexpr bool follows = std::is_same_v<Policy, follow_live>;
+    static constexpr const char* name =
+        follows ? "expandable<ref<simulated_vmm_resource>> (peak_slack 0)" : "expandable<ref<simulated_vmm_resource>, keep_mapped>";
     static constexpr bool stateless = false;
     simulated_vmm_resource memory_{
         {.capacity = std::size_t{16} << 30, .granularity = std::size_t{64} << 10, .physical_limit = std::size_t{128} << 20}};
-    expandable<ref<simulated_vmm_resource>, Policy> resource_{memory_, {.span_bytes = std::size_t{64} << 20}};
+    expandable<ref<simulated_vmm_resource>, Policy> resource_{
+        memory_, {.span_bytes = std::size_t{64} << 20, .peak_slack = follows ? 0 : std::numeric_limits<double>::infinity()}};
     instrumented<>* upstream() { return nullptr; }
     auto& resource() { return resource_; }
     void exhaust_setup() {}  // the physical limit: 128 MiB

@@ -149,7 +149,7 @@ TEST_CASE("freed blocks coalesce across the span: no chunk boundary strands memo
 
 TEST_CASE("before new granules are mapped, the cache is trimmed to the peak of live memory") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0}};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .peak_slack = 0}};
     void* a = pool.allocate(64 * MiB);
     void* b = pool.allocate(64 * MiB);
     pool.deallocate(a, 64 * MiB);  // 64 MiB cached in front of b
@@ -167,7 +167,8 @@ TEST_CASE("before new granules are mapped, the cache is trimmed to the peak of l
 
 TEST_CASE("trimming unmaps only the granules the budget needs, not a free block's whole cache") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .max_peak_slack = 0, .mapping_bytes = 0}};
+    pool_type pool{memory,
+                   {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .peak_slack = 0, .max_peak_slack = 0, .mapping_bytes = 0}};
     void* a = pool.allocate(64 * MiB);
     void* b = pool.allocate(64 * MiB);
     void* e = pool.allocate(40 * MiB);
@@ -192,7 +193,7 @@ TEST_CASE("trimming unmaps only the granules the budget needs, not a free block'
 
 TEST_CASE("with mapping_bytes, trimming unmaps the fewest whole allocations the budget needs") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .mapping_bytes = 8 * MiB}};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .peak_slack = 0, .mapping_bytes = 8 * MiB}};
     void* a = pool.allocate(64 * MiB);  // granules 0-31: eight allocations of 4
     void* b = pool.allocate(64 * MiB);
     void* e = pool.allocate(40 * MiB);
@@ -213,7 +214,7 @@ TEST_CASE("with mapping_bytes, trimming unmaps the fewest whole allocations the 
 
 TEST_CASE("nothing is mapped ahead in a small span: its granules save no driver call mapped together") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30}};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .peak_slack = 0}};
     pool.deallocate(pool.allocate(64 * MiB), 64 * MiB);
     memory.begin();
     pool.release();  // nothing mapped, the peak 64 MiB: the policy's budget would map 31 granules ahead
@@ -354,13 +355,15 @@ std::size_t remapped_in_rounds(Pool& pool, checked_memory& memory, bool varying)
 
 TEST_CASE("where following live memory remaps often, a max_peak_slack lets the slack rise until remaps stop") {
     checked_memory follow_memory{memory_options()};
-    pool_type follow{follow_memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .max_peak_slack = 0, .mapping_bytes = 0}};
+    pool_type follow{follow_memory,
+                     {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .peak_slack = 0, .max_peak_slack = 0, .mapping_bytes = 0}};
     const std::size_t follow_remaps = remapped_in_rounds(follow, follow_memory, true);
     CHECK(follow.peak_slack() == 0);
 
     checked_memory adaptive_memory{memory_options()};
-    pool_type adaptive{adaptive_memory,
-                       {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .max_peak_slack = 0.2, .mapping_bytes = 0}};
+    pool_type adaptive{
+        adaptive_memory,
+        {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .peak_slack = 0, .max_peak_slack = 0.2, .mapping_bytes = 0}};
     const std::size_t adaptive_remaps = remapped_in_rounds(adaptive, adaptive_memory, true);
     MESSAGE("granules unmapped for new mappings in the last 60 rounds: " << follow_remaps << " following live memory, " << adaptive_remaps
                                                                          << " with the slack risen to " << adaptive.peak_slack());
@@ -379,14 +382,15 @@ TEST_CASE("where following live memory remaps often, a max_peak_slack lets the s
 
 TEST_CASE("a workload that repeats its shapes stops remapping and never raises the slack") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .max_peak_slack = 0.2}};
+    pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .peak_slack = 0, .max_peak_slack = 0.2}};
     CHECK(remapped_in_rounds(pool, memory, false) == 0);
     CHECK(pool.peak_slack() == 0);
 }
 
 TEST_CASE("keep_mapped, PyTorch expandable_segments' policy: nothing is unmapped until release() or the physical limit") {
     checked_memory follow_memory{memory_options()};
-    pool_type follow{follow_memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .max_peak_slack = 0, .mapping_bytes = 0}};
+    pool_type follow{follow_memory,
+                     {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0, .peak_slack = 0, .max_peak_slack = 0, .mapping_bytes = 0}};
     remapped_in_rounds(follow, follow_memory, true);
 
     checked_memory memory{memory_options()};
@@ -418,6 +422,50 @@ TEST_CASE("keep_mapped, PyTorch expandable_segments' policy: nothing is unmapped
     CHECK(full.unsynchronized_unmaps == 0);
     tight.deallocate(large, 32 * MiB);
     tight.check_invariants();
+}
+
+// The defaults (peak_slack infinite) are keep_mapped's policy: over the same random traffic, with
+// releases and a physical limit that forces unmaps, the same blocks at the same addresses and the
+// same driver calls.
+TEST_CASE("expandable's defaults keep what is mapped, as keep_mapped does, call for call") {
+    checked_memory default_memory{memory_options(std::size_t{2} << 30)};
+    checked_memory keep_memory{memory_options(std::size_t{2} << 30)};
+    pool_type defaults{default_memory, {.span_bytes = std::size_t{1} << 30}};
+    expandable<ref<checked_memory>, keep_mapped> keep{keep_memory, {.span_bytes = std::size_t{1} << 30}};
+    CHECK(std::isinf(defaults.peak_slack()));
+    std::mt19937_64 random(7);
+    std::vector<std::pair<void*, std::size_t>> live;
+    for (int step = 0; step < 6000; ++step) {
+        if (live.empty() || random() % 100 < 51) {
+            const std::size_t bytes = random() % 3 == 0 ? MiB + random() % (96 * MiB) : 1 + random() % (512 * KiB);
+            void* a = defaults.try_allocate(bytes);
+            void* b = keep.try_allocate(bytes);
+            REQUIRE((a == nullptr) == (b == nullptr));
+            if (a != nullptr)
+                REQUIRE(static_cast<std::byte*>(a) - default_memory.base() == static_cast<std::byte*>(b) - keep_memory.base());
+            if (a != nullptr) live.emplace_back(a, bytes);
+            if (b != nullptr) live.emplace_back(b, bytes);
+        } else {
+            const std::size_t victim = random() % (live.size() / 2) * 2;
+            defaults.deallocate(live[victim].first, live[victim].second);
+            keep.deallocate(live[victim + 1].first, live[victim + 1].second);
+            live.erase(live.begin() + static_cast<std::ptrdiff_t>(victim), live.begin() + static_cast<std::ptrdiff_t>(victim) + 2);
+        }
+        if (step % 1500 == 1499) {
+            defaults.release();
+            keep.release();
+        }
+    }
+    CHECK(defaults.map_calls() == keep.map_calls());
+    CHECK(defaults.unmap_calls() == keep.unmap_calls());
+    CHECK(defaults.unmap_calls() > 0);  // the physical limit made some
+    CHECK(defaults.peak_reserved_bytes() == keep.peak_reserved_bytes());
+    for (std::size_t i = 0; i < live.size(); i += 2) {
+        defaults.deallocate(live[i].first, live[i].second);
+        keep.deallocate(live[i + 1].first, live[i + 1].second);
+    }
+    defaults.check_invariants();
+    keep.check_invariants();
 }
 
 TEST_CASE("a mapping policy of one's own is asked before each mapping, told of each allocation and unmap, and caps the cache") {
@@ -458,7 +506,7 @@ TEST_CASE("a mapping policy of one's own is asked before each mapping, told of e
 
 TEST_CASE("a growing workload maps ahead within the budget, so most growth needs no map call") {
     checked_memory memory{memory_options(std::size_t{8} << 30)};
-    pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0.05, .mapping_bytes = 0}};
+    pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .cache_fraction = 0.05, .peak_slack = 0, .mapping_bytes = 0}};
     std::vector<void*> blocks;
     for (int i = 0; i < 400; ++i) blocks.push_back(pool.allocate(3 * MiB + 512 * i));
     CHECK(pool.map_calls() < 100);
@@ -500,7 +548,7 @@ TEST_CASE("try_allocate_cached serves only from mapped free space: it never maps
 
 TEST_CASE("physical exhaustion unmaps the cache, retries, then throws out_of_memory with figures") {
     checked_memory memory{memory_options(64 * MiB)};
-    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 10}};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 10, .peak_slack = 0}};
     void* a = pool.allocate(40 * MiB);
     pool.deallocate(a, 40 * MiB);  // 40 MiB cached
     void* b = pool.allocate(10 * MiB, 64 * MiB);  // a cache_fraction of 10 keeps the 40 MiB cached meanwhile
@@ -554,7 +602,7 @@ TEST_CASE("mapping_bytes: a large block maps in few physical allocations, each u
 
 TEST_CASE("near the physical limit, mapping_bytes gives way to a physical allocation per granule") {
     checked_memory memory{memory_options()};  // 1 GiB: allocations of 4 MiB while 256 MiB or more is left
-    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .mapping_bytes = 4 * MiB}};
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .peak_slack = 0, .mapping_bytes = 4 * MiB}};
     void* far = pool.allocate(600 * MiB);
     void* mid = pool.allocate(200 * MiB);  // 424 MiB left before it
     CHECK(memory.created_allocations() == 200);
@@ -608,9 +656,15 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
     checked_memory memory{memory_options(std::size_t{4} << 30)};
     const double fraction = 0.02;
     std::size_t mapping = 0;
-    SUBCASE("a physical allocation per granule") {}
-    SUBCASE("physical allocations of 8 MiB in large spans") { mapping = 8 * MiB; }
-    pool_type pool{memory, {.span_bytes = std::size_t{512} << 20, .cache_fraction = fraction, .mapping_bytes = mapping}};
+    double slack = 0;
+    SUBCASE("following live memory, a physical allocation per granule") {}
+    SUBCASE("following live memory, physical allocations of 8 MiB in large spans") { mapping = 8 * MiB; }
+    SUBCASE("the defaults: nothing unmapped for new mappings, 32 MiB allocations") {
+        slack = std::numeric_limits<double>::infinity();
+        mapping = 32 * MiB;
+    }
+    pool_type pool{memory,
+                   {.span_bytes = std::size_t{512} << 20, .cache_fraction = fraction, .peak_slack = slack, .mapping_bytes = mapping}};
     std::mt19937_64 random(42);
     struct live_block {
         std::size_t bytes, alignment;

@@ -207,24 +207,20 @@ run_figures measure_over(const trace& t, const run_settings& settings, Upstream&
 
 inline constexpr std::size_t MiB = std::size_t{1} << 20;
 
-template <class Upstream>
-using keep_mapped_expandable = expandable<Upstream, keep_mapped>;
-
 // The expandable preset's shape over the virtual memory that `make_memory()` returns (as a
 // unique_ptr): reserved is what is mapped, upstream calls are map calls. Three of them: the
-// preset's defaults (mapped memory follows live memory, up to a fifth more kept where that remaps
-// often, large blocks in 32 MiB physical allocations), following live memory exactly, and PyTorch
-// expandable_segments' policy (nothing unmapped).
+// preset's defaults (PyTorch expandable_segments' policy, nothing unmapped for new mappings, over
+// poolkit's placement, large blocks in 32 MiB physical allocations), mapped memory following live
+// memory (peak_slack 0), and following it exactly.
 template <class Events, class MakeMemory>
 std::vector<composition> expandable_compositions(MakeMemory make_memory) {
-    const auto make = [make_memory]<template <class...> class Lane = expandable>(std::string name, std::string description,
-                                                                                 expandable_options options) {
+    const auto make = [make_memory](std::string name, std::string description, expandable_options options) {
         return composition{std::move(name), std::move(description), [make_memory, options](const trace& t, const run_settings& s) {
                                auto memory = make_memory();
                                using memory_type = typename decltype(memory)::element_type;
                                run_figures figures;
                                {
-                                   stream_ordered<ref<memory_type>, lanes<Lane>, Events> pool{
+                                   stream_ordered<ref<memory_type>, lanes<expandable>, Events> pool{
                                        ref<memory_type>(*memory), with_changes(options, s.expandable_options, memory->granularity())};
                                    figures = measure_replay(
                                        t, s, pool, [&memory] { return memory->mapped_bytes(); },
@@ -237,19 +233,19 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                            }};
     };
     return {make("expandable",
-                 "stream-ordered, one expandable pool (poolkit/presets.hpp): best fit over virtual address space, mapped "
-                 "memory following live memory, up to 20% more kept mapped where shapes vary so much that following it "
-                 "remaps often, large blocks in 32 MiB physical allocations (reserved: peak mapped; upstream calls: map calls)",
+                 "stream-ordered, one expandable pool (poolkit/presets.hpp): best fit over virtual address space, granules "
+                 "mapped as blocks need them and kept mapped until empty_cache or the physical limit (PyTorch "
+                 "expandable_segments' policy), large blocks in 32 MiB physical allocations (reserved: peak mapped; upstream "
+                 "calls: map calls)",
                  expandable_options{}),
+            make("expandable/follow",
+                 "the expandable preset with mapped memory following live memory (peak_slack 0): the cache unmapped for new "
+                 "mappings down to the peak of live memory, up to 20% more kept where that remaps often",
+                 expandable_options{.peak_slack = 0}),
             make("expandable/exact",
                  "the expandable preset following live memory whatever it costs (expandable_options::exact_follow()): "
                  "no slack raised, a physical allocation per granule",
-                 expandable_options::exact_follow()),
-            make.template operator()<keep_mapped_expandable>(
-                "expandable/keep_mapped",
-                "the expandable preset with PyTorch expandable_segments' policy (keep_mapped): granules stay mapped until "
-                "empty_cache or a failed map, nothing mapped ahead",
-                expandable_options{})};
+                 expandable_options::exact_follow())};
 }
 
 // Every composition over the upstream that `make_upstream()` returns (as a unique_ptr), in the

@@ -155,7 +155,7 @@ command_line parse_arguments(int argc, char** argv) {
     std::vector<std::string> expandable_changes;
     app.add_option("--expandable-option", expandable_changes,
                    "set an expandable_options field by its C++ name on every expandable composition, "
-                   "expandable/exact and keep_mapped included (repeatable; e.g. peak_slack=0.05): what would these "
+                   "expandable/follow and expandable/exact included (repeatable; e.g. peak_slack=0.05): what would these "
                    "options do to my trace? Checked by a 2 MiB granule's rules here, by the device's when run")
         ->type_name("NAME=VALUE")
         ->allow_extra_args(false)

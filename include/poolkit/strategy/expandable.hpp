@@ -19,8 +19,9 @@
 //   - before new granules are mapped, as many cached bytes as the policy says (oldest freed
 //     first), and then as many ahead of the new block as it says (in large spans: a small span's
 //     granules are allocations of their own, so mapping ahead saves nothing). follow_live, the
-//     default, keeps mapped memory near live memory; keep_mapped unmaps nothing (PyTorch's
-//     expandable_segments);
+//     default, unmaps nothing for new mappings with its default options (PyTorch's
+//     expandable_segments, as keep_mapped), and with a finite peak_slack keeps mapped memory
+//     near live memory;
 //   - at a free, while the cache exceeds the policy's most_cached_bytes();
 //   - all of them on release(), and whatever the policy says, as many as the upstream's physical
 //     limit needs before a map, and all of them when a map fails (then the map is tried again).

@@ -32,7 +32,12 @@ struct expandable_options {
     double cache_fraction = 0.02;
     // How far mapped memory may stay above the peak of live memory before the cache is unmapped
     // for new mappings, at first: more slack, fewer remaps when shapes vary, a larger footprint.
-    double peak_slack = 0;
+    // Infinite (the default): nothing is unmapped for new mappings and nothing mapped ahead —
+    // PyTorch expandable_segments' policy (keep_mapped). Over six passes of every trace measured it
+    // reserves no more than following live memory does on all but two, and never remaps once
+    // settled; following it (0) remapped on BERT in every pass, to 1.28 of live, where keeping
+    // settles at 1.235 (docs/virtual_memory.md, "Choosing a preset").
+    double peak_slack = std::numeric_limits<double>::infinity();
     // The most the pool raises peak_slack to while following live memory costs many remaps: each
     // time it has unmapped a quarter of its peak live bytes' worth of granules for new mappings in
     // fewer than allocations_per_remap allocations per granule, the slack grows a quarter of the
@@ -55,28 +60,32 @@ struct expandable_options {
     int candidates = 8;
 
     // Mapped memory following live memory as closely as the placement allows, whatever it costs
-    // in driver calls: no slack raised, a physical allocation per granule. The least footprint
-    // where the workload's shapes repeat; the defaults trade up to a fifth more where they vary
+    // in driver calls: no slack, none raised, a physical allocation per granule
     // (docs/virtual_memory.md, "Choosing a preset").
     [[nodiscard]] static constexpr expandable_options exact_follow() noexcept {
         expandable_options options;
+        options.peak_slack = 0;
         options.max_peak_slack = 0;
         options.mapping_bytes = 0;
         return options;
     }
 
     // Throws std::invalid_argument naming the option and its rule, for the memory's granularity:
-    // rounding a power of two of at most a granule; cache_fraction, peak_slack and max_peak_slack
-    // finite and at least 0; mapping_bytes 0 or a power of two; sizes at most 2^48 bytes.
+    // rounding a power of two of at most a granule; cache_fraction finite and at least 0;
+    // peak_slack and max_peak_slack at least 0 or infinite; mapping_bytes 0 or a power of two; sizes
+    // at most 2^48 bytes.
     void validate(std::size_t granularity) const {
         if (!is_power_of_two(rounding) || rounding > granularity) {
             throw std::invalid_argument("poolkit: expandable_options.rounding must be a power of two of at most a granule (" +
                                         std::to_string(granularity) + " bytes)");
         }
-        for (const auto& [name, value] : {std::pair{"cache_fraction", cache_fraction}, std::pair{"peak_slack", peak_slack},
-                                          std::pair{"max_peak_slack", max_peak_slack}}) {
-            if (!std::isfinite(value) || value < 0) {
-                throw std::invalid_argument(std::string("poolkit: expandable_options.") + name + " must be a finite number of at least 0");
+        if (!std::isfinite(cache_fraction) || cache_fraction < 0) {
+            throw std::invalid_argument("poolkit: expandable_options.cache_fraction must be a finite number of at least 0");
+        }
+        for (const auto& [name, value] : {std::pair{"peak_slack", peak_slack}, std::pair{"max_peak_slack", max_peak_slack}}) {
+            if (std::isnan(value) || value < 0) {
+                throw std::invalid_argument(std::string("poolkit: expandable_options.") + name +
+                                            " must be at least 0, or infinity (nothing unmapped for new mappings)");
             }
         }
         if (mapping_bytes != 0 && !is_power_of_two(mapping_bytes)) {

@@ -16,8 +16,9 @@
 // | p.unmapped(bytes, state) | void | the pool unmapped `bytes` for unmap_first |
 // | cp.most_cached_bytes() | size_t | after a free, the cache is trimmed to this |
 //
-// follow_live (expandable's default) keeps mapped memory near live memory; keep_mapped is what
-// PyTorch's expandable_segments does. docs/virtual_memory.md compares them.
+// follow_live (expandable's default) keeps mapped memory near live memory, as near as its
+// options.peak_slack says: by default (infinite) not at all, which is what keep_mapped, PyTorch
+// expandable_segments' policy, does. docs/virtual_memory.md compares them.
 #pragma once
 
 #include <poolkit/strategy/expandable_options.hpp>
@@ -53,7 +54,10 @@ concept mapping_policy =
 // the mapped bytes stay within the larger of the peak of live bytes so far (times 1 + the peak
 // slack) and the live bytes after the request times (1 + cache_fraction); what that bound leaves
 // without the slack is mapped ahead, so that a growing workload needs few map calls. The slack
-// starts at options.peak_slack; given a larger options.max_peak_slack it rises towards it while
+// starts at options.peak_slack. Infinite (the default), nothing is unmapped for new mappings and
+// nothing mapped ahead: keep_mapped's policy, which settles where following live memory keeps
+// remapping (docs/virtual_memory.md, "Choosing a preset"). Given a larger options.max_peak_slack
+// it rises towards it while
 // those unmaps come often (more than one granule per options.allocations_per_remap allocations,
 // over windows of a quarter of the peak): where shapes vary so much that following live memory
 // would remap on most calls, the pool keeps that much more mapped instead. A free trims the cache
@@ -71,12 +75,14 @@ public:
     // Down to the bound: the larger of the peak times (1 + slack) and the live bytes times
     // (1 + cache_fraction).
     [[nodiscard]] std::size_t unmap_first(const mapping_state& state) const noexcept {
+        if (keeps()) return 0;
         const double bound = std::max(static_cast<double>(state.peak_live_bytes) * (1.0 + slack_), growing(state));
         const double excess = static_cast<double>(state.mapped_bytes + state.needed_bytes) - bound;
         return excess > 0 ? static_cast<std::size_t>(std::ceil(excess)) : 0;
     }
     // Up to the bound without the slack, which only spares remaps.
     [[nodiscard]] std::size_t map_ahead(const mapping_state& state) const noexcept {
+        if (keeps()) return 0;
         const double headroom = std::max(static_cast<double>(state.peak_live_bytes), growing(state)) -
                                 static_cast<double>(state.mapped_bytes + state.needed_bytes);
         return headroom > 0 ? static_cast<std::size_t>(headroom) : 0;
@@ -89,6 +95,7 @@ public:
     // way to max_peak_slack: following live memory costs more in driver calls and device waits
     // than the memory it saves.
     void unmapped(std::size_t bytes, const mapping_state& state) noexcept {
+        if (keeps()) return;
         remapped_granules_ += bytes / state.granularity;
         const std::size_t window = std::max<std::size_t>(16, state.peak_live_bytes / state.granularity / 4);
         if (remapped_granules_ < window) return;
@@ -104,6 +111,8 @@ public:
     [[nodiscard]] double peak_slack() const noexcept { return slack_; }
 
 private:
+    // An infinite slack: nothing is unmapped for new mappings, nothing mapped ahead (keep_mapped).
+    bool keeps() const noexcept { return std::isinf(slack_); }
     double growing(const mapping_state& state) const noexcept { return static_cast<double>(state.live_bytes) * (1.0 + cache_fraction_); }
 
     double cache_fraction_;

@@ -54,9 +54,10 @@ def _as_index(device):
 
 def use(preset="expandable", *, plugin=None, **options):
     """Makes poolkit PyTorch's CUDA allocator: preset "expandable" (the default: CUDA virtual
-    memory, the least memory reserved at PyTorch's speed) or "caching", options by their
-    C++ names (e.g. use("expandable", max_peak_slack=0, mapping_bytes=0) to follow live memory
-    exactly). Must run before the first CUDA allocation of the process; raises PoolkitError if
+    memory, granules kept mapped as PyTorch's expandable_segments keeps them, over poolkit's
+    placement) or "caching", options by their C++ names (e.g. use("expandable", peak_slack=0) for
+    mapped memory that follows live memory, use("expandable", peak_slack=0, max_peak_slack=0,
+    mapping_bytes=0) to follow it exactly). Must run before the first CUDA allocation of the process; raises PoolkitError if
     PyTorch already allocated, for an unknown preset or option, or for a second call with other
     settings (a repeated call with the same ones does nothing). `plugin` is a path to libpoolkit_plugin.so
     (default: POOLKIT_PLUGIN, else the one installed with this package)."""
