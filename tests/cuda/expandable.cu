@@ -16,8 +16,6 @@ namespace {
 using namespace poolkit;
 using namespace poolkit::test;
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
-
 // Options set member by member: nvcc builds treat a designated initializer that leaves a member
 // out as an error. Following live memory exactly, so that the tests unmap and remap often.
 expandable_options pool_options(std::size_t span, double cache_fraction, std::size_t max_cached = ~std::size_t{0}) {

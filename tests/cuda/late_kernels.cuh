@@ -11,18 +11,21 @@
 #include <vector>
 
 namespace poolkit::test {
-namespace {  // each translation unit has its own kernels
+
+// The kernels are static, so that each translation unit has its own. Not an unnamed namespace: with
+// the GPU tests' files compiled as one unit (tests/CMakeLists.txt), nvcc's generated stubs cannot
+// tell one here from a file's own unnamed namespace once that file uses namespace poolkit::test.
 
 // Spins for about `cycles` clock cycles, then writes `value` everywhere: its writes land late.
-__global__ void slow_fill(std::uint32_t* data, std::size_t count, std::uint32_t value, long long cycles) {
+static __global__ void slow_fill(std::uint32_t* data, std::size_t count, std::uint32_t value, long long cycles) {
     const long long start = clock64();
     while (clock64() - start < cycles) {
     }
     for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) data[i] = value;
 }
 
-__global__ void count_other(const std::uint32_t* data, std::size_t count, std::uint32_t value, long long cycles,
-                            unsigned long long* mismatches) {
+static __global__ void count_other(const std::uint32_t* data, std::size_t count, std::uint32_t value, long long cycles,
+                                   unsigned long long* mismatches) {
     const long long start = clock64();
     while (clock64() - start < cycles) {
     }
@@ -30,8 +33,6 @@ __global__ void count_other(const std::uint32_t* data, std::size_t count, std::u
         if (data[i] != value) atomicAdd(mismatches, 1ull);
     }
 }
-
-}  // namespace
 
 constexpr long long slow = 2'000'000;  // ~1 ms at H200 clocks
 constexpr int grid = 132;

@@ -22,8 +22,6 @@ using namespace poolkit::test;
 
 namespace {
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
-
 int device_count() {
     int devices = 0;
     REQUIRE(cudaGetDeviceCount(&devices) == cudaSuccess);

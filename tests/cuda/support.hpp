@@ -9,6 +9,8 @@
 
 namespace poolkit::test {
 
+inline constexpr std::size_t MiB = std::size_t{1} << 20;
+
 struct device_touch {
     static constexpr bool touchable = true;
     static void fill(void* pointer, std::size_t bytes, unsigned char value) { REQUIRE(cudaMemset(pointer, value, bytes) == cudaSuccess); }
