@@ -113,16 +113,6 @@ def transformer_work(torch):
     return lambda: [step(length) for length in (384, 128, 256)]
 
 
-def rounded_peak(rows):
-    """The peak of live bytes of converted rows with PyTorch's block sizes (at least 512 bytes, in
-    multiples of 512): what its allocator counts as active."""
-    live = peak = 0
-    for _, action, _, size, _ in rows:
-        live += (max(size, 1) + 511) // 512 * 512 * (1 if action == "allocate" else -1)
-        peak = max(peak, live)
-    return peak
-
-
 def replay(folder, name, *passed):
     """python -m poolkit.replay on NAME.pickle; its exit status, stderr report and JSON rows."""
     path = os.path.join(folder, name + ".pickle")
@@ -182,7 +172,7 @@ def main(folder):
             # poolkit-replay's live bytes are the sizes asked for; PyTorch's, its blocks' sizes.
             # PyTorch leaves a block unsplit where the rest would be small: its active bytes may
             # be a little above the sizes rounded (within 1% here).
-            rounded = rounded_peak(history)
+            rounded = poolkit.replay.peak_live_bytes(history, pytorch_blocks=True)
             check(rounded <= measured["active_peak"] <= rounded * 1.01 and all(p <= measured["active_peak"] for p in peaks.values()),
                   f"{name}: peak live in PyTorch's rounding {rounded} vs PyTorch's peak of active bytes "
                   f"{measured['active_peak']} (asked for: {sorted(set(peaks.values()))})")

@@ -56,6 +56,8 @@ expect_run("--passes" 0 "\"passes\":3,\"upstream_allocs\"" good.csv --json --com
 expect_run("--passes reports the last pass" 0 "\"upstream_allocs\":2,\"warm_upstream_allocs\":2}" good.csv --json
   --composition=upstream --passes=3)
 expect_run("--passes in the table" 0 "ns/op: warm pass, the last of 3" good.csv --composition=upstream --passes=3)
+expect_run("--passes with --lag counts calls per event of every pass" 0 "per 1,000 events of every pass" good.csv
+  --composition=caching --streams=3 --lag=2 --passes=3)
 expect_run("--passes 1" 2 "--passes: Value 1 not in range" good.csv --passes=1)
 expect_run("--capture-checks" 0 "\"composition\":\"caching\"" good.csv --json --composition=caching --capture-checks=announced)
 expect_run("--capture-checks of no mode" 2 "--capture-checks: sometimes not in {every_call,announced,never}" good.csv

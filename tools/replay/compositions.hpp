@@ -51,7 +51,7 @@ struct sample {
 struct run_settings {
     std::span<const stream_ref> streams;  // one per trace stream
     std::function<void(std::size_t done, std::size_t total)> progress;  // may be empty
-    std::function<void(const trace_event&)> after_event;  // may be empty; after every event of both passes
+    std::function<void(const trace_event&)> after_event;  // may be empty; after every event of every pass
     std::size_t samples = 0;  // how many samples to take (for --svg)
     capture_check captures = capture_check::every_call;  // for compositions that check (CUDA graphs)
     // Set on every expandable composition's options, in order (--expandable-option NAME=VALUE).
@@ -160,8 +160,8 @@ run_figures measure_replay(
     });
     const std::optional<std::size_t> after_cold = upstream_calls();
     const std::optional<physical_ops> ops_after_cold = ops();
-    std::optional<std::size_t> before_warm = after_cold;
-    std::optional<physical_ops> ops_before_warm = ops_after_cold;
+    std::optional<std::size_t> before_warm;  // before the last pass
+    std::optional<physical_ops> ops_before_warm;
     for (std::size_t pass = 1; pass < passes; ++pass) {
         if (pass + 1 == passes) {
             before_warm = upstream_calls();

@@ -5,7 +5,7 @@
 // the item issued K events earlier then completes. Events cost nothing here, so ns/op says little;
 // what this mode shows is the footprint when frees are not at once ready for every stream, and
 // the driver calls a GPU would have taken: events recorded and queried, stream waits and host
-// synchronizations, per 1,000 events of both passes (the synchronizations of the teardown, which
+// synchronizations, per 1,000 events of every pass (the synchronizations of the teardown, which
 // waits for what is still pending, among them).
 #pragma once
 

@@ -182,11 +182,13 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
     for (const outcome& o : outcomes) {
         if (!o.figures || !o.calls) continue;
         if (!counted) {
-            std::fprintf(out, "\ndriver calls a GPU would have taken, per 1,000 events of both passes (simulated streams, --lag):\n");
+            std::fprintf(out, "\ndriver calls a GPU would have taken, per 1,000 events of every pass (simulated streams, --lag):\n");
             std::fprintf(out, "%-20s %-28s %9s %9s %9s %9s\n", "trace", "composition", "records", "queries", "waits", "syncs");
             counted = true;
         }
-        const auto per_1000 = [&](std::uint64_t calls) { return static_cast<double>(calls) * 1000.0 / static_cast<double>(2 * o.events); };
+        const auto per_1000 = [&](std::uint64_t calls) {
+            return static_cast<double>(calls) * 1000.0 / static_cast<double>(o.figures->passes * o.events);
+        };
         std::fprintf(out, "%-20s %-28s %9.1f %9.1f %9.1f %9.1f\n", o.trace.c_str(), o.composition.c_str(), per_1000(o.calls->records),
                      per_1000(o.calls->queries), per_1000(o.calls->waits), per_1000(o.calls->synchronizations));
     }

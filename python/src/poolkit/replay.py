@@ -16,11 +16,12 @@ poolkit-replay on it, which prints each composition's ns/op and peak reserved / 
 What is read: `alloc` is an allocation, `free_requested` (the program's free, on the block's stream)
 a free, placed where its `free_completed` took effect when that came later (a block used on other
 streams, record_stream: until then the memory could not be reused); segment and `snapshot` entries
-describe PyTorch's own allocator and are left out. A history starts where recording began (the model's
-weights are usually older) and keeps at most max_entries events: a block freed with no allocation
-seen was alive from the start, and so is a block the snapshot's segments show allocated that the
-history never mentions; both are allocated at the start of the trace and counted in the report. poolkit-replay comes from --replay, POOLKIT_REPLAY or PATH. Exit status:
-poolkit-replay's; 2 for a file that is not a snapshot, or a bad command line.
+describe PyTorch's own allocator and are left out. A history starts where recording began (the
+model's weights are usually older) and keeps at most max_entries events: a block freed with no
+allocation seen was alive from the start, and so is a block the snapshot's segments show allocated
+that the history never mentions; both are allocated at the start of the trace and counted in the
+report. poolkit-replay comes from --replay, POOLKIT_REPLAY or PATH. Exit status: poolkit-replay's;
+2 for a file that is not a snapshot, or a bad command line.
 """
 import argparse
 import gzip
@@ -140,6 +141,18 @@ def convert(snapshot, device=None):
                 at_start.append((0, "allocate", int(block["address"]), int(block["size"]), int(segment.get("stream", 0))))
                 report["alive_throughout"] += 1
     return at_start + rows, report
+
+
+def peak_live_bytes(rows, pytorch_blocks=False):
+    """The most bytes live at once in convert()'s rows: as asked for (poolkit-replay's peak live),
+    or with pytorch_blocks in PyTorch's block sizes (at least 512 bytes, in multiples of 512), which
+    its allocator counts as active."""
+    live = peak = 0
+    for _, action, _, size, _ in rows:
+        bytes_ = (max(size, 1) + 511) // 512 * 512 if pytorch_blocks else size
+        live += bytes_ if action == "allocate" else -bytes_
+        peak = max(peak, live)
+    return peak
 
 
 def write_trace(rows, path):
