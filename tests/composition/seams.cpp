@@ -164,7 +164,10 @@ TEST_CASE("no entry point bypasses an adaptor: try_allocate_cached is counted, l
     CHECK(counts.figures().allocations.current == 0);
 
     int calls = 0;
-    retried_on_oom retrying{pool, retry_options{.callback = [&](const oom_event&) { return ++calls < 3; }, .max_retries = 5}};
+    const auto callback = [&](const oom_event&) { return ++calls < 3; };
+    // The adaptor named whole: clang before 17 deduces neither retry_options{...} nor, given its
+    // type, the guide that takes `pool` by reference.
+    retried_on_oom<ref<best_fit<base>>, decltype(callback)> retrying{ref<best_fit<base>>{pool}, {.callback = callback, .max_retries = 5}};
     memory.limit(std::size_t{1} << 29);
     CHECK(retrying.try_allocate_cached(std::size_t{1} << 30) == nullptr);
     CHECK(calls == 0);  // a cache miss is not exhaustion

@@ -1,13 +1,14 @@
-# A new user's view of the package, run by ctest as `cmake -P` (variables from tests/CMakeLists.txt):
-#  1. a plain configure of the sources and `cmake --install`, with no build step and no flags: the
-#     headers and the package, nothing else needed;
-#  2. consumer projects over that install through find_package: host-only (POOLKIT_CUDA=OFF) and,
-#     where the toolkit is, with CUDA decided when the consumer configures (a .cu file too, where
-#     nvcc is);
-#  3. the same consumer through add_subdirectory and through FetchContent from a local path;
-#  4. the built tree installed: poolkit-replay, where it was built, runs from another folder and
-#     finds the bundled traces and their peers' figures beside itself.
-foreach(variable POOLKIT_SOURCE_DIR POOLKIT_BINARY_DIR WORK_DIR CMAKE_CXX_COMPILER REPLAY_BUILT)
+# A new user's view of the package, run by ctest as `cmake -P` (variables from tests/CMakeLists.txt),
+# one STEP per ctest entry so that they run side by side:
+#  install: a plain configure of the sources and `cmake --install`, with no build step and no
+#     flags: the headers and the package, nothing else needed (the prefix the find_package
+#     consumers use: a ctest fixture);
+#  consumer: a consumer project (MODE find_package over that install, add_subdirectory, or
+#     FetchContent from a local path) with CUDA=OFF, AUTO or ON (where the toolkit is: decided when
+#     the consumer configures, a .cu file too where nvcc is);
+#  replay: the built tree installed: poolkit-replay, where it was built, runs from another folder
+#     and finds the bundled traces and their peers' figures beside itself.
+foreach(variable STEP POOLKIT_SOURCE_DIR POOLKIT_BINARY_DIR WORK_DIR CMAKE_CXX_COMPILER REPLAY_BUILT)
   if(NOT DEFINED ${variable})
     message(FATAL_ERROR "check.cmake needs -D${variable}=...")
   endif()
@@ -29,37 +30,40 @@ function(expect_in text wanted what)
   endif()
 endfunction()
 
-file(REMOVE_RECURSE ${WORK_DIR})
-
-# 1. Configure + install, no build: plain, and as README.md says (with no tests, tools, benchmarks,
-# examples or plugin, so that their packages need not be there), which installs nothing else.
-set(fresh ${WORK_DIR}/fresh)
 set(prefix ${WORK_DIR}/prefix)
-run(${CMAKE_COMMAND} -S ${POOLKIT_SOURCE_DIR} -B ${fresh} -G Ninja -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER})
-run(${CMAKE_COMMAND} --install ${fresh} --prefix ${prefix})
-set(headers_only ${WORK_DIR}/headers-only)
-run(${CMAKE_COMMAND} -S ${POOLKIT_SOURCE_DIR} -B ${headers_only}-build -G Ninja -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}
-    -DPOOLKIT_BUILD_TESTS=OFF -DPOOLKIT_BUILD_BENCHMARKS=OFF -DPOOLKIT_BUILD_TOOLS=OFF -DPOOLKIT_BUILD_EXAMPLES=OFF
-    -DPOOLKIT_BUILD_PLUGIN=OFF)
-run(${CMAKE_COMMAND} --install ${headers_only}-build --prefix ${headers_only})
-foreach(root ${prefix} ${headers_only})
-  foreach(installed include/poolkit/poolkit.hpp share/cmake/poolkit/poolkit-config.cmake share/doc/poolkit/LICENSE)
-    if(NOT EXISTS ${root}/${installed})
-      message(FATAL_ERROR "cmake --install with no build did not install ${installed} in ${root}")
-    endif()
-  endforeach()
-endforeach()
-file(GLOB top RELATIVE ${headers_only} ${headers_only}/*)
-list(SORT top)
-if(NOT top STREQUAL "include;share")
-  message(FATAL_ERROR "README.md's install with no build left more than include/ and share/: ${top}")
-endif()
-message(STATUS "configure + install with no build: headers and package installed")
 
-# 2, 3. Consumers. CUDA: the toolkit where this build found it; nvcc where it is on the machine.
+# Configure + install, no build: plain, and as README.md says (with no tests, tools, benchmarks,
+# examples or plugin, so that their packages need not be there), which installs nothing else.
+function(install_with_no_build)
+  set(fresh ${WORK_DIR}/fresh)
+  set(headers_only ${WORK_DIR}/headers-only)
+  file(REMOVE_RECURSE ${fresh} ${prefix} ${headers_only} ${headers_only}-build)
+  run(${CMAKE_COMMAND} -S ${POOLKIT_SOURCE_DIR} -B ${fresh} -G Ninja -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER})
+  run(${CMAKE_COMMAND} --install ${fresh} --prefix ${prefix})
+  run(${CMAKE_COMMAND} -S ${POOLKIT_SOURCE_DIR} -B ${headers_only}-build -G Ninja -DCMAKE_CXX_COMPILER=${CMAKE_CXX_COMPILER}
+      -DPOOLKIT_BUILD_TESTS=OFF -DPOOLKIT_BUILD_BENCHMARKS=OFF -DPOOLKIT_BUILD_TOOLS=OFF -DPOOLKIT_BUILD_EXAMPLES=OFF
+      -DPOOLKIT_BUILD_PLUGIN=OFF)
+  run(${CMAKE_COMMAND} --install ${headers_only}-build --prefix ${headers_only})
+  foreach(root ${prefix} ${headers_only})
+    foreach(installed include/poolkit/poolkit.hpp share/cmake/poolkit/poolkit-config.cmake share/doc/poolkit/LICENSE)
+      if(NOT EXISTS ${root}/${installed})
+        message(FATAL_ERROR "cmake --install with no build did not install ${installed} in ${root}")
+      endif()
+    endforeach()
+  endforeach()
+  file(GLOB top RELATIVE ${headers_only} ${headers_only}/*)
+  list(SORT top)
+  if(NOT top STREQUAL "include;share")
+    message(FATAL_ERROR "README.md's install with no build left more than include/ and share/: ${top}")
+  endif()
+  message(STATUS "configure + install with no build: headers and package installed")
+endfunction()
+
+# Consumers. CUDA: the toolkit where this build found it; nvcc where it is on the machine.
 find_program(nvcc nvcc HINTS /usr/local/cuda/bin)
 function(consume mode cuda)
   set(build ${WORK_DIR}/${mode}-cuda-${cuda})
+  file(REMOVE_RECURSE ${build})
   set(with_cu OFF)
   if(NOT cuda STREQUAL "OFF" AND nvcc)
     set(with_cu ON)
@@ -85,16 +89,14 @@ function(consume mode cuda)
   message(STATUS "consumer through ${mode}, POOLKIT_CUDA=${cuda}: built and ran: ${cxx_output}")
 endfunction()
 
-consume(find_package OFF)
-if(NOT POOLKIT_CUDA STREQUAL "OFF")
-  consume(find_package AUTO)
-endif()
-consume(add_subdirectory ${POOLKIT_CUDA})
-consume(fetchcontent ${POOLKIT_CUDA})
-
-# 4. The installed replay, run from another folder.
-if(REPLAY_BUILT)
+# The installed replay, run from another folder.
+function(installed_replay)
+  if(NOT REPLAY_BUILT)
+    message(STATUS "skipped: poolkit-replay is not built")
+    return()
+  endif()
   set(full ${WORK_DIR}/full)
+  file(REMOVE_RECURSE ${full} ${WORK_DIR}/elsewhere)
   run(${CMAKE_COMMAND} --install ${POOLKIT_BINARY_DIR} --prefix ${full})
   file(MAKE_DIRECTORY ${WORK_DIR}/elsewhere)
   execute_process(COMMAND ${full}/bin/poolkit-replay --composition=caching --no-progress
@@ -109,4 +111,14 @@ if(REPLAY_BUILT)
   execute_process(COMMAND ${full}/bin/poolkit-replay --help OUTPUT_VARIABLE help)
   expect_in("${help}" "${full}/share/poolkit/traces" "the installed poolkit-replay's bundled traces")
   message(STATUS "the installed poolkit-replay ran from another folder over ${full}/share/poolkit/traces")
+endfunction()
+
+if(STEP STREQUAL "install")
+  install_with_no_build()
+elseif(STEP STREQUAL "consumer")
+  consume(${MODE} ${CUDA})
+elseif(STEP STREQUAL "replay")
+  installed_replay()
+else()
+  message(FATAL_ERROR "check.cmake: STEP must be install, consumer or replay")
 endif()

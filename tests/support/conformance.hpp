@@ -11,8 +11,9 @@
 // and, where the resource can be exhausted cheaply, `void exhaust_setup()` that makes the next
 // moderate request fail (for example a small capacity).
 //
-// Include this header in one translation unit per test binary and instantiate the suite there with
-// TEST_CASE_TEMPLATE_INVOKE(conformance, fixtures...).
+// Instantiate the suite with TEST_CASE_TEMPLATE_INVOKE(conformance, fixtures...) in any translation
+// unit. The subcases (conformance_suite) see the fixture through a subject: they are compiled once,
+// whatever the fixtures.
 #pragma once
 
 #include "host_faults.hpp"
@@ -112,17 +113,97 @@ inline constexpr std::size_t near_max_sizes[] = {
     std::numeric_limits<std::size_t>::max() / 2 + 1,
 };
 
-}  // namespace poolkit::test
+// What the suite needs of a fixture and its resource, behind virtual calls: the suite's body is
+// compiled once per binary, and each fixture instantiates only subject_of<F>'s few forwarding
+// functions (a matrix row instantiates the suite for 29 stacks). What a resource lacks (try_allocate,
+// check_invariants, release, the stream-ordered calls) is reported by the has_* functions.
+class subject {
+public:
+    virtual ~subject() = default;
+    virtual void* allocate(std::size_t bytes, std::size_t alignment) = 0;
+    virtual void deallocate(void* pointer, std::size_t bytes, std::size_t alignment) = 0;
+    [[nodiscard]] virtual bool has_try_allocate() const = 0;
+    virtual void* try_allocate(std::size_t bytes, std::size_t alignment) = 0;
+    virtual void check_invariants() = 0;  // nothing where the resource has none
+    [[nodiscard]] virtual bool has_release() const = 0;
+    virtual void release() = 0;
+    [[nodiscard]] virtual bool is_stream_resource() const = 0;
+    virtual void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) = 0;
+    virtual void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) = 0;
+    // The equality subcase: r == r and !(r != r); for a stateless fixture, a second one equals it
+    // and frees what it allocated.
+    virtual void check_equality() = 0;
+    // The fixture's.
+    [[nodiscard]] virtual bool can_exhaust() const = 0;
+    virtual void exhaust_setup() = 0;
+    virtual instrumented<>* upstream() = 0;
+    virtual void fill(void* pointer, std::size_t bytes, unsigned char value) = 0;
+    virtual bool holds(const void* pointer, std::size_t bytes, unsigned char value) = 0;
 
-// NOLINTBEGIN: doctest macros
-TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
-    using namespace poolkit;
-    using namespace poolkit::test;
-    F fixture;
-    auto& r = fixture.resource();
-    static_assert(resource<std::remove_reference_t<decltype(r)>>);
-    INFO("resource under test: ", F::name);
+protected:
+    subject() = default;
+    subject(const subject&) = default;
+    subject& operator=(const subject&) = default;
+};
 
+template <class F>
+class subject_of final : public subject {
+public:
+    explicit subject_of(F& fixture) : fixture_(fixture), r_(fixture.resource()) {}
+
+    void* allocate(std::size_t bytes, std::size_t alignment) override { return r_.allocate(bytes, alignment); }
+    void deallocate(void* pointer, std::size_t bytes, std::size_t alignment) override { r_.deallocate(pointer, bytes, alignment); }
+    [[nodiscard]] bool has_try_allocate() const override { return poolkit::has_try_allocate<R>; }
+    void* try_allocate(std::size_t bytes, std::size_t alignment) override {
+        if constexpr (poolkit::has_try_allocate<R>) return r_.try_allocate(bytes, alignment);
+        FAIL("try_allocate of a resource without it");
+        return nullptr;
+    }
+    void check_invariants() override {
+        if constexpr (poolkit::has_check_invariants<R>) r_.check_invariants();
+    }
+    [[nodiscard]] bool has_release() const override { return poolkit::has_release<R>; }
+    void release() override {
+        if constexpr (poolkit::has_release<R>) r_.release();
+    }
+    [[nodiscard]] bool is_stream_resource() const override { return stream_resource<R>; }
+    void* allocate_async(std::size_t bytes, std::size_t alignment, stream_ref stream) override {
+        if constexpr (stream_resource<R>) return r_.allocate_async(bytes, alignment, stream);
+        FAIL("allocate_async of a resource without it");
+        return nullptr;
+    }
+    void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) override {
+        if constexpr (stream_resource<R>) r_.deallocate_async(pointer, bytes, alignment, stream);
+    }
+    void check_equality() override {
+        CHECK(r_ == r_);
+        CHECK_FALSE(r_ != r_);
+        if constexpr (F::stateless) {
+            F other;
+            CHECK(other.resource() == r_);
+            void* pointer = r_.allocate(512, default_alignment);
+            other.resource().deallocate(pointer, 512, default_alignment);
+        }
+    }
+    [[nodiscard]] bool can_exhaust() const override {
+        return requires { fixture_.exhaust_setup(); };
+    }
+    void exhaust_setup() override {
+        if constexpr (requires { fixture_.exhaust_setup(); }) fixture_.exhaust_setup();
+    }
+    instrumented<>* upstream() override { return fixture_.upstream(); }
+    void fill(void* pointer, std::size_t bytes, unsigned char value) override { fixture_.fill(pointer, bytes, value); }
+    bool holds(const void* pointer, std::size_t bytes, unsigned char value) override { return fixture_.holds(pointer, bytes, value); }
+
+private:
+    using R = std::remove_reference_t<decltype(std::declval<F&>().resource())>;
+    static_assert(resource<R>);
+    F& fixture_;
+    R& r_;
+};
+
+// The suite's subcases over one subject.
+inline void conformance_suite(subject& r) {
     SUBCASE("size 0 gives nullptr and deallocate(nullptr, 0) does nothing") {
         CHECK(r.allocate(0, default_alignment) == nullptr);
         CHECK(r.allocate(0, 1) == nullptr);
@@ -146,8 +227,8 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
                 void* pointer = r.allocate(bytes, alignment);
                 REQUIRE(pointer != nullptr);
                 CHECK(is_aligned(pointer, alignment));
-                fixture.fill(pointer, bytes, 0x5a);
-                CHECK(fixture.holds(pointer, bytes, 0x5a));
+                r.fill(pointer, bytes, 0x5a);
+                CHECK(r.holds(pointer, bytes, 0x5a));
                 r.deallocate(pointer, bytes, alignment);
             }
         }
@@ -165,16 +246,16 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
                 REQUIRE(is_aligned(pointer, alignment));
                 const allocation block{pointer, bytes, alignment};
                 for (const auto& other : live) REQUIRE_FALSE(overlap(block, other));
-                fixture.fill(pointer, bytes, static_cast<unsigned char>(live.size()));
+                r.fill(pointer, bytes, static_cast<unsigned char>(live.size()));
                 live.push_back(block);
             } else {
                 const std::size_t index = random() % live.size();
                 const allocation block = live[index];
-                REQUIRE(fixture.holds(block.pointer, block.bytes, static_cast<unsigned char>(index)));
+                REQUIRE(r.holds(block.pointer, block.bytes, static_cast<unsigned char>(index)));
                 r.deallocate(block.pointer, block.bytes, block.alignment);
                 live[index] = live.back();
                 live.pop_back();
-                if (index < live.size()) fixture.fill(live[index].pointer, live[index].bytes, static_cast<unsigned char>(index));
+                if (index < live.size()) r.fill(live[index].pointer, live[index].bytes, static_cast<unsigned char>(index));
             }
         }
         std::shuffle(live.begin(), live.end(), random);
@@ -195,14 +276,14 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
                 }
             }
         }
-        if constexpr (has_try_allocate<std::remove_reference_t<decltype(r)>>) {
+        if (r.has_try_allocate()) {
             for (std::size_t bytes : near_max_sizes) CHECK(r.try_allocate(bytes, default_alignment) == nullptr);
         }
     }
 
     SUBCASE("exhaustion throws out_of_memory, a std::bad_alloc, and the resource still works") {
-        if constexpr (requires { fixture.exhaust_setup(); }) {
-            fixture.exhaust_setup();
+        if (r.can_exhaust()) {
+            r.exhaust_setup();
             std::vector<allocation> live;
             bool exhausted = false;
             for (int i = 0; i < 100000 && !exhausted; ++i) {
@@ -229,7 +310,7 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
     }
 
     SUBCASE("an upstream failing every n-th call: each request is served or refused, nothing is lost") {
-        if (auto* upstream = fixture.upstream()) {
+        if (auto* upstream = r.upstream()) {
             std::size_t refused = 0;
             for (std::size_t every : {2, 3, 7}) {
                 upstream->fail_every(every);
@@ -242,7 +323,7 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
             }
             // A pool that never needs its upstream again (one large chunk) sees no failure at all.
             MESSAGE("upstream failures injected: ", upstream->injected_failures(), "; requests refused: ", refused);
-            if constexpr (has_release<std::remove_reference_t<decltype(r)>>) {
+            if (r.has_release()) {
                 r.release();
                 CHECK(upstream->live_bytes() == 0);  // every block it took came back
             }
@@ -254,27 +335,18 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
             r, 5, 400, 60, 1 << 20, [](auto& random) { fail_host_allocation_after(static_cast<long>(random() % 3)); },
             [] { stop_failing_host_allocations(); });
         MESSAGE("allocate calls refused for want of host memory: ", refused);
-        if (auto* upstream = fixture.upstream()) {
-            if constexpr (has_release<std::remove_reference_t<decltype(r)>>) {
+        if (auto* upstream = r.upstream()) {
+            if (r.has_release()) {
                 r.release();
                 CHECK(upstream->live_bytes() == 0);
             }
         }
     }
 
-    SUBCASE("equality: reflexive; stateless resources are all equal and free each other's memory") {
-        CHECK(r == r);
-        CHECK_FALSE(r != r);
-        if constexpr (F::stateless) {
-            F other;
-            CHECK(other.resource() == r);
-            void* pointer = r.allocate(512, default_alignment);
-            other.resource().deallocate(pointer, 512, default_alignment);
-        }
-    }
+    SUBCASE("equality: reflexive; stateless resources are all equal and free each other's memory") { r.check_equality(); }
 
     SUBCASE("stream-ordered calls on the default stream round-trip") {
-        if constexpr (stream_resource<std::remove_reference_t<decltype(r)>>) {
+        if (r.is_stream_resource()) {
             void* pointer = r.allocate_async(1000, 512, default_stream);
             REQUIRE(pointer != nullptr);
             CHECK(is_aligned(pointer, 512));
@@ -284,9 +356,19 @@ TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
     }
 
     // Every subcase above frees what it took: the upstream must see each block come back whole.
-    if (auto* upstream = fixture.upstream()) {
-        if constexpr (has_release<std::remove_reference_t<decltype(r)>>) r.release();
+    if (auto* upstream = r.upstream()) {
+        if (r.has_release()) r.release();
         CHECK(upstream->errors() == std::vector<std::string>{});
     }
+}
+
+}  // namespace poolkit::test
+
+// NOLINTBEGIN: doctest macros
+TEST_CASE_TEMPLATE_DEFINE("conformance", F, conformance) {
+    F fixture;
+    poolkit::test::subject_of<F> subject(fixture);
+    INFO("resource under test: ", F::name);
+    poolkit::test::conformance_suite(subject);
 }
 // NOLINTEND

@@ -17,6 +17,7 @@
 #include <poolkit/core/stream_ref.hpp>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -54,10 +55,56 @@ struct oracle_report {
     }
 };
 
-// `next(bound)`: a value in [0, bound). Returns false from `next` never; it decides every choice.
+// The pool under test behind virtual calls, so that the oracle's body is compiled once per binary
+// whatever the pools (a test runs it over 18 of them). What a pool lacks is reported by has_*.
+class oracle_pool {
+public:
+    virtual ~oracle_pool() = default;
+    virtual void* allocate_async(std::size_t bytes, stream_ref stream) = 0;
+    virtual void deallocate_async(void* pointer, std::size_t bytes, stream_ref stream) = 0;
+    [[nodiscard]] virtual bool has_record_use() const = 0;
+    virtual void record_use(void* pointer, stream_ref stream) = 0;
+    [[nodiscard]] virtual bool has_forget_stream() const = 0;
+    virtual void forget_stream(stream_ref stream) = 0;
+    virtual void check_invariants() = 0;  // nothing where the pool has none
+
+protected:
+    oracle_pool() = default;
+    oracle_pool(const oracle_pool&) = default;
+    oracle_pool& operator=(const oracle_pool&) = default;
+};
+
 template <class Pool>
-oracle_report stream_order_oracle(Pool& pool, host_events& events, const oracle_options& options,
-                                  const std::function<std::uint64_t(std::uint64_t)>& next) {
+class oracle_pool_of final : public oracle_pool {
+public:
+    explicit oracle_pool_of(Pool& pool) : pool_(pool) {}
+    void* allocate_async(std::size_t bytes, stream_ref stream) override { return pool_.allocate_async(bytes, default_alignment, stream); }
+    void deallocate_async(void* pointer, std::size_t bytes, stream_ref stream) override {
+        pool_.deallocate_async(pointer, bytes, default_alignment, stream);
+    }
+    [[nodiscard]] bool has_record_use() const override {
+        return requires { pool_.record_use(nullptr, stream_ref{}); };
+    }
+    void record_use(void* pointer, stream_ref stream) override {
+        if constexpr (requires { pool_.record_use(pointer, stream); }) pool_.record_use(pointer, stream);
+    }
+    [[nodiscard]] bool has_forget_stream() const override {
+        return requires { pool_.forget_stream(stream_ref{}); };
+    }
+    void forget_stream(stream_ref stream) override {
+        if constexpr (requires { pool_.forget_stream(stream); }) pool_.forget_stream(stream);
+    }
+    void check_invariants() override {
+        if constexpr (has_check_invariants<Pool>) pool_.check_invariants();
+    }
+
+private:
+    Pool& pool_;
+};
+
+// `next(bound)`: a value in [0, bound). Returns false from `next` never; it decides every choice.
+inline oracle_report stream_order_oracle(oracle_pool& pool, host_events& events, const oracle_options& options,
+                                         const std::function<std::uint64_t(std::uint64_t)>& next) {
     struct use {
         stream_ref stream;
         std::uint64_t position;
@@ -85,7 +132,7 @@ oracle_report stream_order_oracle(Pool& pool, host_events& events, const oracle_
     const auto free_block = [&](live_block block, stream_ref on) {
         block.history.uses.push_back({on, events.issued(on)});
         live_ranges.erase(block.history.begin);
-        pool.deallocate_async(block.pointer, block.bytes, default_alignment, on);
+        pool.deallocate_async(block.pointer, block.bytes, on);
         retired.push_back(std::move(block.history));
     };
     const auto pick_size = [&]() -> std::size_t {
@@ -102,7 +149,7 @@ oracle_report stream_order_oracle(Pool& pool, host_events& events, const oracle_
             const std::size_t bytes = pick_size();
             void* p = nullptr;
             try {
-                p = pool.allocate_async(bytes, default_alignment, s);
+                p = pool.allocate_async(bytes, s);
             } catch (const out_of_memory&) {
                 ++report.exhausted;
                 continue;
@@ -137,7 +184,7 @@ oracle_report stream_order_oracle(Pool& pool, host_events& events, const oracle_
         } else if (action < 55) {
             auto& block = live[next(live.size())];
             const stream_ref user = streams[next(streams.size())];
-            if constexpr (requires { pool.record_use(block.pointer, user); }) {
+            if (pool.has_record_use()) {
                 pool.record_use(block.pointer, user);
                 block.history.uses.push_back({user, events.submit(user)});
             }
@@ -163,25 +210,30 @@ oracle_report stream_order_oracle(Pool& pool, host_events& events, const oracle_
             });
             for (live_block& block : mine) free_block(std::move(block), s);
             events.submit(s);
-            if constexpr (requires { pool.forget_stream(s); }) {
-                if (next(3) == 0) pool.forget_stream(s);
-            }
+            if (pool.has_forget_stream() && next(3) == 0) pool.forget_stream(s);
             events.destroy_stream(s);
             std::erase(streams, s);
             const std::size_t count = 1 + next(2);
             for (std::size_t i = 0; i < count && streams.size() < options.streams; ++i) make();
             if (streams.empty()) make();
         }
-        if constexpr (has_check_invariants<Pool>) {
-            if (step % options.check_every == 0) pool.check_invariants();
-        }
+        if (step % options.check_every == 0) pool.check_invariants();
     }
     for (live_block& block : live) {
         const stream_ref allocating = block.history.uses.front().stream;
         free_block(std::move(block), allocating);
     }
-    if constexpr (has_check_invariants<Pool>) pool.check_invariants();
+    pool.check_invariants();
     return report;
+}
+
+// The same over any stream resource.
+template <class Pool>
+    requires(!std::derived_from<Pool, oracle_pool>)
+oracle_report stream_order_oracle(Pool& pool, host_events& events, const oracle_options& options,
+                                  const std::function<std::uint64_t(std::uint64_t)>& next) {
+    oracle_pool_of<Pool> view(pool);
+    return stream_order_oracle(view, events, options, next);
 }
 
 // The same, with choices from a random engine seeded by options.seed.

@@ -78,7 +78,9 @@ inline std::optional<quoted_peers> read_quoted_peers(const std::filesystem::path
     quoted_peers quoted;
     try {
         quoted.measured = peers->get<std::string>("measured", "");
-        for (const auto& [name, figures] : *peers) {
+        for (const auto& entry : *peers) {
+            const std::string& name = entry.first;
+            const pt::ptree& figures = entry.second;  // a variable, not a binding: lambdas capture it under clang < 16
             if (name == "measured") continue;
             const auto number = [&figures](const char* key) -> std::optional<double> {
                 if (figures.count(key) == 0) return std::nullopt;

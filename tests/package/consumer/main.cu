@@ -1,6 +1,7 @@
 // Compiled by nvcc with nothing but poolkit::poolkit's usage requirements: C++20 and CUDA come from
-// the package. Runs without a GPU (the kernel only where there is one).
-#include <poolkit/poolkit.hpp>
+// the package. Runs without a GPU (the kernel only where there is one). One header: main.cpp
+// includes them all, and tests/cuda/kernels.cu compiles them all under nvcc.
+#include <poolkit/upstream/cuda_device_resource.hpp>
 
 #include <cstdio>
 
