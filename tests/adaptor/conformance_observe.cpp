@@ -19,7 +19,7 @@ using test::instrumented;
 using test::no_touch;
 using upstream_ref = ref<instrumented<>>;
 
-struct over_instrumented : host_touch {
+struct observed_over_instrumented : host_touch {
     static constexpr bool stateless = false;
     instrumented<> upstream_;
     instrumented<>* upstream() { return &upstream_; }
@@ -32,7 +32,7 @@ struct over_simulated : no_touch {
     void exhaust_setup() {}
 };
 
-struct statistics_fixture : over_instrumented {
+struct statistics_fixture : observed_over_instrumented {
     static constexpr const char* name = "counted<ref<instrumented>>";
     counted<upstream_ref> resource_{upstream_};
     counted<upstream_ref>& resource() { return resource_; }
@@ -46,7 +46,7 @@ struct statistics_simulated_fixture : over_simulated {
     counted<ref<simulated_resource>, single_thread_counters> resource_{addresses_};
     auto& resource() { return resource_; }
 };
-struct tracking_fixture : over_instrumented {
+struct tracking_fixture : observed_over_instrumented {
     static constexpr const char* name = "tracked<ref<instrumented>>";
     tracked<upstream_ref> resource_{upstream_};
     tracked<upstream_ref>& resource() { return resource_; }
@@ -57,7 +57,7 @@ struct tracking_simulated_fixture : over_simulated {
     tracked<ref<simulated_resource>> resource_{addresses_};
     auto& resource() { return resource_; }
 };
-struct logging_fixture : over_instrumented {
+struct logging_fixture : observed_over_instrumented {
     static constexpr const char* name = "logged<ref<instrumented>>";
     std::ostringstream log_;
     logged<upstream_ref> resource_{upstream_, log_};
@@ -69,7 +69,7 @@ struct logging_simulated_fixture : over_simulated {
     logged<ref<simulated_resource>> resource_{addresses_, log_};
     auto& resource() { return resource_; }
 };
-struct limiting_fixture : over_instrumented {
+struct limiting_fixture : observed_over_instrumented {
     static constexpr const char* name = "limited<ref<instrumented>>, 64 MiB";
     limited<upstream_ref> resource_{upstream_, {.limit_bytes = std::size_t{64} << 20}};
     limited<upstream_ref>& resource() { return resource_; }

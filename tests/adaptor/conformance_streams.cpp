@@ -22,27 +22,27 @@ using test::no_touch;
 using upstream_ref = ref<instrumented<>>;
 
 template <class Block>
-struct over_instrumented : host_touch {
+struct streams_over_instrumented : host_touch {
     static constexpr bool stateless = false;
     instrumented<> upstream_;
     Block resource_{upstream_ref{upstream_}};
     instrumented<>* upstream() { return &upstream_; }
     Block& resource() { return resource_; }
     void exhaust_setup() { upstream_.limit(std::size_t{8} << 20); }
-    ~over_instrumented() {
+    ~streams_over_instrumented() {
         resource_.check_invariants();
         resource_.release();
         CHECK(upstream_.live_bytes() == 0);
     }
 };
 
-struct caching_pool_fixture : over_instrumented<caching_pool<upstream_ref>> {
+struct caching_pool_fixture : streams_over_instrumented<caching_pool<upstream_ref>> {
     static constexpr const char* name = "caching_pool<ref<instrumented>>";
 };
-struct stream_ordered_fixture : over_instrumented<stream_ordered<upstream_ref, lanes<best_fit>, host_events>> {
+struct stream_ordered_fixture : streams_over_instrumented<stream_ordered<upstream_ref, lanes<best_fit>, host_events>> {
     static constexpr const char* name = "stream_ordered<ref<instrumented>, lanes<best_fit>, host_events>";
 };
-struct caching_allocator_fixture : over_instrumented<caching_resource<upstream_ref, host_events>> {
+struct caching_allocator_fixture : streams_over_instrumented<caching_resource<upstream_ref, host_events>> {
     static constexpr const char* name = "caching_resource<ref<instrumented>, host_events>";
 };
 

@@ -2,6 +2,7 @@
 // resource below, PyTorch's key names with reserved figures from an inner counted<>, resets,
 // scopes, OOM counting, forwarded capabilities, and exact counts under concurrent use.
 #include "../support/instrumented.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/counted.hpp>
@@ -25,7 +26,7 @@ using namespace poolkit;
 using test::instrumented;
 using upstream_ref = ref<instrumented<>>;
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
+using poolkit::test::MiB;
 
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include <poolkit/upstream/new_delete_resource.hpp>
 #include <poolkit/upstream/simulated_vmm_resource.hpp>
 
+#include "../support/sizes.hpp"
 #include "../support/spans.hpp"
 
 #include <doctest/doctest.h>
@@ -36,9 +37,9 @@ using poolkit::test::span_of;
 
 namespace {
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
+using poolkit::test::GiB;
+using poolkit::test::KiB;
+using poolkit::test::MiB;
 
 // An upstream whose calls are what a capture sees of cudaMalloc and cudaFree: a potentially unsafe
 // call, and one that synchronizes the device. It holds at most `limit` bytes at once.
@@ -128,7 +129,7 @@ using checked_pool = stream_ordered<ref<capture_checked_upstream>, lanes<best_fi
 using checked_caching = caching_resource<ref<capture_checked_upstream>, host_events>;
 using checked_expandable = expandable_resource<ref<capture_checked_vmm>, host_events>;
 
-struct fixture {
+struct graph_fixture {
     new_delete_resource memory;
     host_events events;
     capture_checked_upstream upstream{memory, events};
@@ -138,7 +139,7 @@ struct fixture {
 
 // A pool of type Pool over the fixture's upstream (its virtual memory for the expandable preset).
 template <class Pool>
-std::unique_ptr<Pool> make_checked(fixture& f) {
+std::unique_ptr<Pool> make_checked(graph_fixture& f) {
     if constexpr (std::same_as<Pool, checked_expandable>) {
         return std::make_unique<Pool>(ref(f.vmm), expandable_options{}, f.events);
     } else {
@@ -159,7 +160,7 @@ void release_graph_pool(synchronized<Pool>& pool, std::uint64_t id) {
 
 TEST_CASE_TEMPLATE("a capture is served from a graph pool with no forbidden call, in every capture mode", Pool, checked_pool,
                    checked_caching, checked_expandable) {
-    fixture f;
+    graph_fixture f;
     const auto made = make_checked<Pool>(f);
     Pool& pool = *made;
     // A warm shared pool, with blocks freed on the eager stream.
@@ -213,7 +214,7 @@ TEST_CASE_TEMPLATE("a capture is served from a graph pool with no forbidden call
 
 TEST_CASE_TEMPLATE("exhaustion in a capture: out_of_memory with figures, the capture still valid, nothing leaked", Pool, checked_pool,
                    checked_caching) {
-    fixture f;
+    graph_fixture f;
     f.upstream.limit = 64 * MiB;
     {
         const auto made = make_checked<Pool>(f);
@@ -244,7 +245,7 @@ TEST_CASE_TEMPLATE("exhaustion in a capture: out_of_memory with figures, the cap
 }
 
 TEST_CASE("a capture over two streams: a block freed on the other stream is reused behind an edge of the graph") {
-    fixture f;
+    graph_fixture f;
     checked_pool pool{ref(f.upstream), {}, f.events};
     const stream_ref side = f.events.make_stream();
     f.events.begin_capture(f.capturing, capture_mode::global);
@@ -270,7 +271,7 @@ TEST_CASE("a capture over two streams: a block freed on the other stream is reus
 }
 
 TEST_CASE("a block of the shared pool freed in a capture stays the graph's until its pool is released") {
-    fixture f;
+    graph_fixture f;
     checked_pool pool{ref(f.upstream), {}, f.events};
     void* input = pool.allocate_async(2 * MiB, 256, f.eager);
     f.events.complete_all();
@@ -300,7 +301,7 @@ TEST_CASE("a block of the shared pool freed in a capture stays the graph's until
 }
 
 TEST_CASE("graphs share a pool: a later capture into it reuses what an earlier one freed, eager frees included") {
-    fixture f;
+    graph_fixture f;
     checked_pool pool{ref(f.upstream), {}, f.events};
     CHECK_THROWS_AS(pool.capture_into(f.capturing, 42), std::logic_error);  // not in capture
     const std::uint64_t first = f.events.begin_capture(f.capturing);
@@ -331,7 +332,7 @@ TEST_CASE("graphs share a pool: a later capture into it reuses what an earlier o
 }
 
 TEST_CASE("a graph block freed in a capture into another pool is not reused before its own pool's release") {
-    fixture f;
+    graph_fixture f;
     checked_pool pool{ref(f.upstream), {}, f.events};
     const std::uint64_t first = f.events.begin_capture(f.capturing);
     void* output = pool.allocate_async(1 * MiB, 256, f.capturing);
@@ -359,7 +360,7 @@ namespace {
 
 // A capture on this thread while another thread works eagerly through the same pool.
 template <class Pool>
-void eager_beside_capture(fixture& f, Pool& pool) {
+void eager_beside_capture(graph_fixture& f, Pool& pool) {
     const stream_ref second = f.events.make_stream();
     const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
     void* captured = pool.allocate_async(1 * MiB, 256, f.capturing);  // the pool now knows of the capture
@@ -402,7 +403,7 @@ void eager_beside_capture(fixture& f, Pool& pool) {
 
 TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture the pool serves breaks nothing", Pool, checked_pool,
                    checked_caching, checked_expandable) {
-    fixture f;
+    graph_fixture f;
     eager_beside_capture(f, *make_checked<Pool>(f));
 }
 
@@ -411,7 +412,7 @@ TEST_CASE_TEMPLATE("eager work on another thread during a global-mode capture th
 // streams idle or busy, and eager requests the pool can serve, make no call the capture forbids.
 TEST_CASE_TEMPLATE("eager calls at a global-mode capture's start, before the pool saw it, break nothing", Pool, checked_pool,
                    checked_caching, checked_expandable) {
-    fixture f;
+    graph_fixture f;
     const auto made = make_checked<Pool>(f);
     Pool& pool = *made;
     const stream_ref side = f.events.make_stream();
@@ -444,13 +445,13 @@ TEST_CASE_TEMPLATE("eager calls at a global-mode capture's start, before the poo
 }
 
 TEST_CASE("the synchronized caching preset: a capture on one thread, eager work on another") {
-    fixture f;
+    graph_fixture f;
     synchronized<checked_caching> pool{std::in_place, ref(f.upstream), caching_options{}, f.events};
     eager_beside_capture(f, pool);
 }
 
 TEST_CASE("expandable: while a capture may run, granules that only a wait for the whole device would free stay mapped") {
-    fixture f;
+    graph_fixture f;
     const auto made = make_checked<checked_expandable>(f);
     checked_expandable& pool = *made;
     const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::global);
@@ -473,7 +474,7 @@ TEST_CASE("expandable: while a capture may run, granules that only a wait for th
 }
 
 TEST_CASE("a block recorded as used by a capturing stream stays the graph's when freed during the capture") {
-    fixture f;
+    graph_fixture f;
     checked_pool pool{ref(f.upstream), {}, f.events};
     void* input = pool.allocate_async(1 * MiB, 256, f.eager);
     const std::uint64_t id = f.events.begin_capture(f.capturing);
@@ -493,7 +494,7 @@ TEST_CASE("a block recorded as used by a capturing stream stays the graph's when
 }
 
 TEST_CASE("per_thread: a capturing stream bypasses the thread caches, and graph blocks never enter them") {
-    fixture f;
+    graph_fixture f;
     per_thread<synchronized<checked_caching>, host_events> pool{std::in_place,   per_thread_options{}, f.events,
                                                                 ref(f.upstream), caching_options{},    f.events};
     // Warm caches: small blocks freed on the eager stream and on the stream about to capture.
@@ -544,7 +545,7 @@ TEST_CASE("per_thread: a capturing stream bypasses the thread caches, and graph 
 }
 
 TEST_CASE("per_thread: while a capture may run, sets of streams that may be gone are set aside, not given back after a device wait") {
-    fixture f;
+    graph_fixture f;
     per_thread<synchronized<checked_caching>, host_events> pool{
         std::in_place, per_thread_options{.streams_per_thread = 2}, f.events, ref(f.upstream), caching_options{}, f.events};
     const stream_ref others[] = {f.events.make_stream(), f.events.make_stream(), f.events.make_stream()};
@@ -580,7 +581,7 @@ TEST_CASE("per_thread: while a capture may run, sets of streams that may be gone
 }
 
 TEST_CASE("capture checks: every call, only while a capture is announced, never") {
-    fixture f;
+    graph_fixture f;
     SUBCASE("stream_ordered, announced: an announced capture works, an unannounced one breaks") {
         checked_caching pool{ref(f.upstream), {}, f.events};
         pool.capture_checks(capture_check::announced);
@@ -623,7 +624,7 @@ TEST_CASE("capture checks: every call, only while a capture is announced, never"
 }
 
 TEST_CASE("graph pools in the walk: snapshot segments carry their pool, fragmentation and the summary count them") {
-    fixture f;
+    graph_fixture f;
     checked_caching pool{ref(f.upstream), {}, f.events};
     void* eager = pool.allocate_async(64 * KiB, 256, f.eager);
     const std::uint64_t id = f.events.begin_capture(f.capturing, capture_mode::relaxed);
@@ -671,7 +672,7 @@ TEST_CASE("graph pools in the walk: snapshot segments carry their pool, fragment
 }
 
 TEST_CASE("a graph pool releases itself once its graphs are destroyed and their launches are done") {
-    fixture f;
+    graph_fixture f;
     checked_caching pool{ref(f.upstream), {}, f.events};
     const auto eager_call = [&] { pool.deallocate_async(pool.allocate_async(4 * KiB, 256, f.eager), 4 * KiB, 256, f.eager); };
 

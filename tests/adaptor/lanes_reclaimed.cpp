@@ -2,6 +2,7 @@
 // gives spans back, huge requests are refused at once, and streams that come and go leave a bounded
 // set of records and no stranded memory.
 #include "../support/host_faults.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
@@ -20,8 +21,8 @@
 using namespace poolkit;
 
 namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
-constexpr std::size_t GiB = std::size_t{1} << 30;
+using poolkit::test::GiB;
+using poolkit::test::MiB;
 
 using shared_vmm = ref<simulated_vmm_resource>;
 using expandable_streams = stream_ordered<shared_vmm, lanes<expandable>, host_events>;

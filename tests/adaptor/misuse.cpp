@@ -3,6 +3,7 @@
 //
 // Host allocations fail on demand through the test binary's operator new (support/host_faults.hpp).
 #include "../support/host_faults.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/adaptor/limited.hpp>
 #include <poolkit/adaptor/tracked.hpp>
@@ -49,7 +50,7 @@ private:
     long live_blocks_ = 0;
 };
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
+using poolkit::test::MiB;
 
 // Calls `allocate` with the next host allocation failing; whether it threw std::bad_alloc.
 template <class Allocate>

@@ -1,5 +1,6 @@
 // caching_pool's placement rules and the caching_resource preset, over instrumented host memory.
 #include "../support/instrumented.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/retried_on_oom.hpp>
@@ -16,8 +17,8 @@ using namespace poolkit;
 using test::instrumented;
 
 namespace {
-constexpr std::size_t KiB = 1024;
-constexpr std::size_t MiB = 1024 * KiB;
+using poolkit::test::KiB;
+using poolkit::test::MiB;
 using upstream = ref<instrumented<>>;
 }  // namespace
 

@@ -2,6 +2,7 @@
 // label back once, the events each layer records (blocks, segments, mappings, refusals), a
 // free_completed that waits for record_use's streams, and the JSON PyTorch's viewers read.
 #include "../support/instrumented.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/limited.hpp>
@@ -27,8 +28,8 @@ namespace {
 using namespace poolkit;
 using test::instrumented;
 
-constexpr std::size_t KiB = std::size_t{1} << 10;
-constexpr std::size_t MiB = std::size_t{1} << 20;
+using poolkit::test::KiB;
+using poolkit::test::MiB;
 
 // Labels 1, 2, 3... for the actions asked, counting what comes back.
 struct labeller {

@@ -7,6 +7,7 @@
 // stream is ordered before S's next work — completing S's work in the simulation (host_events)
 // completes those uses too, unless the host already waited for them.
 #include "../support/instrumented.hpp"
+#include "../support/sizes.hpp"
 #include "../support/stream_order_oracle.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
@@ -34,8 +35,8 @@ using test::instrumented;
 
 namespace {
 
-constexpr std::size_t KiB = 1024;
-constexpr std::size_t MiB = 1024 * KiB;
+using poolkit::test::KiB;
+using poolkit::test::MiB;
 
 // An upstream of `limit` live bytes, on simulated address space or on the host heap.
 template <class Memory>

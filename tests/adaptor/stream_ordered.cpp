@@ -2,6 +2,7 @@
 // completes, so every ordering rule of the shared pool, the fronts and the waiting blocks is
 // checked on a CPU.
 #include "../support/instrumented.hpp"
+#include "../support/sizes.hpp"
 #include "../support/stream_order_oracle.hpp"
 
 #include <poolkit/adaptor/completed_events.hpp>
@@ -30,8 +31,8 @@ using test::instrumented;
 
 namespace {
 
-constexpr std::size_t KiB = 1024;
-constexpr std::size_t MiB = 1024 * KiB;
+using poolkit::test::KiB;
+using poolkit::test::MiB;
 
 // host_events that also counts each record or wait on a destroyed stream: host_events throws
 // then, but the adaptor's noexcept paths would swallow that. Copies share the count.

@@ -2,6 +2,7 @@
 // and used as such. The matrix (matrix.hpp) checks the contract of every stack; this file checks
 // what each seam promises.
 #include "../support/instrumented.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/host_events.hpp>
@@ -30,7 +31,7 @@ using test::instrumented;
 
 namespace {
 using base = ref<instrumented<>>;
-constexpr std::size_t KiB = 1024;
+using poolkit::test::KiB;
 }  // namespace
 
 // Stacks as lane templates (outside the anonymous namespace: they name test types).

@@ -3,6 +3,8 @@
 // upstream) coming first, or none of them for its defaults; a combinator's takes the arguments of
 // its ordinary constructor and builds its parts over the upstream. Each block with own arguments
 // is built both ways here, over an upstream that cannot move.
+#include "../support/sizes.hpp"
+
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/limited.hpp>
 #include <poolkit/adaptor/logged.hpp>
@@ -32,7 +34,7 @@ using memory_ref = ref<simulated_resource>;
 using pinned_down = synchronized<best_fit<memory_ref>>;
 static_assert(!std::is_move_constructible_v<pinned_down>);
 
-constexpr std::size_t KiB = 1024;
+using poolkit::test::KiB;
 }  // namespace
 
 TEST_CASE("adaptors built in place take their own options first, or none") {

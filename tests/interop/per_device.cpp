@@ -25,13 +25,13 @@ private:
     int previous_;
 };
 
-struct resource {
-    virtual ~resource() = default;
+struct device_object {
+    virtual ~device_object() = default;
     int made_on = current;
 };
-struct derived_resource final : resource {};
+struct derived_object final : device_object {};
 
-using resources = per_device<resource, recorded_scope>;
+using resources = per_device<device_object, recorded_scope>;
 }  // namespace
 
 TEST_CASE("per_device makes a device's resource on first use, with that device current, and keeps it") {
@@ -44,9 +44,9 @@ TEST_CASE("per_device makes a device's resource on first use, with that device c
     int makes = 0;
     auto make = [&] {
         ++makes;
-        return std::make_unique<derived_resource>();
+        return std::make_unique<derived_object>();
     };
-    resource& first = r.get(1, make);
+    device_object& first = r.get(1, make);
     CHECK(first.made_on == 1);
     CHECK(current == -1);  // the scope is over
     CHECK(&r.get(1, make) == &first);
@@ -58,14 +58,14 @@ TEST_CASE("per_device makes a device's resource on first use, with that device c
 
 TEST_CASE("per_device refuses a device that does not exist, and a make() that fails makes nothing") {
     resources r(2);
-    auto make = [] { return std::make_unique<resource>(); };
+    auto make = [] { return std::make_unique<device_object>(); };
     CHECK_THROWS_WITH_AS(r.get(2, make), "poolkit: no device 2 (there are 2)", std::out_of_range);
     CHECK_THROWS_WITH_AS(static_cast<void>(r.find(-1)), "poolkit: no device -1 (there are 2)", std::out_of_range);
     CHECK_FALSE(r.contains(2));
     CHECK(r.contains(0));
 
-    CHECK_THROWS_AS(r.get(0, []() -> std::unique_ptr<resource> { throw std::runtime_error("out of memory"); }), std::runtime_error);
-    CHECK_THROWS_WITH_AS(r.get(0, [] { return std::unique_ptr<resource>(); }),
+    CHECK_THROWS_AS(r.get(0, []() -> std::unique_ptr<device_object> { throw std::runtime_error("out of memory"); }), std::runtime_error);
+    CHECK_THROWS_WITH_AS(r.get(0, [] { return std::unique_ptr<device_object>(); }),
                          "poolkit: per_device: make() returned no resource for device 0", std::logic_error);
     CHECK_FALSE(r.any());
     CHECK(r.get(0, make).made_on == 0);  // a later make() still runs
@@ -76,11 +76,11 @@ TEST_CASE("per_device refuses a device that does not exist, and a make() that fa
 
 TEST_CASE("per_device visits the made resources in device order, each with its device current") {
     resources r(4);
-    auto make = [] { return std::make_unique<resource>(); };
+    auto make = [] { return std::make_unique<device_object>(); };
     r.get(3, make);
     r.get(1, make);
     std::vector<int> visited;
-    r.for_each([&](resource& each, int device) {
+    r.for_each([&](device_object& each, int device) {
         CHECK(current == device);
         CHECK(each.made_on == device);
         visited.push_back(device);
@@ -91,13 +91,13 @@ TEST_CASE("per_device visits the made resources in device order, each with its d
 TEST_CASE("per_device makes one resource per device when threads ask at once") {
     resources r(2);
     std::atomic<int> makes{0};
-    std::vector<resource*> seen(8);
+    std::vector<device_object*> seen(8);
     std::vector<std::thread> threads;
     for (std::size_t i = 0; i < seen.size(); ++i) {
         threads.emplace_back([&, i] {
             seen[i] = &r.get(static_cast<int>(i % 2), [&] {
                 ++makes;
-                return std::make_unique<resource>();
+                return std::make_unique<device_object>();
             });
         });
     }

@@ -1,6 +1,7 @@
 // The for_each_block walk of every strategy: a snapshot of a known state checked block by block,
 // and fragmentation figures that agree with the strategy's own counters.
 #include "../support/instrumented.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/counted.hpp>
@@ -36,10 +37,10 @@ using namespace poolkit;
 using test::instrumented;
 using upstream_ref = ref<instrumented<>>;
 
-constexpr std::size_t KiB = 1024;
-constexpr std::size_t MiB = 1024 * KiB;
+using poolkit::test::KiB;
+using poolkit::test::MiB;
 
-std::uintptr_t address(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer); }
+using poolkit::test::address;
 
 struct visit {
     chunk_view chunk;

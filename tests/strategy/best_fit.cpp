@@ -3,6 +3,7 @@
 #include "../support/death.hpp"
 #include "../support/instrumented.hpp"
 #include "../support/property.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
@@ -21,10 +22,10 @@ using namespace poolkit;
 using test::instrumented;
 using upstream_ref = ref<instrumented<>>;
 
-constexpr std::size_t KiB = 1024;
-constexpr std::size_t MiB = 1024 * KiB;
+using poolkit::test::KiB;
+using poolkit::test::MiB;
 
-std::uintptr_t address(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer); }
+using poolkit::test::address;
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include "../support/death.hpp"
 #include "../support/instrumented.hpp"
 #include "../support/property.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/exact_cache.hpp>
@@ -20,8 +21,8 @@ using namespace poolkit;
 using test::instrumented;
 using upstream_ref = ref<instrumented<>>;
 
-constexpr std::size_t KiB = 1024;
-constexpr std::size_t MiB = 1024 * KiB;
+using poolkit::test::KiB;
+using poolkit::test::MiB;
 
 }  // namespace
 

@@ -1,6 +1,7 @@
 // expandable over simulated virtual memory: placement, the mapping policy, the cache and its
 // trimming, exhaustion, and random traffic checked after every step.
 #include "../support/death.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
@@ -25,8 +26,8 @@ using namespace poolkit;
 
 namespace {
 
-constexpr std::size_t KiB = 1024;
-constexpr std::size_t MiB = 1024 * KiB;
+using poolkit::test::KiB;
+using poolkit::test::MiB;
 constexpr std::size_t granule = 2 * MiB;
 
 // Simulated virtual memory that checks the one rule of unmapping: nothing the pool handed out

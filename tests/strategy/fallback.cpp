@@ -2,6 +2,7 @@
 // Primary's owns(), capabilities only where both parts have them, randomized sequences.
 #include "../support/instrumented.hpp"
 #include "../support/property.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
@@ -20,7 +21,7 @@ using namespace poolkit;
 using test::instrumented;
 using upstream_ref = ref<instrumented<>>;
 
-constexpr std::size_t KiB = 1024;
+using poolkit::test::KiB;
 
 using capped_then_open = fallback<best_fit<upstream_ref>, best_fit<upstream_ref>>;
 

@@ -3,6 +3,7 @@
 #include "../support/death.hpp"
 #include "../support/instrumented.hpp"
 #include "../support/property.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/fixed_size.hpp>
@@ -20,7 +21,7 @@ using namespace poolkit;
 using test::instrumented;
 using upstream_ref = ref<instrumented<>>;
 
-constexpr std::size_t KiB = 1024;
+using poolkit::test::KiB;
 
 }  // namespace
 

@@ -3,6 +3,7 @@
 #include "../support/death.hpp"
 #include "../support/instrumented.hpp"
 #include "../support/property.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/monotonic.hpp>
@@ -20,9 +21,9 @@ using namespace poolkit;
 using test::instrumented;
 using upstream_ref = ref<instrumented<>>;
 
-constexpr std::size_t KiB = 1024;
+using poolkit::test::KiB;
 
-std::uintptr_t address(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer); }
+using poolkit::test::address;
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 // where both parts have them, randomized sequences over two pools sharing one upstream.
 #include "../support/instrumented.hpp"
 #include "../support/property.hpp"
+#include "../support/sizes.hpp"
 
 #include <poolkit/core/ref.hpp>
 #include <poolkit/strategy/best_fit.hpp>
@@ -18,7 +19,7 @@ using namespace poolkit;
 using test::instrumented;
 using upstream_ref = ref<instrumented<>>;
 
-constexpr std::size_t KiB = 1024;
+using poolkit::test::KiB;
 
 using two_pools = segregator<4 * KiB, size_classes<upstream_ref>, best_fit<upstream_ref>>;
 

@@ -1,4 +1,6 @@
 // What is special about simulated_resource: gaps, contiguity, capacity, ownership, reuse.
+#include "../support/sizes.hpp"
+
 #include <poolkit/upstream/simulated_resource.hpp>
 
 #include <doctest/doctest.h>
@@ -13,8 +15,8 @@
 using namespace poolkit;
 
 namespace {
-std::uintptr_t address(void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer); }
-constexpr std::size_t MiB = std::size_t{1} << 20;
+using poolkit::test::address;
+using poolkit::test::MiB;
 }  // namespace
 
 TEST_CASE("successive chunks are separated by a gap unless contiguous is asked for") {

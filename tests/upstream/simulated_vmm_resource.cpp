@@ -3,6 +3,7 @@
 #include <poolkit/upstream/simulated_vmm_resource.hpp>
 
 #include "../support/death.hpp"
+#include "../support/sizes.hpp"
 
 #include <doctest/doctest.h>
 
@@ -18,10 +19,10 @@
 using namespace poolkit;
 
 namespace {
-constexpr std::size_t MiB = std::size_t{1} << 20;
+using poolkit::test::MiB;
 constexpr std::size_t granule = 2 * MiB;
 
-std::uintptr_t address(const void* pointer) { return reinterpret_cast<std::uintptr_t>(pointer); }
+using poolkit::test::address;
 
 // The message of the std::invalid_argument that `call` throws, or "" when it throws none.
 template <class Call>
