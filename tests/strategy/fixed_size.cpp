@@ -162,7 +162,7 @@ TEST_CASE("fixed_size: destruction with live blocks reports them") {
 namespace {
 // The live bytes fixed_size reports when it cannot get a slab: its own and those passed on.
 template <class Pool>
-std::size_t live_bytes_in_figures(Pool& pool) {
+std::size_t fixed_size_live_bytes_in_figures(Pool& pool) {
     try {
         static_cast<void>(pool.allocate(100));
     } catch (const out_of_memory& error) {
@@ -183,11 +183,11 @@ TEST_CASE("fixed_size: without assertions a bad free of a request passed on neit
         pool.deallocate(&outside, 1000);  // never handed out
         CHECK(upstream.errors().empty());
         CHECK(upstream.live_blocks() == 0);
-        CHECK(live_bytes_in_figures(pool) == 0);
+        CHECK(fixed_size_live_bytes_in_figures(pool) == 0);
         void* again = pool.allocate(1000);
-        CHECK(live_bytes_in_figures(pool) == 1000);
+        CHECK(fixed_size_live_bytes_in_figures(pool) == 1000);
         pool.deallocate(again, 1000);
-        CHECK(live_bytes_in_figures(pool) == 0);
+        CHECK(fixed_size_live_bytes_in_figures(pool) == 0);
         pool.check_invariants();
     }
     SUBCASE("an upstream with owns(): a second free while another block passed on is live") {
@@ -197,10 +197,10 @@ TEST_CASE("fixed_size: without assertions a bad free of a request passed on neit
         void* other = pool.allocate(3000);
         pool.deallocate(pointer, 1000);
         pool.deallocate(pointer, 1000);  // freed twice: the upstream no longer owns it
-        CHECK(live_bytes_in_figures(pool) == 3000);
+        CHECK(fixed_size_live_bytes_in_figures(pool) == 3000);
         CHECK(pool.owns(other));
         pool.deallocate(other, 3000);
-        CHECK(live_bytes_in_figures(pool) == 0);
+        CHECK(fixed_size_live_bytes_in_figures(pool) == 0);
         CHECK(addresses.live_bytes() == 0);
     }
 }

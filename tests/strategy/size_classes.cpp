@@ -294,7 +294,7 @@ TEST_CASE("size_classes: without assertions a bad deallocation changes nothing")
 namespace {
 // The live bytes size_classes reports when a class cannot get a slab: its own and Large's.
 template <class Pool>
-std::size_t live_bytes_in_figures(Pool& pool) {
+std::size_t size_classes_live_bytes_in_figures(Pool& pool) {
     try {
         static_cast<void>(pool.allocate(1000));
     } catch (const out_of_memory& error) {
@@ -315,11 +315,11 @@ TEST_CASE("size_classes: without assertions a bad large free neither reaches the
         pool.deallocate(&outside, 2 * MiB);  // never handed out
         CHECK(upstream.errors().empty());
         CHECK(upstream.live_blocks() == 0);
-        CHECK(live_bytes_in_figures(pool) == 0);
+        CHECK(size_classes_live_bytes_in_figures(pool) == 0);
         void* again = pool.allocate(2 * MiB);
-        CHECK(live_bytes_in_figures(pool) == 2 * MiB);
+        CHECK(size_classes_live_bytes_in_figures(pool) == 2 * MiB);
         pool.deallocate(again, 2 * MiB);
-        CHECK(live_bytes_in_figures(pool) == 0);
+        CHECK(size_classes_live_bytes_in_figures(pool) == 0);
         pool.check_invariants();
     }
     SUBCASE("an upstream with owns(): a second free while another large block is live") {
@@ -329,10 +329,10 @@ TEST_CASE("size_classes: without assertions a bad large free neither reaches the
         void* other = pool.allocate(3 * MiB);
         pool.deallocate(pointer, 2 * MiB);
         pool.deallocate(pointer, 2 * MiB);  // freed twice: the upstream no longer owns it
-        CHECK(live_bytes_in_figures(pool) == 3 * MiB);
+        CHECK(size_classes_live_bytes_in_figures(pool) == 3 * MiB);
         CHECK(pool.owns(other));
         pool.deallocate(other, 3 * MiB);
-        CHECK(live_bytes_in_figures(pool) == 0);
+        CHECK(size_classes_live_bytes_in_figures(pool) == 0);
         CHECK(addresses.live_bytes() == 0);
     }
 }
