@@ -139,11 +139,6 @@ public:
     virtual instrumented<>* upstream() = 0;
     virtual void fill(void* pointer, std::size_t bytes, unsigned char value) = 0;
     virtual bool holds(const void* pointer, std::size_t bytes, unsigned char value) = 0;
-
-protected:
-    subject() = default;
-    subject(const subject&) = default;
-    subject& operator=(const subject&) = default;
 };
 
 template <class F>
@@ -173,7 +168,11 @@ public:
         return nullptr;
     }
     void deallocate_async(void* pointer, std::size_t bytes, std::size_t alignment, stream_ref stream) override {
-        if constexpr (stream_resource<R>) r_.deallocate_async(pointer, bytes, alignment, stream);
+        if constexpr (stream_resource<R>) {
+            r_.deallocate_async(pointer, bytes, alignment, stream);
+        } else {
+            FAIL("deallocate_async of a resource without it");
+        }
     }
     void check_equality() override {
         CHECK(r_ == r_);
@@ -185,11 +184,9 @@ public:
             other.resource().deallocate(pointer, 512, default_alignment);
         }
     }
-    [[nodiscard]] bool can_exhaust() const override {
-        return requires { fixture_.exhaust_setup(); };
-    }
+    [[nodiscard]] bool can_exhaust() const override { return exhaustible; }
     void exhaust_setup() override {
-        if constexpr (requires { fixture_.exhaust_setup(); }) fixture_.exhaust_setup();
+        if constexpr (exhaustible) fixture_.exhaust_setup();
     }
     instrumented<>* upstream() override { return fixture_.upstream(); }
     void fill(void* pointer, std::size_t bytes, unsigned char value) override { fixture_.fill(pointer, bytes, value); }
@@ -198,6 +195,7 @@ public:
 private:
     using R = std::remove_reference_t<decltype(std::declval<F&>().resource())>;
     static_assert(resource<R>);
+    static constexpr bool exhaustible = requires(F& f) { f.exhaust_setup(); };
     F& fixture_;
     R& r_;
 };

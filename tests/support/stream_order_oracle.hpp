@@ -67,11 +67,6 @@ public:
     [[nodiscard]] virtual bool has_forget_stream() const = 0;
     virtual void forget_stream(stream_ref stream) = 0;
     virtual void check_invariants() = 0;  // nothing where the pool has none
-
-protected:
-    oracle_pool() = default;
-    oracle_pool(const oracle_pool&) = default;
-    oracle_pool& operator=(const oracle_pool&) = default;
 };
 
 template <class Pool>
@@ -82,23 +77,21 @@ public:
     void deallocate_async(void* pointer, std::size_t bytes, stream_ref stream) override {
         pool_.deallocate_async(pointer, bytes, default_alignment, stream);
     }
-    [[nodiscard]] bool has_record_use() const override {
-        return requires { pool_.record_use(nullptr, stream_ref{}); };
-    }
+    [[nodiscard]] bool has_record_use() const override { return records_uses; }
     void record_use(void* pointer, stream_ref stream) override {
-        if constexpr (requires { pool_.record_use(pointer, stream); }) pool_.record_use(pointer, stream);
+        if constexpr (records_uses) pool_.record_use(pointer, stream);
     }
-    [[nodiscard]] bool has_forget_stream() const override {
-        return requires { pool_.forget_stream(stream_ref{}); };
-    }
+    [[nodiscard]] bool has_forget_stream() const override { return forgets_streams; }
     void forget_stream(stream_ref stream) override {
-        if constexpr (requires { pool_.forget_stream(stream); }) pool_.forget_stream(stream);
+        if constexpr (forgets_streams) pool_.forget_stream(stream);
     }
     void check_invariants() override {
         if constexpr (has_check_invariants<Pool>) pool_.check_invariants();
     }
 
 private:
+    static constexpr bool records_uses = requires(Pool& p, void* pointer, stream_ref stream) { p.record_use(pointer, stream); };
+    static constexpr bool forgets_streams = requires(Pool& p, stream_ref stream) { p.forget_stream(stream); };
     Pool& pool_;
 };
 
