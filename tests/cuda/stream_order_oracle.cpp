@@ -4,6 +4,7 @@
 // (host_events) decide the order. cudaFree's implicit synchronization does not hide a hole here:
 // the oracle checks the order the pool promises, not what the device happens to do.
 #include "../support/instrumented.hpp"
+#include "../support/sizes.hpp"
 #include "../support/stream_order_oracle.hpp"
 #include "support.hpp"
 
@@ -24,8 +25,8 @@ namespace {
 
 using namespace poolkit;
 
-constexpr std::size_t KiB = 1024;
-constexpr std::size_t MiB = 1024 * KiB;
+using test::KiB;
+using test::MiB;
 
 template <class U>
 using best_fit_lane = best_fit<U>;

@@ -2,14 +2,13 @@
 #pragma once
 
 #include "../support/conformance.hpp"
+#include "../support/sizes.hpp"
 
 #include <cuda_runtime_api.h>
 
 #include <vector>
 
 namespace poolkit::test {
-
-inline constexpr std::size_t MiB = std::size_t{1} << 20;
 
 struct device_touch {
     static constexpr bool touchable = true;

@@ -2,6 +2,7 @@
 // data that survives mapping and unmapping around it, physical memory that really comes and goes,
 // exhaustion, and the resource face written and read through the runtime.
 #include "../support/cuda_mr.hpp"
+#include "../support/sizes.hpp"
 #include "support.hpp"
 
 #include <poolkit/upstream/cuda_vmm_resource.hpp>
@@ -15,8 +16,7 @@ namespace {
 
 using namespace poolkit;
 
-constexpr std::size_t MiB = std::size_t{1} << 20;
-
+using test::MiB;
 using test::scoped_stream;
 
 std::size_t device_free_bytes() {

@@ -5,7 +5,9 @@
 #     consumers use: a ctest fixture);
 #  consumer: a consumer project (MODE find_package over that install, add_subdirectory, or
 #     FetchContent from a local path) with CUDA=OFF, AUTO or ON (where the toolkit is: decided when
-#     the consumer configures, a .cu file too where nvcc is);
+#     the consumer configures), and through find_package a .cu file too where nvcc is: what the
+#     install exports to nvcc (add_subdirectory and FetchContent give the build tree's target,
+#     which tests/cuda compiles under nvcc already);
 #  replay: the built tree installed: poolkit-replay, where it was built, runs from another folder
 #     and finds the bundled traces and their peers' figures beside itself.
 foreach(variable STEP POOLKIT_SOURCE_DIR POOLKIT_BINARY_DIR WORK_DIR CMAKE_CXX_COMPILER REPLAY_BUILT)
@@ -65,7 +67,7 @@ function(consume mode cuda)
   set(build ${WORK_DIR}/${mode}-cuda-${cuda})
   file(REMOVE_RECURSE ${build})
   set(with_cu OFF)
-  if(NOT cuda STREQUAL "OFF" AND nvcc)
+  if(mode STREQUAL "find_package" AND NOT cuda STREQUAL "OFF" AND nvcc)
     set(with_cu ON)
   endif()
   run(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR}/consumer -B ${build} -G Ninja
