@@ -26,7 +26,8 @@
 //   - all of them on release(), and whatever the policy says, as many as the upstream's physical
 //     limit needs before a map, and all of them when a map fails (then the map is tried again).
 // A large span maps in physical allocations of options.mapping_bytes (32 MiB by default: the
-// driver's cost per GiB falls more than tenfold against 2 MiB, docs/costs.md), and only
+// driver's cost per GiB falls more than tenfold against 2 MiB, docs/costs.md; the map and unmap
+// calls and the cache's bookkeeping: detail/expandable_mapping.hpp), and only
 // allocations wholly inside a free block are cached and unmapped: a live block pins every
 // allocation it touches. Small spans, any span near the physical limit, and mapping_bytes of at
 // most a granule (expandable_options::exact_follow()) map a physical allocation per granule, so
@@ -65,6 +66,7 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/virtual_memory.hpp>
 #include <poolkit/core/walk.hpp>
+#include <poolkit/strategy/detail/expandable_mapping.hpp>
 #include <poolkit/strategy/detail/expandable_parts.hpp>
 #include <poolkit/strategy/detail/expandable_search.hpp>
 #include <poolkit/strategy/detail/node_pool.hpp>
@@ -124,19 +126,7 @@ public:
         live_.clear();
         small_free_.clear();
         large_free_.clear();
-        cached_.clear();
-        if (mapped_granules_ > 0) {
-            try {
-                memory().synchronize();
-            } catch (...) {
-                POOLKIT_ASSERT(false, "expandable could not wait for the device before unmapping");
-            }
-            for (const auto& s : spans_) {
-                s->for_each_run(0, s->bytes / grid_.bytes, true, [&](std::size_t first, std::size_t last) {
-                    memory().unmap(reinterpret_cast<void*>(grid_.address(*s, first)), (last - first) * grid_.bytes);
-                });
-            }
-        }
+        mapping_.unmap_all(memory(), spans_);
         for (const auto& s : spans_) {
             s->blocks.clear_and_dispose([this](block* b) { blocks_.destroy(b); });
             memory().unclaim(reinterpret_cast<void*>(s->address), s->bytes);
@@ -248,7 +238,7 @@ public:
             }
             mapped += s->count(0, s->bytes / grid_.bytes, true);
         }
-        for (const block& b : cached_) {
+        for (const block& b : mapping_.cached()) {
             POOLKIT_VERIFY(b.free && b.cached > 0, "the cached list holds a block with nothing cached");
             ++cached_listed;
         }
@@ -260,23 +250,23 @@ public:
         POOLKIT_VERIFY(free_count == small_free_.size() + large_free_.size(), "the size indexes hold blocks that are not free");
         POOLKIT_VERIFY(live_count == live_.size(), "the live index holds blocks that are not live");
         POOLKIT_VERIFY(live == live_bytes_, "live byte count drifted");
-        POOLKIT_VERIFY(cached == cached_granules_, "cached granule count drifted");
-        POOLKIT_VERIFY(mapped == mapped_granules_, "mapped granule count drifted");
+        POOLKIT_VERIFY(cached == mapping_.cached_granules(), "cached granule count drifted");
+        POOLKIT_VERIFY(mapped == mapping_.mapped_granules(), "mapped granule count drifted");
         POOLKIT_VERIFY(blocks_.in_use() == live_count + free_count, "bookkeeping nodes leaked");
     }
 
     // Bytes handed out (whole blocks); mapped by this pool (its physical footprint); mapped but
     // wholly free (the cache); the most mapped and the most live at once.
     [[nodiscard]] std::size_t live_bytes() const noexcept { return live_bytes_; }
-    [[nodiscard]] std::size_t reserved_bytes() const noexcept { return mapped_granules_ * grid_.bytes; }
-    [[nodiscard]] std::size_t cached_bytes() const noexcept { return cached_granules_ * grid_.bytes; }
-    [[nodiscard]] std::size_t peak_reserved_bytes() const noexcept { return peak_mapped_granules_ * grid_.bytes; }
+    [[nodiscard]] std::size_t reserved_bytes() const noexcept { return mapping_.mapped_granules() * grid_.bytes; }
+    [[nodiscard]] std::size_t cached_bytes() const noexcept { return mapping_.cached_granules() * grid_.bytes; }
+    [[nodiscard]] std::size_t peak_reserved_bytes() const noexcept { return mapping_.peak_mapped_granules() * grid_.bytes; }
     [[nodiscard]] std::size_t peak_live_bytes() const noexcept { return peak_live_bytes_; }
     [[nodiscard]] std::size_t live_blocks() const noexcept { return live_.size(); }
     [[nodiscard]] std::size_t chunks() const noexcept { return spans_.size(); }
     // Map and unmap calls this pool made of its upstream.
-    [[nodiscard]] std::size_t map_calls() const noexcept { return map_calls_; }
-    [[nodiscard]] std::size_t unmap_calls() const noexcept { return unmap_calls_; }
+    [[nodiscard]] std::size_t map_calls() const noexcept { return mapping_.map_calls(); }
+    [[nodiscard]] std::size_t unmap_calls() const noexcept { return mapping_.unmap_calls(); }
     [[nodiscard]] const expandable_options& options() const noexcept { return options_; }
     [[nodiscard]] const Policy& policy() const noexcept { return policy_; }
     // The policy's peak slack in force, where it has one (follow_live).
@@ -299,13 +289,9 @@ private:
     using by_address = detail::expandable_parts::by_address;
     using placement = detail::expandable_parts::placement;
     using memory_type = typename detail::referent<Upstream>::type;
+    using mapping_type = detail::expandable_parts::mapping<memory_type>;
 
-    // Granules [first, last) of a span that a trim leaves mapped: those a placement is about to use.
-    struct kept {
-        const block* in = nullptr;
-        std::size_t first = 0;
-        std::size_t last = 0;
-    };
+    using kept = detail::expandable_parts::kept;
 
     memory_type& memory() noexcept { return detail::referent<Upstream>::get(upstream_); }
     const memory_type& memory() const noexcept { return detail::referent<Upstream>::get(const_cast<Upstream&>(upstream_)); }
@@ -321,12 +307,7 @@ private:
             return true;
         }
     }
-    static std::size_t limit_of(const memory_type& m) noexcept {
-        if constexpr (requires { m.physical_limit(); })
-            return m.physical_limit();
-        else
-            return m.capacity();
-    }
+    static std::size_t limit_of(const memory_type& m) noexcept { return mapping_type::limit_of(m); }
     std::size_t round_to_granule(std::size_t bytes) const {
         const auto rounded = checked_align_up(std::max(bytes, grid_.bytes), grid_.bytes);
         if (!rounded) throw std::invalid_argument("poolkit: expandable span too large");
@@ -361,7 +342,7 @@ private:
         // serve other pools too).
         std::size_t excess = policy_.unmap_first(state());
         if (const std::size_t left = physical_left(); needed > left) excess = std::max(excess, needed - left);
-        if (excess > 0 && cached_granules_ > 0) {
+        if (excess > 0 && mapping_.cached_granules() > 0) {
             const std::size_t before = reserved_bytes();
             trim(excess, keep_under(found, rounded));
             policy_.unmapped(before - reserved_bytes(), state());
@@ -391,9 +372,9 @@ private:
         try {
             map_range(*where.owner, own_first, own_last - own_first);
         } catch (const std::bad_alloc&) {
-            const std::size_t before = cached_granules_;
+            const std::size_t before = mapping_.cached_granules();
             trim(std::numeric_limits<std::size_t>::max(), keep_under(found, rounded));
-            if (cached_granules_ == before && own_first == found.start && own_last == found.start + rounded) {
+            if (mapping_.cached_granules() == before && own_first == found.start && own_last == found.start + rounded) {
                 throw out_of_memory("expandable", figures(bytes, alignment));
             }
             try {
@@ -411,132 +392,10 @@ private:
         return carve(*found.where, found.start, rounded, bytes);
     }
 
-    // Within 64 allocations of mapping_bytes of the physical limit (2 GiB at 32 MiB), large spans
-    // map a granule per allocation too: a live block pins the allocations it touches whole, so
-    // what is mapped from there on can all be given back once free (what was mapped in larger
-    // allocations before stays as it was). Under a limit that low, mapping_bytes never applies.
-    bool near_limit() const { return physical_left() < 64 * grid_.per_allocation * grid_.bytes; }
-
-    // Bytes the upstream can still map before its physical limit, whoever maps them.
-    std::size_t physical_left() const {
-        const std::size_t limit = limit_of(memory());
-        const std::size_t mapped = memory().mapped_bytes();
-        return limit > mapped ? limit - mapped : 0;
-    }
-
-    // Maps the unmapped granules under [start, start + bytes) of `s`: one map call per run, a
-    // physical allocation per granule — or, in a large span with mapping_bytes above a granule
-    // and not near_limit(), map_pieces. Small spans keep a granule each, so that a live small block pins only its own.
-    // Strong guarantee: on failure what this call mapped is unmapped again.
-    void map_range(span& s, std::uintptr_t start, std::size_t bytes) {
-        const auto [first, last] = grid_.under(s, start, bytes);
-        std::vector<std::pair<std::size_t, std::size_t>> runs;
-        s.for_each_run(first, last, false, [&](std::size_t a, std::size_t b) { runs.emplace_back(a, b); });
-        std::size_t done = 0;
-        try {
-            for (; done < runs.size(); ++done) {
-                const auto [a, b] = runs[done];
-                void* at = reinterpret_cast<void*>(grid_.address(s, a));
-                if (s.small || grid_.per_allocation == 1 || near_limit()) {
-                    memory().map(at, (b - a) * grid_.bytes);
-                    s.set_mapped(a, b, true);
-                    ++map_calls_;
-                } else {
-                    map_pieces(s, a, b);
-                }
-                mapped_granules_ += b - a;
-            }
-        } catch (...) {
-            for (std::size_t i = 0; i < done; ++i) {  // fresh: nothing can use them yet
-                const auto [a, b] = runs[i];
-                memory().unmap(reinterpret_cast<void*>(grid_.address(s, a)), (b - a) * grid_.bytes);
-                s.set_unmapped(a, b);
-                mapped_granules_ -= b - a;
-                ++unmap_calls_;
-            }
-            throw;
-        }
-        peak_mapped_granules_ = std::max(peak_mapped_granules_, mapped_granules_);
-    }
-
-    // Maps granules [a, b) of large span `s` as allocations of at most grid_.per_allocation, aligned
-    // to that within the span. Strong guarantee.
-    void map_pieces(span& s, std::size_t a, std::size_t b) {
-        std::size_t g = a;
-        try {
-            while (g < b) {
-                const std::size_t end = std::min(b, (g / grid_.per_allocation + 1) * grid_.per_allocation);
-                memory().map_whole(reinterpret_cast<void*>(grid_.address(s, g)), (end - g) * grid_.bytes);
-                s.set_mapped(g, end, false);
-                ++map_calls_;
-                g = end;
-            }
-        } catch (...) {
-            if (g > a) {
-                memory().unmap(reinterpret_cast<void*>(grid_.address(s, a)), (g - a) * grid_.bytes);
-                s.set_unmapped(a, g);
-            }
-            throw;
-        }
-    }
-
-    // Unmaps cached granules, oldest freed first, until at least `bytes` are unmapped or none is
-    // left; never those of `keep`. Only as many whole allocations as still wanted, from the high
-    // end of each mapped run: unmapping a whole block's cache for a request of one granule left
-    // the budget to be mapped again at the next large request (1.9 times the granules remapped
-    // per warm pass of the bundled BERT trace), and with mapping_bytes it unmapped a whole
-    // program's memory, freed at the end of a pass, for a few MiB (750 physical allocations per
-    // 1,000 events of the next pass of a varying-length training trace; 0.8 when trimmed by the
-    // allocation). Small spans with mapping_bytes still drop whole caches (a granule at a time
-    // raised ResNet-50's adaptive slack: 1.015 → 1.150). Waits for the device first (once, and
-    // only if there is something to unmap). Unmaps nothing where the upstream says it may not now
-    // (may_unmap).
-    void trim(std::size_t bytes, kept keep = {}) {
-        if (cached_.empty() || !may_unmap()) return;
-        bool waited = false;
-        std::size_t unmapped = 0;
-        for (auto it = cached_.begin(); it != cached_.end() && unmapped < bytes;) {
-            block& b = *it;
-            ++it;
-            const auto [first, last] = grid_.interior(b);
-            span& s = *b.owner;
-            // Whole allocations only: one reaching into a live block or the kept range stays.
-            const auto drop_within = [&](std::size_t from, std::size_t to, const auto& drop) {
-                const auto [a, z] = s.whole_within(from, to);
-                s.for_each_run(a, z, true, drop);
-            };
-            std::size_t dropped = 0;
-            const bool by_allocation = grid_.per_allocation == 1 || !s.small;
-            const auto drop = [&](std::size_t a, std::size_t z) {
-                if (by_allocation) {  // the fewest whole allocations at the run's high end
-                    const std::size_t done = unmapped + dropped * grid_.bytes;
-                    if (done >= bytes) return;
-                    const std::size_t left = bytes - done;  // bytes may be SIZE_MAX (release)
-                    const std::size_t wanted = left / grid_.bytes + (left % grid_.bytes != 0 ? 1 : 0);
-                    if (z - a > wanted) a = s.last_start(a, z - wanted + 1);
-                }
-                if (!waited) {
-                    memory().synchronize();
-                    waited = true;
-                }
-                memory().unmap(reinterpret_cast<void*>(grid_.address(s, a)), (z - a) * grid_.bytes);
-                s.set_unmapped(a, z);
-                dropped += z - a;
-                ++unmap_calls_;
-            };
-            if (&b == keep.in) {
-                drop_within(first, std::max(first, std::min(last, keep.first)), drop);
-                drop_within(std::min(last, std::max(first, keep.last)), last, drop);
-            } else {
-                drop_within(first, last, drop);
-            }
-            unmapped += dropped * grid_.bytes;
-            mapped_granules_ -= dropped;
-            cached_granules_ -= dropped;
-            b.cached -= dropped;
-            if (b.cached == 0) cached_.erase(cached_.iterator_to(b));
-        }
-    }
+    std::size_t physical_left() const { return mapping_type::physical_left(memory()); }
+    void map_range(span& s, std::uintptr_t start, std::size_t bytes) { mapping_.map_range(memory(), s, start, bytes); }
+    // The mapping's trim (oldest freed first, whole allocations), where the upstream allows unmapping now.
+    void trim(std::size_t bytes, kept keep = {}) { mapping_.trim(memory(), may_unmap(), bytes, keep); }
 
     // Claims a span for a request and files it as one free block: options' span size where the
     // address space has it, else the largest that does down to what the request needs (so that
@@ -602,21 +461,12 @@ private:
 
     // Files a free block in its size index and, with its cached granules counted, in the cache.
     void file_free(block& b) noexcept {
-        const auto [first, last] = grid_.releasable(b);
-        b.cached = b.owner->count(first, last, true);
         (b.owner->small ? small_free_ : large_free_).insert(b);
-        if (b.cached > 0) {
-            cached_.push_back(b);
-            cached_granules_ += b.cached;
-        }
+        mapping_.cache(b);
     }
     void forget_free(block& b) noexcept {
         (b.owner->small ? small_free_ : large_free_).erase((b.owner->small ? small_free_ : large_free_).iterator_to(b));
-        if (b.cached > 0) {
-            cached_.erase(cached_.iterator_to(b));
-            cached_granules_ -= b.cached;
-            b.cached = 0;
-        }
+        mapping_.uncache(b);
     }
 
     // Turns free block `b` into a live block of `rounded` bytes at `start` (every granule under
@@ -645,18 +495,13 @@ private:
     detail::node_pool<block> blocks_;
     std::vector<std::unique_ptr<span>> spans_;
     // Invariant: every free block is in the free index of its span's kind, every live block in
-    // live_; free blocks with cached granules are in cached_, oldest freed first.
+    // live_; free blocks with cached granules are in the mapping's cache, oldest freed first.
     detail::expandable_parts::free_blocks small_free_;
     detail::expandable_parts::free_blocks large_free_;
     detail::expandable_parts::live_blocks live_;
-    detail::expandable_parts::cached_list cached_;
+    mapping_type mapping_{grid_};  // mapped granules, the cache, map and unmap calls
     std::size_t live_bytes_ = 0;
     std::size_t peak_live_bytes_ = 0;
-    std::size_t mapped_granules_ = 0;
-    std::size_t peak_mapped_granules_ = 0;
-    std::size_t cached_granules_ = 0;
-    std::size_t map_calls_ = 0;
-    std::size_t unmap_calls_ = 0;
 };
 
 }  // namespace poolkit
