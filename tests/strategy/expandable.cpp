@@ -571,6 +571,88 @@ TEST_CASE("physical exhaustion unmaps the cache, retries, then throws out_of_mem
     pool.deallocate(d, 32 * MiB);
 }
 
+namespace {
+// checked_memory whose map and map_whole fail (std::bad_alloc, as a driver refusal reaches the
+// pool) at the fail_at-th call counted from arm().
+class failing_memory : public checked_memory {
+public:
+    using checked_memory::checked_memory;
+    void arm(std::size_t fail_at) noexcept {
+        calls_ = 0;
+        fail_at_ = fail_at;
+    }
+    void map(void* at, std::size_t bytes) {
+        fail_here();
+        checked_memory::map(at, bytes);
+    }
+    void map_whole(void* at, std::size_t bytes) {
+        fail_here();
+        checked_memory::map_whole(at, bytes);
+    }
+
+private:
+    void fail_here() {
+        if (++calls_ == fail_at_) throw std::bad_alloc();
+    }
+    std::size_t calls_ = 0;
+    std::size_t fail_at_ = 0;
+};
+}  // namespace
+
+TEST_CASE("a map that fails partway unmaps what that request mapped: the pool and the memory agree, nothing is lost") {
+    failing_memory memory{memory_options()};
+    SUBCASE("the second of two runs of granules") {
+        expandable<ref<failing_memory>> pool{memory, {.mapping_bytes = 0}};
+        // Five granule blocks; the second and fourth freed and unmapped, then the third freed: a
+        // free block of three granules whose middle one is mapped, between two live blocks.
+        std::vector<void*> blocks;
+        for (int i = 0; i < 5; ++i) blocks.push_back(pool.allocate(granule));
+        pool.deallocate(blocks[1], granule);
+        pool.deallocate(blocks[3], granule);
+        pool.release();
+        pool.deallocate(blocks[2], granule);
+        REQUIRE(pool.reserved_bytes() == 3 * granule);
+        memory.arm(2);  // the first run maps, the second fails
+        memory.begin();
+        CHECK_THROWS_AS(static_cast<void>(pool.allocate(3 * granule)), out_of_memory);
+        CHECK(memory.unsynchronized_unmaps == 0);
+        CHECK(pool.reserved_bytes() == 3 * granule);
+        CHECK(memory.mapped_bytes() == pool.reserved_bytes());
+        pool.check_invariants();
+        memory.arm(0);
+        void* whole = pool.allocate(3 * granule);  // the same placement maps both runs now
+        CHECK(whole == blocks[1]);
+        CHECK(pool.reserved_bytes() == 5 * granule);
+        pool.check_invariants();
+        pool.deallocate(whole, 3 * granule);
+        pool.deallocate(blocks[0], granule);
+        pool.deallocate(blocks[4], granule);
+    }
+    SUBCASE("the third physical allocation of a block mapped in pieces, with a cache to give up") {
+        expandable<ref<failing_memory>> pool{memory, {.mapping_bytes = 4 * granule}};
+        void* cached = pool.allocate(4 * granule);
+        void* pinned = pool.allocate(granule);  // keeps the cache below apart from the new block
+        pool.deallocate(cached, 4 * granule);
+        REQUIRE(pool.cached_bytes() == 4 * granule);
+        memory.arm(3);  // 40 MiB in pieces of up to 8: two map, the third fails; the retry maps them all
+        memory.begin();
+        void* large = pool.allocate(20 * granule);
+        CHECK(memory.unsynchronized_unmaps == 0);
+        CHECK(pool.cached_bytes() == 0);  // given up before the retry
+        CHECK(memory.mapped_bytes() == pool.reserved_bytes());
+        pool.check_invariants();
+        memory.arm(1);  // and where the retry fails too, out_of_memory, with nothing left mapped for it
+        memory.begin();
+        const std::size_t before = pool.reserved_bytes();
+        CHECK_THROWS_AS(static_cast<void>(pool.allocate(12 * granule)), out_of_memory);
+        CHECK(pool.reserved_bytes() == before);
+        CHECK(memory.mapped_bytes() == before);
+        pool.check_invariants();
+        pool.deallocate(large, 20 * granule);
+        pool.deallocate(pinned, granule);
+    }
+}
+
 TEST_CASE("mapping_bytes: a large block maps in few physical allocations, each unmapped once all of it is free") {
     checked_memory memory{memory_options()};
     pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .mapping_bytes = 8 * MiB}};
