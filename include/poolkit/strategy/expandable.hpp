@@ -290,7 +290,6 @@ private:
     using placement = detail::expandable_parts::placement;
     using memory_type = typename detail::referent<Upstream>::type;
     using mapping_type = detail::expandable_parts::mapping<memory_type>;
-
     using kept = detail::expandable_parts::kept;
 
     memory_type& memory() noexcept { return detail::referent<Upstream>::get(upstream_); }
@@ -392,9 +391,10 @@ private:
         return carve(*found.where, found.start, rounded, bytes);
     }
 
+    // What the upstream can still map; the mapping's map and trim (oldest freed first, whole
+    // allocations), the trim only where the upstream allows unmapping now.
     std::size_t physical_left() const { return mapping_type::physical_left(memory()); }
     void map_range(span& s, std::uintptr_t start, std::size_t bytes) { mapping_.map_range(memory(), s, start, bytes); }
-    // The mapping's trim (oldest freed first, whole allocations), where the upstream allows unmapping now.
     void trim(std::size_t bytes, kept keep = {}) { mapping_.trim(memory(), may_unmap(), bytes, keep); }
 
     // Claims a span for a request and files it as one free block: options' span size where the
