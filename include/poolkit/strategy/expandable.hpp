@@ -75,8 +75,6 @@
 #include <poolkit/strategy/mapping_policy.hpp>
 
 #include <algorithm>
-#include <bit>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -84,7 +82,6 @@
 #include <new>
 #include <optional>
 #include <stdexcept>
-#include <string>
 #include <utility>
 #include <vector>
 
