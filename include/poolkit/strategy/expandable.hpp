@@ -107,7 +107,7 @@ public:
         options_.allocations_per_remap = std::max<std::size_t>(options_.allocations_per_remap, 1);
         grid_.per_allocation = std::max<std::size_t>(1, options_.mapping_bytes / grid_.bytes);
         options_.candidates = std::clamp(options_.candidates, 1, detail::expandable_parts::max_candidates);
-        if (options_.span_bytes == 0) options_.span_bytes = std::max(limit_of(memory()), std::size_t{1} << 30);
+        if (options_.span_bytes == 0) options_.span_bytes = std::max(mapping_type::limit_of(memory()), std::size_t{1} << 30);
         options_.span_bytes = round_to_granule(options_.span_bytes);
         if (options_.small_span_bytes == 0) options_.small_span_bytes = options_.span_bytes / 8;
         options_.small_span_bytes = round_to_granule(std::max(options_.small_span_bytes, options_.small_size * 2));
@@ -303,7 +303,6 @@ private:
             return true;
         }
     }
-    static std::size_t limit_of(const memory_type& m) noexcept { return mapping_type::limit_of(m); }
     std::size_t round_to_granule(std::size_t bytes) const {
         const auto rounded = checked_align_up(std::max(bytes, grid_.bytes), grid_.bytes);
         if (!rounded) throw std::invalid_argument("poolkit: expandable span too large");
