@@ -1,6 +1,7 @@
 // Fuzzes expandable over simulated virtual memory with small granules, spans and a tight physical
 // limit, so that claiming spans, mapping, mapping ahead, trimming the cache, raising the peak
-// slack, coalescing across a span, alignment padding and physical exhaustion all happen often,
+// slack, coalescing across a span, alignment padding, physical exhaustion and stitching (large
+// requests served from free allocations aliased together, lent and taken back) all happen often,
 // under both mapping policies.
 // After the steps every block is freed, release() unmaps everything, and the virtual memory must
 // hold no mapped granule.
@@ -41,7 +42,8 @@ void run(const std::uint8_t* data, std::size_t size) {
              .max_peak_slack = (size % 7) * 0.05,  // below peak_slack at times: raised to it
              .allocations_per_remap = size % 50,  // 0 at times: treated as 1
              .mapping_bytes = size % 3 == 0 ? 0 : granule << (size % 4),
-             .max_cached_bytes = size % 5 == 0 ? granule * 4 : ~std::size_t{0}}};
+             .max_cached_bytes = size % 5 == 0 ? granule * 4 : ~std::size_t{0},
+             .stitch = (size / 2) % 2 == 0}};
         poolkit::fuzz::run(pool, data, size, 128, poolkit::fuzz::default_check_every, 64);
         if (pool.live_bytes() != 0 || pool.reserved_bytes() != 0) std::abort();
     }

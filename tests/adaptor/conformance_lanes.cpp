@@ -66,6 +66,30 @@ struct expandable_lanes_fixture : test::no_touch {
     }
 };
 
+// The same, stitching, with small requests up to 16 KiB and physical allocations of 128 KiB, so
+// that requests of the suite's sizes stitch.
+struct expandable_stitch_lanes_fixture : test::no_touch {
+    static constexpr const char* name = "stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events> (stitch)";
+    static constexpr bool stateless = false;
+    simulated_vmm_resource memory_{
+        {.capacity = std::size_t{16} << 30, .granularity = std::size_t{64} << 10, .physical_limit = std::size_t{128} << 20}};
+    stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events> resource_{ref<simulated_vmm_resource>(memory_),
+                                                                                          {.span_bytes = std::size_t{256} << 20,
+                                                                                           .small_size = std::size_t{16} << 10,
+                                                                                           .mapping_bytes = std::size_t{128} << 10,
+                                                                                           .stitch = true}};
+    instrumented<>* upstream() { return nullptr; }
+    auto& resource() { return resource_; }
+    void exhaust_setup() {}  // the physical limit: 128 MiB
+    ~expandable_stitch_lanes_fixture() {
+        resource_.check_invariants();
+        resource_.release();
+        CHECK(memory_.mapped_bytes() == 0);
+        memory_.check_invariants();
+    }
+};
+
 }  // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(conformance, expandable_lanes_fixture, size_classes_lanes_fixture, buddy_lanes_fixture, fixed_size_lanes_fixture);
+TEST_CASE_TEMPLATE_INVOKE(conformance, expandable_lanes_fixture, expandable_stitch_lanes_fixture, size_classes_lanes_fixture,
+                          buddy_lanes_fixture, fixed_size_lanes_fixture);

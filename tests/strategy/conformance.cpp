@@ -152,9 +152,33 @@ struct expandable_fixture_of : no_touch {
     }
 };
 
+// Stitching on, with small requests up to 16 KiB and physical allocations of 128 KiB, so that
+// requests of the suite's sizes stitch.
+struct expandable_stitch_fixture : no_touch {
+    static constexpr const char* name = "expandable<ref<simulated_vmm_resource>> (stitch, 128 KiB allocations)";
+    static constexpr bool stateless = false;
+    simulated_vmm_resource memory_{
+        {.capacity = std::size_t{16} << 30, .granularity = std::size_t{64} << 10, .physical_limit = std::size_t{128} << 20}};
+    expandable<ref<simulated_vmm_resource>> resource_{memory_,
+                                                      {.span_bytes = std::size_t{64} << 20,
+                                                       .small_size = std::size_t{16} << 10,
+                                                       .mapping_bytes = std::size_t{128} << 10,
+                                                       .stitch = true}};
+    instrumented<>* upstream() { return nullptr; }
+    auto& resource() { return resource_; }
+    void exhaust_setup() {}  // the physical limit: 128 MiB
+    ~expandable_stitch_fixture() {
+        resource_.check_invariants();
+        resource_.release();
+        CHECK(memory_.mapped_bytes() == 0);
+        memory_.check_invariants();
+    }
+};
+
 }  // namespace
 
 TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixture, size_classes_fixture, size_classes_simulated_fixture,
                           fixed_size_fixture, fixed_size_simulated_fixture, buddy_fixture, buddy_simulated_fixture, monotonic_fixture,
                           monotonic_simulated_fixture, exact_cache_fixture, exact_cache_simulated_fixture, segregator_fixture,
-                          fallback_fixture, expandable_fixture_of<follow_live>, expandable_fixture_of<keep_mapped>);
+                          fallback_fixture, expandable_fixture_of<follow_live>, expandable_fixture_of<keep_mapped>,
+                          expandable_stitch_fixture);

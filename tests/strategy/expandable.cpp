@@ -5,6 +5,7 @@
 
 #include <poolkit/adaptor/host_events.hpp>
 #include <poolkit/adaptor/stream_ordered.hpp>
+#include <poolkit/core/errors.hpp>
 #include <poolkit/core/ref.hpp>
 #include <poolkit/presets.hpp>
 #include <poolkit/strategy/expandable.hpp>
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -55,6 +57,11 @@ public:
         simulated_vmm_resource::map_whole(at, bytes);
         fresh_.emplace_back(static_cast<std::byte*>(at), bytes);
     }
+    void alias(void* at, const void* from, std::size_t bytes) {
+        simulated_vmm_resource::alias(at, from, bytes);
+        fresh_.emplace_back(static_cast<std::byte*>(at), bytes);
+        ++aliases;
+    }
     void unmap(void* at, std::size_t bytes) noexcept {
         const auto* first = static_cast<std::byte*>(at);
         bool undone = true;  // every granule of it mapped since begin()
@@ -70,6 +77,7 @@ public:
     [[nodiscard]] std::size_t unmapped_bytes() const noexcept { return unmapped_; }
     std::size_t synchronizations = 0;
     std::size_t unsynchronized_unmaps = 0;
+    std::size_t aliases = 0;
     std::function<bool()> work_done;  // every stream's work completed (may be empty)
 
 private:
@@ -683,6 +691,188 @@ TEST_CASE("mapping_bytes: a large block maps in few physical allocations, each u
     CHECK_NOTHROW(pool_type(memory, {.mapping_bytes = MiB}));  // below a granule: one granule
 }
 
+TEST_CASE("stitching serves a large request from free allocations scattered through the pool, mapping nothing new") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.stitch = true}};
+    std::vector<void*> blocks;
+    for (int i = 0; i < 6; ++i) blocks.push_back(pool.allocate(32 * MiB));  // an allocation of 32 MiB each
+    for (int i : {0, 2, 4}) pool.deallocate(blocks[i], 32 * MiB);
+    REQUIRE(pool.reserved_bytes() == 192 * MiB);
+    const std::size_t maps = memory.map_calls();
+
+    void* stitched = pool.allocate(96 * MiB);  // no free block holds it: 96 MiB would be mapped
+    CHECK(memory.mapped_bytes() == 192 * MiB);
+    CHECK(pool.reserved_bytes() == 192 * MiB);
+    CHECK(memory.aliases == 3);  // the three holes, apart
+    CHECK(memory.map_calls() == maps + 3);
+    CHECK(pool.map_calls() == memory.map_calls());
+    CHECK(pool.stitched_blocks() == 1);
+    CHECK(pool.live_bytes() == 192 * MiB);
+    CHECK(pool.live_blocks() == 4);
+    CHECK(pool.owns(stitched));
+    CHECK(pool.owns(static_cast<std::byte*>(stitched) + 96 * MiB - 1));
+    CHECK(memory.is_mapped(static_cast<std::byte*>(stitched) + 96 * MiB - 1));
+    pool.check_invariants();
+    memory.check_invariants();
+
+    pool.deallocate(stitched, 96 * MiB);
+    CHECK(pool.stitched_blocks() == 0);
+    CHECK(pool.stitches() == 1);  // kept, with its aliases, for the next request of its size
+    CHECK(pool.live_bytes() == 96 * MiB);
+    CHECK(pool.cached_bytes() == 96 * MiB);
+    pool.check_invariants();
+    const std::size_t calls = memory.map_calls();
+    void* again = pool.allocate(80 * MiB);  // its pieces all free again, and at most a quarter too large
+    CHECK(again == stitched);
+    CHECK(memory.map_calls() == calls);
+    pool.deallocate(again, 80 * MiB);
+
+    // With one hole taken by a block, a large request (an eighth of live memory or more) takes the
+    // other two and maps only the 32 MiB they lack, not 96.
+    void* hole = pool.allocate(32 * MiB);
+    CHECK(hole == blocks[0]);
+    void* grown = pool.allocate(96 * MiB);
+    CHECK(grown != stitched);
+    CHECK(pool.stitches() == 2);
+    CHECK(memory.mapped_bytes() == 224 * MiB);
+    pool.check_invariants();
+    memory.check_invariants();
+
+    pool.deallocate(grown, 96 * MiB);
+    pool.deallocate(hole, 32 * MiB);
+    for (int i : {1, 3, 5}) pool.deallocate(blocks[i], 32 * MiB);
+    memory.begin();
+    pool.release();  // the stitches go first: no memory is unmapped under an alias
+    CHECK(pool.stitches() == 0);
+    CHECK(memory.mapped_bytes() == 0);
+    CHECK(memory.unsynchronized_unmaps == 0);
+    pool.check_invariants();
+    memory.check_invariants();
+}
+
+TEST_CASE("stitching leaves alone what it does not pay for: small requests, and free memory that does not cover a large one") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true}};
+    std::vector<void*> blocks;
+    for (int i = 0; i < 60; ++i) blocks.push_back(pool.allocate(8 * MiB));  // an allocation of 8 MiB each
+    for (int i : {0, 2}) pool.deallocate(blocks[i], 8 * MiB);
+    void* first = pool.allocate(10 * MiB);  // fits no hole; the two holes cover it
+    CHECK(pool.stitches() == 1);
+    pool.deallocate(first, 10 * MiB);
+    void* second = pool.allocate(12 * MiB);  // the free stitch, 16 MiB, is more than a quarter too large
+    CHECK(second != first);
+    CHECK(pool.stitches() == 2);
+    pool.deallocate(second, 12 * MiB);
+    // 40 MiB against 16 MiB free, and less than an eighth of live memory (464 MiB): mapped as ever.
+    const std::size_t reserved = pool.reserved_bytes();
+    void* large = pool.allocate(40 * MiB);
+    CHECK(pool.stitches() == 2);
+    CHECK(pool.stitched_blocks() == 0);
+    CHECK(pool.reserved_bytes() == reserved + 40 * MiB);
+    void* below = pool.allocate(6 * MiB);  // below one physical allocation: into a hole, never stitched
+    CHECK(pool.stitched_blocks() == 0);
+    CHECK(pool.reserved_bytes() == reserved + 40 * MiB);
+    pool.deallocate(below, 6 * MiB);
+    pool.deallocate(large, 40 * MiB);
+    pool.check_invariants();
+    for (int i = 0; i < 60; ++i) {
+        if (i != 0 && i != 2) pool.deallocate(blocks[i], 8 * MiB);
+    }
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+}
+
+namespace {
+// checked_memory whose alias fails (the driver's refusal, a cuda_error) at the fail_at-th call.
+class refusing_alias_memory : public checked_memory {
+public:
+    using checked_memory::checked_memory;
+    void alias(void* at, const void* from, std::size_t bytes) {
+        if (++calls_ == fail_at) throw cuda_error(1, "poolkit: test: cuMemMap refused");
+        checked_memory::alias(at, from, bytes);
+    }
+    std::size_t fail_at = 0;
+
+private:
+    std::size_t calls_ = 0;
+};
+
+// Virtual memory that cannot alias: simulated_vmm_resource's interface without alias().
+class plain_memory {
+public:
+    explicit plain_memory(simulated_vmm_resource& m) noexcept : m_(&m) {}
+    [[nodiscard]] std::byte* base() const noexcept { return m_->base(); }
+    [[nodiscard]] std::size_t capacity() const noexcept { return m_->capacity(); }
+    [[nodiscard]] std::size_t granularity() const noexcept { return m_->granularity(); }
+    void map(void* at, std::size_t bytes) { m_->map(at, bytes); }
+    void map_whole(void* at, std::size_t bytes) { m_->map_whole(at, bytes); }
+    void unmap(void* at, std::size_t bytes) noexcept { m_->unmap(at, bytes); }
+    [[nodiscard]] bool is_mapped(const void* p) const { return m_->is_mapped(p); }
+    [[nodiscard]] std::size_t mapped_bytes() const { return m_->mapped_bytes(); }
+    [[nodiscard]] std::size_t peak_mapped_bytes() const { return m_->peak_mapped_bytes(); }
+    [[nodiscard]] std::size_t map_calls() const { return m_->map_calls(); }
+    [[nodiscard]] std::size_t unmap_calls() const { return m_->unmap_calls(); }
+    [[nodiscard]] std::byte* claim(std::size_t bytes) { return m_->claim(bytes); }
+    void unclaim(void* at, std::size_t bytes) noexcept { m_->unclaim(at, bytes); }
+    void synchronize() noexcept {}
+
+private:
+    simulated_vmm_resource* m_;
+};
+static_assert(virtual_memory<plain_memory> && !aliasing_virtual_memory<plain_memory>);
+}  // namespace
+
+TEST_CASE("a stitch the driver refuses is undone, and the request maps as it would have") {
+    refusing_alias_memory memory{memory_options()};
+    memory.fail_at = 2;  // the second of three aliases
+    expandable<ref<refusing_alias_memory>> pool{memory, {.stitch = true}};
+    std::vector<void*> blocks;
+    for (int i = 0; i < 6; ++i) blocks.push_back(pool.allocate(32 * MiB));
+    for (int i : {0, 2, 4}) pool.deallocate(blocks[i], 32 * MiB);
+    memory.begin();
+    void* large = pool.allocate(96 * MiB);
+    CHECK(pool.stitches() == 0);
+    CHECK(memory.aliases == 1);
+    CHECK(memory.unmap_calls() == 1);  // the one alias made, unmapped
+    CHECK(memory.mapped_bytes() == 288 * MiB);
+    CHECK(pool.live_bytes() == 192 * MiB);
+    pool.check_invariants();
+    memory.check_invariants();
+    pool.deallocate(large, 96 * MiB);
+    for (int i : {1, 3, 5}) pool.deallocate(blocks[i], 32 * MiB);
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+}
+
+TEST_CASE("stitching needs memory that can alias: refused at construction otherwise") {
+    simulated_vmm_resource memory{memory_options()};
+    CHECK_THROWS_AS((expandable<plain_memory>{plain_memory{memory}, {.stitch = true}}), std::invalid_argument);
+    expandable<plain_memory> plain{plain_memory{memory}, {}};
+    plain.deallocate(plain.allocate(MiB), MiB);
+}
+
+#if POOLKIT_ENABLE_ASSERTS
+TEST_CASE("a pool destroyed with a stitched block still live unmaps its aliases before the memory under them") {
+    const auto outcome = test::run_in_child([] {
+        simulated_vmm_resource memory{memory_options()};
+        {
+            expandable<ref<simulated_vmm_resource>> pool{memory, {.stitch = true}};
+            void* a = pool.allocate(32 * MiB);
+            void* b = pool.allocate(32 * MiB);
+            void* c = pool.allocate(32 * MiB);
+            static_cast<void>(b);
+            pool.deallocate(a, 32 * MiB);
+            pool.deallocate(c, 32 * MiB);
+            static_cast<void>(pool.allocate(64 * MiB));  // stitched, then leaked with b
+        }
+        memory.check_invariants();
+        if (memory.mapped_bytes() != 0) std::abort();
+    });
+    CHECK(outcome.exited_cleanly());
+    CHECK(outcome.said("expandable destroyed with 2 blocks"));
+}
+#endif
+
 TEST_CASE("near the physical limit, mapping_bytes gives way to a physical allocation per granule") {
     checked_memory memory{memory_options()};  // 1 GiB: allocations of 4 MiB while 256 MiB or more is left
     pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .peak_slack = 0, .mapping_bytes = 4 * MiB}};
@@ -742,12 +932,26 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
     double slack = 0;
     SUBCASE("following live memory, a physical allocation per granule") {}
     SUBCASE("following live memory, physical allocations of 8 MiB in large spans") { mapping = 8 * MiB; }
+    bool stitch = false;
     SUBCASE("the defaults: nothing unmapped for new mappings, 32 MiB allocations") {
         slack = std::numeric_limits<double>::infinity();
         mapping = 32 * MiB;
     }
+    SUBCASE("the defaults, stitching") {
+        slack = std::numeric_limits<double>::infinity();
+        mapping = 32 * MiB;
+        stitch = true;
+    }
+    SUBCASE("following live memory in 8 MiB allocations, stitching: trims give the free stitches up") {
+        mapping = 8 * MiB;
+        stitch = true;
+    }
     pool_type pool{memory,
-                   {.span_bytes = std::size_t{512} << 20, .cache_fraction = fraction, .peak_slack = slack, .mapping_bytes = mapping}};
+                   {.span_bytes = std::size_t{512} << 20,
+                    .cache_fraction = fraction,
+                    .peak_slack = slack,
+                    .mapping_bytes = mapping,
+                    .stitch = stitch}};
     std::mt19937_64 random(42);
     struct live_block {
         std::size_t bytes, alignment;
@@ -761,7 +965,7 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
             const std::size_t bytes = random() % 4 == 0 ? 1 * MiB + random() % (48 * MiB) : 1 + random() % (512 * KiB);
             const std::size_t alignment = random() % 8 == 0 ? std::size_t{1} << (8 + random() % 16) : 256;
             const double peak_before = static_cast<double>(pool.peak_live_bytes());
-            const std::size_t maps_before = pool.map_calls();
+            const std::size_t created_before = memory.created_allocations();
             void* pointer = nullptr;
             try {
                 pointer = pool.allocate(bytes, alignment);
@@ -772,9 +976,10 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
             REQUIRE(address % alignment == 0);
             live.emplace(address, live_block{bytes, alignment});
             live_bytes.emplace(address, bytes);
-            // When this allocation mapped granules, mapped memory is within the policy's bound or
-            // all of it is pinned by live blocks (then there was no cache left to unmap).
-            if (pool.map_calls() != maps_before) {
+            // When this allocation mapped granules (a stitch's aliases map none), mapped memory is
+            // within the policy's bound or all of it is pinned by live blocks (then there was no
+            // cache left to unmap).
+            if (memory.created_allocations() != created_before) {
                 const double bound =
                     std::max(peak_before * (1 + pool.peak_slack()), static_cast<double>(pool.live_bytes()) * (1 + fraction));
                 const double pinned = static_cast<double>(pool.reserved_bytes() - pool.cached_bytes());
@@ -795,6 +1000,7 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
     }
     CHECK(mapped_over_bound == 0);
     CHECK(memory.unsynchronized_unmaps == 0);
+    if (stitch) CHECK(memory.aliases > 0);
     MESSAGE("map calls " << pool.map_calls() << ", unmap calls " << pool.unmap_calls() << ", peak mapped "
                          << pool.peak_reserved_bytes() / MiB << " MiB for peak live " << pool.peak_live_bytes() / MiB << " MiB");
     for (const auto& [address, block] : live) pool.deallocate(reinterpret_cast<void*>(address), block.bytes, block.alignment);

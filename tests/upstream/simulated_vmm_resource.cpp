@@ -36,7 +36,7 @@ std::string invalid_argument_from(Call&& call) {
 }
 }  // namespace
 
-static_assert(virtual_memory<simulated_vmm_resource>);
+static_assert(aliasing_virtual_memory<simulated_vmm_resource>);
 
 TEST_CASE("simulated_vmm_resource: the reservation, its granularity and its defaults") {
     simulated_vmm_resource defaults;
@@ -86,6 +86,87 @@ TEST_CASE("simulated_vmm_resource: a run mapped whole unmaps whole, alone or wit
     vm.unmap(run + granule, granule);
     CHECK(vm.mapped_bytes() == 3 * granule);
     vm.check_invariants();
+}
+
+TEST_CASE("simulated_vmm_resource: an alias maps memory already mapped a second time, adding none") {
+    simulated_vmm_resource vm{{.capacity = 64 * MiB}};
+    std::byte* source = vm.base() + 2 * granule;
+    vm.map_whole(source, 3 * granule);
+    vm.map(source + 3 * granule, granule);  // a granule of its own: an allocation too
+    std::byte* alias = vm.base() + 16 * granule;
+    vm.alias(alias, source, 4 * granule);
+    CHECK(vm.mapped_bytes() == 4 * granule);  // no physical memory added
+    CHECK(vm.peak_mapped_bytes() == 4 * granule);
+    CHECK(vm.map_calls() == 3);
+    CHECK(vm.created_allocations() == 2);
+    CHECK(vm.is_mapped(alias));
+    CHECK(vm.is_mapped(alias + 4 * granule - 1));
+    CHECK_FALSE(vm.is_mapped(alias + 4 * granule));
+    vm.check_invariants();
+
+    // Part of the memory aliased again, elsewhere: whole allocations, any subset of them.
+    vm.alias(vm.base() + 24 * granule, source + 3 * granule, granule);
+    vm.check_invariants();
+    CHECK(invalid_argument_from([&] { vm.map(alias + granule, granule); }).find("already mapped") != std::string::npos);
+
+    vm.unmap(alias, 4 * granule);  // the alias goes; the memory stays
+    CHECK(vm.mapped_bytes() == 4 * granule);
+    CHECK(vm.released_allocations() == 0);
+    CHECK(vm.unmap_calls() == 1);
+    CHECK_FALSE(vm.is_mapped(alias));
+    vm.unmap(source, 3 * granule);  // no alias left of it
+    vm.unmap(vm.base() + 24 * granule, granule);
+    vm.unmap(source + 3 * granule, granule);
+    CHECK(vm.mapped_bytes() == 0);
+    CHECK(vm.released_allocations() == 2);
+    vm.check_invariants();
+}
+
+TEST_CASE("simulated_vmm_resource: alias refuses ranges it may not alias, changing nothing") {
+    simulated_vmm_resource vm{{.capacity = 64 * MiB}};
+    std::byte* source = vm.base() + 2 * granule;
+    vm.map_whole(source, 3 * granule);
+    std::byte* free_space = vm.base() + 16 * granule;
+    const auto refused = [&](auto call, const char* why) {
+        const std::string message = invalid_argument_from(call);
+        INFO(message);
+        CHECK(message.find(why) != std::string::npos);
+    };
+    refused([&] { vm.alias(free_space, source, 2 * granule); }, "cuts a physical allocation");
+    refused([&] { vm.alias(free_space, source + granule, 2 * granule); }, "cuts a physical allocation");
+    refused([&] { vm.alias(free_space, source, 4 * granule); }, "not mapped");
+    refused([&] { vm.alias(source, source, 3 * granule); }, "already mapped");
+    refused([&] { vm.alias(free_space + 4096, source, 3 * granule); }, "multiples of the granularity");
+    refused([&] { vm.alias(free_space, reinterpret_cast<const void*>(address(source) - vm.capacity()), 3 * granule); },
+            "not inside the reservation");
+    vm.alias(free_space, source, 3 * granule);
+    refused([&] { vm.alias(vm.base() + 24 * granule, free_space, 3 * granule); }, "an alias itself");
+    CHECK(vm.map_calls() == 2);
+    CHECK(vm.mapped_bytes() == 3 * granule);
+    vm.check_invariants();
+
+#if POOLKIT_ENABLE_ASSERTS
+    SUBCASE("unmap of memory an alias still maps") {
+        const auto outcome = test::run_in_child([] {
+            simulated_vmm_resource child{{.capacity = 64 * MiB}};
+            child.map(child.base(), 2 * granule);
+            child.alias(child.base() + 8 * granule, child.base() + granule, granule);
+            child.unmap(child.base() + granule, granule);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("an alias still maps"));
+    }
+    SUBCASE("unmap of part of an alias") {
+        const auto outcome = test::run_in_child([] {
+            simulated_vmm_resource child{{.capacity = 64 * MiB}};
+            child.map(child.base(), 2 * granule);
+            child.alias(child.base() + 8 * granule, child.base(), 2 * granule);
+            child.unmap(child.base() + 8 * granule, granule);
+        });
+        CHECK(outcome.aborted());
+        CHECK(outcome.said("not the whole alias alone"));
+    }
+#endif
 }
 
 TEST_CASE("simulated_vmm_resource: one map call per run, and any granule of a run unmaps alone") {

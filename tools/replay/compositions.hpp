@@ -238,6 +238,10 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                  "expandable_segments' policy), large blocks in 32 MiB physical allocations (reserved: peak mapped; upstream "
                  "calls: map calls)",
                  expandable_options{}),
+            make("expandable/stitch",
+                 "the expandable preset stitching large requests from free physical allocations (expandable_options::stitch): "
+                 "aliased into an address range of their own instead of mapping new memory",
+                 expandable_options{.stitch = true}),
             make("expandable/follow",
                  "the expandable preset with mapped memory following live memory (peak_slack 0): the cache unmapped for new "
                  "mappings down to the peak of live memory, up to 20% more kept where that remaps often",

@@ -43,6 +43,7 @@
 #include <new>
 #include <type_traits>
 #include <unordered_set>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -259,10 +260,22 @@ public:
         memory_->map_whole(at, bytes);
         history_->record(history_action::segment_map, at, bytes, 0);
     }
+    // An alias adds no memory, so neither it nor its unmap is a segment event.
+    void alias(void* at, const void* from, std::size_t bytes)
+        requires aliasing_virtual_memory<V>
+    {
+        aliases_.insert(reinterpret_cast<std::uintptr_t>(at));
+        try {
+            memory_->alias(at, from, bytes);
+        } catch (...) {
+            aliases_.erase(reinterpret_cast<std::uintptr_t>(at));
+            throw;
+        }
+    }
     void unmap(void* at, std::size_t bytes) noexcept {
         const auto address = reinterpret_cast<std::uintptr_t>(at);
         memory_->unmap(at, bytes);
-        history_->record_at(history_action::segment_unmap, address, bytes, 0);
+        if (aliases_.erase(address) == 0) history_->record_at(history_action::segment_unmap, address, bytes, 0);
     }
     [[nodiscard]] bool is_mapped(const void* pointer) const { return memory_->is_mapped(pointer); }
     [[nodiscard]] std::size_t mapped_bytes() const { return memory_->mapped_bytes(); }
@@ -308,6 +321,7 @@ private:
 
     V* memory_;
     history* history_;
+    std::set<std::uintptr_t> aliases_;  // starts of the aliases mapped through this
 };
 
 // The names before the naming scheme of docs/concepts.md (Names), kept for one release.

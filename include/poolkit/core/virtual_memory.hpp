@@ -48,6 +48,14 @@ namespace poolkit {
 // driver's unit of cost (poolkit-replay reports them). Optional: v.may_unmap() -> bool, false
 // while nothing may be unmapped now (a stream_ordered lane's upstream while a CUDA capture may
 // run): a strategy then keeps its granules mapped for later.
+//
+// aliasing_virtual_memory adds v.alias(at, from, bytes): [at, at + bytes), unmapped, maps the
+// physical memory already mapped at [from, from + bytes) — whole physical allocations, not an alias
+// — so that one memory has two addresses (what lets a pool serve a large request from free pieces
+// of memory that are not contiguous: GMLake's stitching). It adds no physical memory
+// (mapped_bytes() does not move) and counts one map call; unmap(at, bytes) takes the alias back,
+// whole and alone, and until then the allocations under `from` may not be unmapped (asserted, like
+// any unmap that breaks a rule). Bad ranges throw std::invalid_argument, as map's do.
 template <class V>
 concept virtual_memory = requires(V& v, const V& cv, void* at, const void* pointer, std::size_t bytes) {
     { cv.base() } noexcept -> std::same_as<std::byte*>;
@@ -64,6 +72,11 @@ concept virtual_memory = requires(V& v, const V& cv, void* at, const void* point
     { v.claim(bytes) } -> std::same_as<std::byte*>;
     { v.unclaim(at, bytes) } noexcept -> std::same_as<void>;
     v.synchronize();
+};
+
+template <class V>
+concept aliasing_virtual_memory = virtual_memory<V> && requires(V& v, void* at, const void* from, std::size_t bytes) {
+    { v.alias(at, from, bytes) } -> std::same_as<void>;
 };
 
 }  // namespace poolkit

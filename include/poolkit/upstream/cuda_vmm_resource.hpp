@@ -165,8 +165,17 @@ public:
                              (granules_.mapped_bytes() - granules_.block_bytes()) / granularity_,
                              granules_.mapped_bytes() - granules_.block_bytes());
         const detail::device_scope scope(device_);
-        if (granules_.mapped_bytes() != 0) {
+        if (granules_.mapped_bytes() != 0 || granules_.aliased_bytes() != 0) {
             detail::check_cuda_in_deallocate(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+            std::vector<std::pair<std::uintptr_t, std::size_t>> aliases;
+            try {
+                granules_.for_each_alias([&](std::uintptr_t at, std::size_t bytes) { aliases.emplace_back(at, bytes); });
+            } catch (...) {  // no host memory: the aliases go with the reservation
+            }
+            for (const auto& [at, bytes] : aliases) {
+                unmap_alias(at, *granules_.alias_source(at), bytes);
+                granules_.mark_unmapped(at, bytes);
+            }
             granules_.for_each_mapped_run([this](std::uintptr_t at, std::size_t bytes) { unmap_mappings(at, bytes); });
         }
         detail::cuda_driver::check_in_deallocate(
@@ -184,16 +193,68 @@ public:
     // As map, with one physical allocation for the whole run: unmap must then cover it whole.
     void map_whole(void* at, std::size_t bytes) { map_checked(at, bytes, mapping::whole); }
 
+    // Maps [at, at + bytes) (whole granules, inside the range, none mapped) to the physical memory
+    // mapped at [from, from + bytes) (mapped, whole physical allocations, not an alias), readable
+    // and writable as map's: per physical allocation, cuMemRetainAllocationHandle, cuMemMap and
+    // cuMemRelease, then one cuMemSetAccess. No memory is added; until unmap(at, bytes) takes the
+    // alias back, whole, [from, from + bytes) may not be unmapped. 0 bytes does nothing. Throws
+    // std::invalid_argument for ranges that break those rules, cuda_error when the driver
+    // refuses; nothing stays mapped then.
+    void alias(void* at, const void* from, std::size_t bytes) {
+        if (bytes == 0) return;
+        const auto address = reinterpret_cast<std::uintptr_t>(at), source = reinterpret_cast<std::uintptr_t>(from);
+        std::lock_guard lock(mutex_);
+        granules_.check_alias(address, source, bytes, name);
+        const detail::device_scope scope(device_);
+        scope.check();
+        std::size_t done = 0;
+        const auto fail = [&](CUresult status, const char* call) {
+            unmap_alias(address, source, done);
+            driver_->throw_error(status, call);
+        };
+        CUresult status = CUDA_SUCCESS;
+        const char* call = nullptr;
+        granules_.for_each_allocation(source, bytes, [&](std::uintptr_t start, std::size_t length) {
+            if (status != CUDA_SUCCESS) return;
+            CUmemGenericAllocationHandle handle{};
+            status = driver_->mem_retain_allocation_handle(&handle, reinterpret_cast<void*>(start));
+            call = "cuMemRetainAllocationHandle";
+            if (status != CUDA_SUCCESS) return;
+            status = driver_->mem_map(static_cast<CUdeviceptr>(address + (start - source)), length, 0, handle, 0);
+            call = "cuMemMap";
+            const CUresult released = driver_->mem_release(handle);  // drops the retain; the mappings keep the memory
+            if (status == CUDA_SUCCESS) done += length;
+            if (status == CUDA_SUCCESS && released != CUDA_SUCCESS) {
+                status = released;
+                call = "cuMemRelease";
+            }
+        });
+        if (status != CUDA_SUCCESS) fail(status, call);
+        status = driver_->mem_set_access(static_cast<CUdeviceptr>(address), bytes, access_.data(), access_.size());
+        if (status != CUDA_SUCCESS) fail(status, "cuMemSetAccess");
+        try {
+            granules_.mark_aliased(address, source, bytes);
+        } catch (...) {
+            unmap_alias(address, source, bytes);
+            throw;
+        }
+    }
+
     // Gives [at, at + bytes) back to the device: whole granules, all mapped, none in a live block
-    // from allocate (POOLKIT_ASSERT; with assertions off such a call does nothing); no work may
-    // still use them. 0 bytes does nothing.
+    // from allocate, no physical allocation an alias still maps, an alias only whole
+    // (POOLKIT_ASSERT; with assertions off such a call does nothing); no work may still use them.
+    // 0 bytes does nothing.
     void unmap(void* at, std::size_t bytes) noexcept {
         if (bytes == 0) return;
         const auto address = reinterpret_cast<std::uintptr_t>(at);
         std::lock_guard lock(mutex_);
         if (!may_unmap_locked(address, bytes)) return;
         const detail::device_scope scope(device_);
-        unmap_mappings(address, bytes);
+        if (const auto source = granules_.alias_source(address)) {
+            unmap_alias(address, *source, bytes);
+        } else {
+            unmap_mappings(address, bytes);
+        }
         granules_.mark_unmapped(address, bytes);
     }
 
@@ -354,6 +415,15 @@ private:
         }
     }
 
+    // Unmaps the first `bytes` of the alias at `at` of the memory at `from`: one call per physical
+    // allocation it maps (its layout is the source's).
+    void unmap_alias(std::uintptr_t at, std::uintptr_t from, std::size_t bytes) const noexcept {
+        granules_.for_each_allocation(from, bytes, [&](std::uintptr_t start, std::size_t length) {
+            if (start - from >= bytes) return;
+            unmap_pieces(at + (start - from), length, length);
+        });
+    }
+
     void release_block(void* pointer, std::size_t bytes, [[maybe_unused]] std::size_t alignment) noexcept {
         const auto address = reinterpret_cast<std::uintptr_t>(pointer);
         std::lock_guard lock(mutex_);
@@ -386,7 +456,7 @@ private:
     std::vector<CUmemAccessDesc> access_;  // read-write for device_, then each peer
 };
 
-static_assert(virtual_memory<cuda_vmm_resource>);
+static_assert(aliasing_virtual_memory<cuda_vmm_resource>);
 // Physical memory another process exported (cuda_vmm_resource::export_block), mapped into this
 // one at an address of its own for as long as this object lives, readable and writable by
 // `device` (the current one when negative). The physical memory lives until every process that

@@ -77,8 +77,22 @@ public:
     // As map, as one physical allocation: unmap must then cover [at, at + bytes) whole.
     void map_whole(void* at, std::size_t bytes) { map_as(at, bytes, &detail::granule_map::mark_mapped_whole); }
 
-    // Gives [at, at + bytes) back: whole granules, all mapped, none in a live block from allocate
-    // (POOLKIT_ASSERT; with assertions off such a call does nothing). 0 bytes does nothing.
+    // Maps [at, at + bytes) (whole granules, inside the range, none mapped) to the physical memory
+    // mapped at [from, from + bytes) (mapped, whole physical allocations, not an alias): no memory
+    // is added. Until unmap(at, bytes) takes the alias back, whole, [from, from + bytes) may not be
+    // unmapped. 0 bytes does nothing. Throws std::invalid_argument for ranges that break those
+    // rules; nothing changes then.
+    void alias(void* at, const void* from, std::size_t bytes) {
+        if (bytes == 0) return;
+        const auto address = reinterpret_cast<std::uintptr_t>(at), source = reinterpret_cast<std::uintptr_t>(from);
+        std::lock_guard lock(mutex_);
+        granules_.check_alias(address, source, bytes, name);
+        granules_.mark_aliased(address, source, bytes);
+    }
+
+    // Gives [at, at + bytes) back: whole granules, all mapped, none in a live block from allocate,
+    // no physical allocation an alias still maps, an alias only whole (POOLKIT_ASSERT; with
+    // assertions off such a call does nothing). 0 bytes does nothing.
     void unmap(void* at, std::size_t bytes) noexcept {
         if (bytes == 0) return;
         const auto address = reinterpret_cast<std::uintptr_t>(at);
@@ -203,7 +217,7 @@ private:
     host_reservation reservation_;
 };
 
-static_assert(virtual_memory<simulated_vmm_resource>);
+static_assert(aliasing_virtual_memory<simulated_vmm_resource>);
 static_assert(stream_resource<simulated_vmm_resource>);
 static_assert(has_try_allocate<simulated_vmm_resource> && has_owns<simulated_vmm_resource> && has_check_invariants<simulated_vmm_resource>);
 static_assert(!has_property<simulated_vmm_resource, host_accessible> && !has_property<simulated_vmm_resource, device_accessible>);

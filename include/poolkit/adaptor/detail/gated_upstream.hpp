@@ -7,7 +7,8 @@
 // that work is done (stream_ordered::secure). Whatever path a strategy takes — its own release
 // before growth, a retry after the upstream ran out, a trim, release(), destruction — it goes
 // through here. Every other call and capability is forwarded unchanged (core/forwarding.hpp),
-// and, where U refers to virtual memory, the virtual_memory interface too (with may_unmap).
+// and, where U refers to virtual memory, the virtual_memory interface too (with may_unmap, and
+// alias where U's memory has it).
 // Complexity: one pointer call before each return of memory. Thread safety: as U's and the gate's.
 #pragma once
 
@@ -79,6 +80,11 @@ public:
         requires virtual_memory<memory_type>
     {
         memory().map_whole(at, bytes);
+    }
+    void alias(void* at, const void* from, std::size_t bytes)
+        requires aliasing_virtual_memory<memory_type>
+    {
+        memory().alias(at, from, bytes);
     }
     void unmap(void* at, std::size_t bytes) noexcept
         requires virtual_memory<memory_type>

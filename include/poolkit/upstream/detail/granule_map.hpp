@@ -20,6 +20,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace poolkit {
 
@@ -81,6 +82,12 @@ public:
         if (after != holes_by_address_.begin()) {
             const auto before = std::prev(after);
             if (before->first + before->second > at) return "unmap of a range not wholly mapped";
+        }
+        if (const auto alias = alias_overlapping(at, bytes); alias != aliases_.end()) {
+            return alias->first == at && alias->second.bytes == bytes ? nullptr : "unmap of an alias that is not the whole alias alone";
+        }
+        if (const auto source = aliased_.lower_bound(at); source != aliased_.end() && source->first < at + bytes) {
+            return "unmap of physical memory that an alias still maps";
         }
         const auto block = blocks_.lower_bound(at + bytes);
         if (block != blocks_.begin()) {
@@ -222,10 +229,92 @@ public:
         ++created_;
     }
 
+    // Throws std::invalid_argument, naming `source`, unless [at, at + bytes) may alias [from, from +
+    // bytes): at unmapped as check_map asks, from a run of whole granules inside the range, mapped,
+    // not itself an alias, and made of whole physical allocations (no mapping made whole reaches
+    // past either end).
+    void check_alias(std::uintptr_t at, std::uintptr_t from, std::size_t bytes, const char* source) const {
+        check_map(at, bytes, source);
+        check_in_range(from, bytes, source, "alias");
+        const auto fail = [&](const char* why) {
+            throw std::invalid_argument(std::string("poolkit: ") + source + "::alias of " + describe(from, bytes) + ": " + why);
+        };
+        if (unmap_violation_ignoring_blocks(from, bytes) != nullptr) fail("part of it is not mapped");
+        if (alias_overlapping(from, bytes) != aliases_.end()) fail("it is an alias itself");
+        if (cuts_whole(from) || cuts_whole(from + bytes)) fail("it cuts a physical allocation (a mapping made whole)");
+    }
+
+    // Records [at, at + bytes) as mapped to the physical memory of [from, from + bytes)
+    // (check_alias passed): no physical memory is added and one map call is counted; until the
+    // alias is unmapped (whole, by one unmap) the allocations of `from` may not be. Strong
+    // guarantee: on std::bad_alloc nothing changed.
+    void mark_aliased(std::uintptr_t at, std::uintptr_t from, std::size_t bytes) {
+        std::vector<std::uintptr_t> starts;
+        for_each_allocation(from, bytes, [&](std::uintptr_t start, std::size_t) { starts.push_back(start); });
+        const auto inserted = aliases_.emplace(at, alias_record{from, bytes}).first;
+        std::size_t counted = 0;
+        try {
+            for (; counted < starts.size(); ++counted) ++aliased_[starts[counted]];
+            take_hole(at, bytes);
+        } catch (...) {
+            for (std::size_t i = 0; i < counted; ++i) release_source(starts[i]);
+            aliases_.erase(inserted);
+            throw;
+        }
+        aliased_bytes_ += bytes;
+        ++map_calls_;
+    }
+    // Calls f(start, bytes) for each physical allocation of [from, from + bytes), mapped and made of
+    // whole allocations, in address order.
+    template <class F>
+    void for_each_allocation(std::uintptr_t from, std::size_t bytes, F&& f) const {
+        for (std::uintptr_t p = from; p < from + bytes;) {
+            const auto whole = whole_.find(p);
+            const std::size_t length = whole != whole_.end() ? whole->second : granularity_;
+            f(p, length);
+            p += length;
+        }
+    }
+    // The memory that the alias starting at `at` maps, or nothing (not the start of an alias).
+    [[nodiscard]] std::optional<std::uintptr_t> alias_source(std::uintptr_t at) const noexcept {
+        const auto found = aliases_.find(at);
+        if (found == aliases_.end()) return std::nullopt;
+        return found->second.from;
+    }
+    [[nodiscard]] std::size_t aliased_bytes() const noexcept { return aliased_bytes_; }
+    // Calls f(at, bytes) for each alias.
+    template <class F>
+    void for_each_alias(F&& f) const {
+        for (const auto& [at, record] : aliases_) f(at, record.bytes);
+    }
+
     // Records [at, at + bytes) as unmapped (unmap_violation was nullptr) and counts one unmap call.
     // Allocates only when the new hole touches no other (host exhaustion then ends the program, as
     // in any deallocate).
     void mark_unmapped(std::uintptr_t at, std::size_t bytes) noexcept {
+        return_hole(at, bytes);
+        if (const auto alias = aliases_.find(at); alias != aliases_.end()) {
+            for_each_allocation(alias->second.from, bytes, [this](std::uintptr_t start, std::size_t) { release_source(start); });
+            aliases_.erase(alias);
+            aliased_bytes_ -= bytes;
+            ++unmap_calls_;
+            return;
+        }
+        const auto first_whole = whole_.lower_bound(at), past_whole = whole_.lower_bound(at + bytes);
+        std::size_t whole_bytes = 0;
+        for (auto w = first_whole; w != past_whole; ++w) {
+            whole_bytes += w->second;
+            ++released_;
+        }
+        released_ += (bytes - whole_bytes) / granularity_;
+        whole_.erase(first_whole, past_whole);
+        mapped_bytes_ -= bytes;
+        ++unmap_calls_;
+    }
+
+private:
+    // [at, at + bytes) becomes a hole again, coalescing with the holes beside it.
+    void return_hole(std::uintptr_t at, std::size_t bytes) noexcept {
         auto after = holes_by_address_.lower_bound(at);
         const bool joins_after = after != holes_by_address_.end() && after->first == at + bytes;
         const bool joins_before = after != holes_by_address_.begin() && std::prev(after)->first + std::prev(after)->second == at;
@@ -249,18 +338,9 @@ public:
         } else {
             insert_hole(at, bytes);
         }
-        const auto first_whole = whole_.lower_bound(at), past_whole = whole_.lower_bound(at + bytes);
-        std::size_t whole_bytes = 0;
-        for (auto w = first_whole; w != past_whole; ++w) {
-            whole_bytes += w->second;
-            ++released_;
-        }
-        released_ += (bytes - whole_bytes) / granularity_;
-        whole_.erase(first_whole, past_whole);
-        mapped_bytes_ -= bytes;
-        ++unmap_calls_;
     }
 
+public:
     // Whether the granule holding `address` is mapped; false outside the range.
     [[nodiscard]] bool is_mapped(std::uintptr_t address) const noexcept {
         if (address < base_ || address - base_ >= capacity_) return false;
@@ -322,7 +402,19 @@ public:
             first = false;
             unmapped += bytes;
         }
-        POOLKIT_VERIFY(unmapped + mapped_bytes_ == capacity_, "mapped and unmapped bytes do not tile the reservation");
+        POOLKIT_VERIFY(unmapped + mapped_bytes_ + aliased_bytes_ == capacity_,
+                       "mapped, aliased and unmapped bytes do not tile the reservation");
+        std::size_t alias_total = 0;
+        std::map<std::uintptr_t, std::size_t> sources;
+        for (const auto& [start, record] : aliases_) {
+            POOLKIT_VERIFY(unmap_violation_ignoring_blocks(start, record.bytes) == nullptr, "an alias is not mapped");
+            POOLKIT_VERIFY(unmap_violation_ignoring_blocks(record.from, record.bytes) == nullptr,
+                           "an alias maps memory that is not mapped");
+            POOLKIT_VERIFY(!cuts_whole(record.from) && !cuts_whole(record.from + record.bytes), "an alias cuts a physical allocation");
+            for_each_allocation(record.from, record.bytes, [&sources](std::uintptr_t p, std::size_t) { ++sources[p]; });
+            alias_total += record.bytes;
+        }
+        POOLKIT_VERIFY(alias_total == aliased_bytes_ && sources == aliased_, "alias counts drifted");
         POOLKIT_VERIFY(peak_mapped_bytes_ >= mapped_bytes_, "peak below current");
         std::size_t block_total = 0;
         std::uintptr_t block_end = 0;
@@ -349,6 +441,15 @@ public:
 private:
     // mark_mapped's bookkeeping: the hole shrinks or splits, and one map call is counted.
     void record_mapped(std::uintptr_t at, std::size_t bytes) {
+        take_hole(at, bytes);
+        mapped_bytes_ += bytes;
+        if (mapped_bytes_ > peak_mapped_bytes_) peak_mapped_bytes_ = mapped_bytes_;
+        ++map_calls_;
+    }
+
+    // [at, at + bytes), inside one hole, stops being a hole: the hole shrinks or splits. Strong
+    // guarantee.
+    void take_hole(std::uintptr_t at, std::size_t bytes) {
         const auto hole = hole_containing(at);
         POOLKIT_ASSERT(hole != holes_by_address_.end() && at + bytes <= hole->first + hole->second,
                        "mark_mapped of granules already mapped");
@@ -363,9 +464,26 @@ private:
             holes_by_size_.erase({hole_bytes, hole_start});
             holes_by_address_.erase(hole);
         }
-        mapped_bytes_ += bytes;
-        if (mapped_bytes_ > peak_mapped_bytes_) peak_mapped_bytes_ = mapped_bytes_;
-        ++map_calls_;
+    }
+
+    struct alias_record {
+        std::uintptr_t from;
+        std::size_t bytes;
+    };
+
+    // The alias that overlaps [at, at + bytes), or end(). Aliases never overlap each other.
+    [[nodiscard]] std::map<std::uintptr_t, alias_record>::const_iterator alias_overlapping(std::uintptr_t at,
+                                                                                           std::size_t bytes) const noexcept {
+        auto after = aliases_.lower_bound(at + bytes);
+        if (after == aliases_.begin()) return aliases_.end();
+        const auto alias = std::prev(after);
+        return alias->first + alias->second.bytes > at ? alias : aliases_.end();
+    }
+
+    // One alias less of the physical allocation that starts at `start`.
+    void release_source(std::uintptr_t start) noexcept {
+        const auto found = aliased_.find(start);
+        if (found != aliased_.end() && --found->second == 0) aliased_.erase(found);
     }
 
     using hole_iterator = std::map<std::uintptr_t, std::size_t>::iterator;
@@ -458,6 +576,9 @@ private:
     std::set<std::pair<std::size_t, std::uintptr_t>> holes_by_size_;  // (bytes, start): best fit
     std::map<std::uintptr_t, std::size_t> blocks_;  // allocate's blocks: start -> bytes
     std::map<std::uintptr_t, std::size_t> whole_;  // mappings made whole: start -> bytes
+    std::map<std::uintptr_t, alias_record> aliases_;  // alias start -> the memory it maps
+    std::map<std::uintptr_t, std::size_t> aliased_;  // start of a physical allocation -> aliases of it
+    std::size_t aliased_bytes_ = 0;  // bytes of address space the aliases take
     std::size_t block_bytes_ = 0;
     std::size_t mapped_bytes_ = 0;  // capacity_ minus the holes
     std::size_t peak_mapped_bytes_ = 0;  // most mapped_bytes_ ever was
