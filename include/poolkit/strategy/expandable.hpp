@@ -125,7 +125,7 @@ public:
     // address space given back.
     ~expandable() {
         detail::report_leaks("expandable", live_blocks(), live_bytes_);
-        drop_stitches(true);
+        stitches_.drop(memory(), true);
         live_.clear();
         small_free_.clear();
         large_free_.clear();
@@ -197,7 +197,7 @@ public:
     // Unmaps every cached granule, after the upstream's synchronize() (PyTorch's empty_cache), and
     // gives back the address space of every span left empty.
     void release() {
-        drop_stitches(false);
+        if (may_unmap()) stitches_.drop(memory(), false);
         trim(std::numeric_limits<std::size_t>::max());
         give_back_empty_spans();
     }
@@ -300,8 +300,8 @@ public:
     [[nodiscard]] std::size_t stitches() const noexcept { return stitches_.size(); }
     [[nodiscard]] std::size_t chunks() const noexcept { return spans_.size(); }
     // Map and unmap calls this pool made of its upstream (a stitch's aliases among them).
-    [[nodiscard]] std::size_t map_calls() const noexcept { return mapping_.map_calls() + alias_calls_; }
-    [[nodiscard]] std::size_t unmap_calls() const noexcept { return mapping_.unmap_calls() + unalias_calls_; }
+    [[nodiscard]] std::size_t map_calls() const noexcept { return mapping_.map_calls() + stitches_.alias_calls(); }
+    [[nodiscard]] std::size_t unmap_calls() const noexcept { return mapping_.unmap_calls() + stitches_.unalias_calls(); }
     [[nodiscard]] const expandable_options& options() const noexcept { return options_; }
     [[nodiscard]] const Policy& policy() const noexcept { return policy_; }
     // The policy's peak slack in force, where it has one (follow_live).
@@ -328,6 +328,7 @@ private:
     using kept = detail::expandable_parts::kept;
     using piece = detail::expandable_parts::piece;
     using stitch_type = detail::expandable_parts::stitch;
+    using stitching_type = detail::expandable_parts::stitching<memory_type>;
 
     memory_type& memory() noexcept { return detail::referent<Upstream>::get(upstream_); }
     const memory_type& memory() const noexcept { return detail::referent<Upstream>::get(const_cast<Upstream&>(upstream_)); }
@@ -367,12 +368,13 @@ private:
     // whose placement would map memory takes a free stitch of its size (up to a quarter more)
     // whose pieces are all free. Where its placement would map at least a tenth of it, a new
     // stitch of free whole allocations, oldest freed first, where they cover it; and where it is
-    // at least an eighth of live memory, of those and as much new memory as they lack, if that
-    // is less than the placement would map and the policy would unmap nothing for it (mapped at
-    // the low end of the placement's unmapped granules). Else nullptr: the placement maps as before. Smaller shares stitch away holes that smaller
-    // requests then grow for, and mapping what is lacked for every request took footprints up and
-    // down by 3-5% from one trace to the next; these never raised a peak measured
-    // (docs/virtual_memory.md). `found` is found again where memory was mapped and no stitch made.
+    // at least an eighth of live memory, of those and as much new memory as they lack, if that is
+    // less than the placement would map and the policy would unmap nothing for it (mapped at the
+    // low end of the placement's unmapped granules). Else nullptr: the placement maps as before.
+    // Smaller shares stitch away holes that smaller requests then grow for, and mapping what is
+    // lacked for every request moved footprints up and down by 3-5% from one trace to the next;
+    // these raised no footprint measured (docs/virtual_memory.md, "Stitching"). `found` is found
+    // again where memory was mapped and no stitch made.
     static constexpr std::size_t stitch_least_share = 10;
     static constexpr std::size_t stitch_grow_share = 8;
 
@@ -383,125 +385,57 @@ private:
                 return nullptr;
             }
             const std::size_t want = align_up(rounded, grid_.bytes);
-            if (void* again = restitch(want, rounded)) return again;
+            const auto [again_at, again] = stitches_.free_fitting(want, [this](const piece& p) { return free_block_over(p) != nullptr; });
+            if (again != nullptr && lend_pieces(*again)) return lent(again_at, *again, rounded);
             const std::size_t needed = found.where != nullptr ? found.unmapped * grid_.bytes : want;
             if (needed < want / stitch_least_share || stitches_.size() >= stitches_.most) return nullptr;
             std::size_t total = 0;
-            std::vector<piece> pieces = free_pieces(want, total);
-            bool grew = false;
-            if (found.where != nullptr && total < want && want >= live_bytes_ / stitch_grow_share &&
-                align_up(want - total, allocation) < needed && want - total <= physical_left() &&
-                policy_.unmap_first({live_bytes_ + rounded, peak_live_bytes_, reserved_bytes(), want - total, grid_.bytes}) == 0) {
-                // What the pieces lack, mapped where the request would have mapped, from its low end.
-                std::size_t lacking = (want - total) / grid_.bytes;
-                span& s = *found.where->owner;
-                const auto [first, last] = grid_.under(s, found.start, rounded);
-                std::vector<std::pair<std::size_t, std::size_t>> runs;
-                s.for_each_run(first, last, false, [&](std::size_t a, std::size_t z) {
-                    const std::size_t take = std::min(z - a, lacking);
-                    if (take > 0) runs.emplace_back(a, a + take);
-                    lacking -= take;
-                });
-                try {
-                    for (const auto& [a, z] : runs) {
-                        map_range(s, grid_.address(s, a), (z - a) * grid_.bytes);
-                        grew = true;
-                    }
-                } catch (const std::bad_alloc&) {
-                }
-                if (grew) {
-                    mapping_.uncache(*found.where);  // its cache grew
-                    mapping_.cache(*found.where);
-                    pieces = free_pieces(want, total);
-                }
+            std::vector<piece> pieces = stitches_.free_pieces(mapping_.cached(), want, total);
+            const bool grew = total < want && found.where != nullptr && want >= live_bytes_ / stitch_grow_share &&
+                              align_up(want - total, allocation) < needed && map_lacking(found, rounded, want - total);
+            if (grew) pieces = stitches_.free_pieces(mapping_.cached(), want, total);
+            if (total >= want) {
+                const auto [at, made] = stitches_.make(memory(), std::move(pieces), total);
+                if (made != nullptr && lend_pieces(*made)) return lent(at, *made, rounded);
+                if (made != nullptr) stitches_.undo(memory(), at);
             }
-            void* stitched = total >= want ? make_stitch(std::move(pieces), total, rounded) : nullptr;
-            if (stitched == nullptr && grew) found = find(rounded, alignment);
-            return stitched;
+            if (grew) found = find(rounded, alignment);
+            return nullptr;
         } else {
             static_cast<void>(found), static_cast<void>(rounded), static_cast<void>(alignment);
             return nullptr;
         }
     }
 
-    // The free stitch of `want` bytes to a quarter more, smallest first, whose pieces are all
-    // free: lent again, with no driver call. nullptr where none is.
-    void* restitch(std::size_t want, std::size_t rounded) {
-        std::pair<std::uintptr_t, stitch_type*> best{0, nullptr};
-        stitches_.for_each([&](std::uintptr_t address, stitch_type& st) {
-            if (st.requested != 0 || st.bytes < want || st.bytes - want > want / 4) return;
-            if (best.second != nullptr && st.bytes >= best.second->bytes) return;
-            if (std::all_of(st.pieces.begin(), st.pieces.end(), [this](const piece& p) { return free_block_over(p) != nullptr; })) {
-                best = {address, &st};
-            }
+    // Maps `lacking` bytes at the low end of `found`'s unmapped granules, where the physical limit
+    // and the policy allow them all: whether anything was mapped (the block's cache refiled).
+    bool map_lacking(const placement& found, std::size_t rounded, std::size_t lacking) {
+        if (lacking > physical_left() ||
+            policy_.unmap_first({live_bytes_ + rounded, peak_live_bytes_, reserved_bytes(), lacking, grid_.bytes}) != 0) {
+            return false;
+        }
+        std::size_t granules = lacking / grid_.bytes;
+        span& s = *found.where->owner;
+        const auto [first, last] = grid_.under(s, found.start, rounded);
+        std::vector<std::pair<std::size_t, std::size_t>> runs;
+        s.for_each_run(first, last, false, [&](std::size_t a, std::size_t z) {
+            const std::size_t take = std::min(z - a, granules);
+            if (take > 0) runs.emplace_back(a, a + take);
+            granules -= take;
         });
-        if (best.second == nullptr || !lend_pieces(*best.second)) return nullptr;
-        return lent(best.first, *best.second, rounded);
-    }
-
-    // Free whole allocations of large spans, oldest freed first, until they hold `want` bytes
-    // (`total` says what they hold).
-    std::vector<piece> free_pieces(std::size_t want, std::size_t& total) const {
-        std::vector<piece> pieces;
-        total = 0;
-        for (const block& b : mapping_.cached()) {
-            if (total >= want) break;
-            if (b.owner->small) continue;
-            span& s = *b.owner;
-            const auto [from, to] = grid_.releasable(b);
-            s.for_each_run(from, to, true, [&](std::size_t first, std::size_t last) {
-                for (std::size_t g = first; g < last && total < want;) {
-                    const std::size_t end = span::first_of(g + 1, last, [&s](std::size_t w) { return s.starts[w]; });
-                    pieces.push_back({&s, g, end});
-                    total += (end - g) * grid_.bytes;
-                    g = end;
-                }
-            });
-        }
-        return pieces;
-    }
-
-    // Claims address space for `pieces` (`total` bytes), aliases them there, a run of adjacent
-    // pieces at a time, and lends them. nullptr, with nothing changed, where the address space,
-    // the driver or the host refuses.
-    void* make_stitch(std::vector<piece> pieces, std::size_t total, std::size_t rounded) {
-        std::byte* at = nullptr;
+        bool mapped = false;
         try {
-            at = memory().claim(total);
-        } catch (const std::bad_alloc&) {
-            return nullptr;
-        }
-        const auto address = reinterpret_cast<std::uintptr_t>(at);
-        stitch_type made{total, 0, std::move(pieces)};
-        std::size_t aliased = 0;
-        try {
-            for_each_alias_run(made.pieces, [&](std::uintptr_t from, std::size_t bytes) {
-                memory().alias(at + aliased, reinterpret_cast<const void*>(from), bytes);
-                aliased += bytes;
-                ++alias_calls_;
-            });
-            stitch_type& kept_stitch = stitches_.add(address, std::move(made));
-            if (lend_pieces(kept_stitch)) return lent(address, kept_stitch, rounded);
-            made = std::move(kept_stitch);
-            stitches_.erase_if([address](std::uintptr_t a, const stitch_type&) { return a == address; });
-        } catch (const std::bad_alloc&) {
-        } catch (const std::runtime_error&) {  // the driver refused (cuda_error): map as before
-        }
-        unalias(address, made.pieces, aliased);  // never used: no wait
-        memory().unclaim(at, total);
-        return nullptr;
-    }
-
-    // Unmaps the first `bytes` of the aliases of `pieces` at `address`.
-    void unalias(std::uintptr_t address, const std::vector<piece>& pieces, std::size_t bytes) noexcept {
-        std::size_t offset = 0;
-        for_each_alias_run(pieces, [&](std::uintptr_t, std::size_t run) {
-            if (offset < bytes) {
-                memory().unmap(reinterpret_cast<void*>(address + offset), run);
-                ++unalias_calls_;
+            for (const auto& [a, z] : runs) {
+                map_range(s, grid_.address(s, a), (z - a) * grid_.bytes);
+                mapped = true;
             }
-            offset += run;
-        });
+        } catch (const std::bad_alloc&) {
+        }
+        if (mapped) {
+            mapping_.uncache(*found.where);  // its cache grew
+            mapping_.cache(*found.where);
+        }
+        return mapped;
     }
 
     // Lends every piece of `st` (each in a free block): carved as a live block of its span.
@@ -567,37 +501,6 @@ private:
             }
         }
         return candidate->free && candidate->address <= first && last <= candidate->end() ? candidate : nullptr;
-    }
-
-    // Gives up the free stitches (every one at destruction, `everything`): their aliases unmapped
-    // after one synchronize(), their address space given back.
-    void drop_stitches(bool everything) noexcept {
-        bool any = false;
-        stitches_.for_each([&](std::uintptr_t, const stitch_type& st) { any = any || everything || st.requested == 0; });
-        if (!any) return;
-        try {
-            memory().synchronize();
-        } catch (...) {
-            POOLKIT_ASSERT(false, "expandable could not wait for the device before unmapping");
-            return;
-        }
-        stitches_.erase_if([&](std::uintptr_t address, const stitch_type& st) {
-            if (!everything && st.requested != 0) return false;
-            unalias(address, st.pieces, st.bytes);
-            memory().unclaim(reinterpret_cast<void*>(address), st.bytes);
-            return true;
-        });
-    }
-
-    // Calls f(address, bytes) for each run of adjacent pieces of one span: one alias each.
-    template <class F>
-    void for_each_alias_run(const std::vector<piece>& pieces, F&& f) const {
-        for (std::size_t i = 0; i < pieces.size();) {
-            std::size_t j = i + 1;
-            while (j < pieces.size() && pieces[j].owner == pieces[i].owner && pieces[j].first == pieces[j - 1].last) ++j;
-            f(grid_.address(*pieces[i].owner, pieces[i].first), (pieces[j - 1].last - pieces[i].first) * grid_.bytes);
-            i = j;
-        }
     }
 
     // A placement that needs mapping (or a new span): maps within the budget, trimming the cache
@@ -672,7 +575,7 @@ private:
     // may unmap gives them up first.
     void trim(std::size_t bytes, kept keep = {}) {
         if (mapping_.cached_granules() == 0 || !may_unmap()) return;
-        drop_stitches(false);
+        stitches_.drop(memory(), false);
         mapping_.trim(memory(), true, bytes, keep);
     }
 
@@ -786,11 +689,9 @@ private:
     detail::expandable_parts::live_blocks live_;
     mapping_type mapping_{grid_};  // mapped granules, the cache, map and unmap calls
     // Stitched blocks; their pieces are live blocks of the spans, not counted in live_bytes_.
-    detail::expandable_parts::stitch_set stitches_;
+    stitching_type stitches_{grid_};
     std::size_t lent_bytes_ = 0;
     std::size_t lent_blocks_ = 0;
-    std::size_t alias_calls_ = 0;
-    std::size_t unalias_calls_ = 0;
     std::size_t live_bytes_ = 0;
     std::size_t peak_live_bytes_ = 0;
 };

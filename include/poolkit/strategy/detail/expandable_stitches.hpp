@@ -6,17 +6,23 @@
 // aliases, so that the next request of about its size whose pieces are all free again takes it
 // with no driver call; a program that repeats its shapes stitches in its first step only.
 //
-// This header holds the records; the pool lends and takes back the pieces. Each piece is one
-// physical allocation of a span, whole: granules [first, last), starting an allocation at first
-// and ending one at last. Not thread-safe.
+// This header holds the stitches and their side of the memory: which free allocations make one,
+// claiming and aliasing its range, and giving it up. The pool decides when to stitch, and lends
+// and takes back the pieces. Each piece is one physical allocation of a span, whole: granules
+// [first, last), starting an allocation at first and ending one at last. Not thread-safe.
 #pragma once
 
+#include <poolkit/core/assert.hpp>
 #include <poolkit/strategy/detail/expandable_parts.hpp>
+#include <poolkit/strategy/detail/expandable_search.hpp>
+#include <poolkit/strategy/detail/intrusive.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <new>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -38,15 +44,22 @@ struct stitch {
     std::vector<piece> pieces;
 };
 
-class stitch_set {
+template <class Memory>
+class stitching {
 public:
     // A pool keeps at most this many: each holds address space and aliases until release().
     static constexpr std::size_t most = 64;
 
-    [[nodiscard]] bool empty() const noexcept { return all_.empty(); }
+    // `g`, the pool's granules, outlives this (the pool owns both).
+    explicit stitching(const grid& g) noexcept : grid_(&g) {}
+    stitching(const stitching&) = delete;
+    stitching& operator=(const stitching&) = delete;
+
     [[nodiscard]] std::size_t size() const noexcept { return all_.size(); }
     [[nodiscard]] std::size_t live() const noexcept { return live_; }
     [[nodiscard]] std::size_t live_bytes() const noexcept { return live_bytes_; }
+    [[nodiscard]] std::size_t alias_calls() const noexcept { return alias_calls_; }
+    [[nodiscard]] std::size_t unalias_calls() const noexcept { return unalias_calls_; }
 
     // The live stitch that starts at `address`, or nullptr. O(log n).
     [[nodiscard]] stitch* live_at(std::uintptr_t address) noexcept {
@@ -57,13 +70,90 @@ public:
     // Whether `address` lies inside a live stitch.
     [[nodiscard]] bool inside_live(std::uintptr_t address) const noexcept {
         if (live_ == 0) return false;
-        auto after = all_.upper_bound(address);
+        const auto after = all_.upper_bound(address);
         if (after == all_.begin()) return false;
         const auto& [start, s] = *std::prev(after);
         return s.requested != 0 && address - start < s.requested;
     }
+    template <class F>
+    void for_each(F&& f) const {
+        for (const auto& [address, s] : all_) f(address, s);
+    }
 
-    stitch& add(std::uintptr_t address, stitch s) { return all_.emplace(address, std::move(s)).first->second; }
+    // Free whole allocations of large spans among `cached` (free blocks with a cache, oldest
+    // freed first), in that order, until they hold `want` bytes; `total` says what they hold.
+    [[nodiscard]] std::vector<piece> free_pieces(const cached_list& cached, std::size_t want, std::size_t& total) const {
+        std::vector<piece> pieces;
+        total = 0;
+        for (const block& b : cached) {
+            if (total >= want) break;
+            if (b.owner->small) continue;
+            span& s = *b.owner;
+            const auto [from, to] = grid_->releasable(b);
+            s.for_each_run(from, to, true, [&](std::size_t first, std::size_t last) {
+                for (std::size_t g = first; g < last && total < want;) {
+                    const std::size_t end = span::first_of(g + 1, last, [&s](std::size_t w) { return s.starts[w]; });
+                    pieces.push_back({&s, g, end});
+                    total += (end - g) * grid_->bytes;
+                    g = end;
+                }
+            });
+        }
+        return pieces;
+    }
+
+    // The free stitch of `want` bytes up to a quarter more, smallest first, whose pieces are all
+    // `usable`: {its address, it}, or {0, nullptr}.
+    template <class Usable>
+    [[nodiscard]] std::pair<std::uintptr_t, stitch*> free_fitting(std::size_t want, Usable&& usable) {
+        std::pair<std::uintptr_t, stitch*> best{0, nullptr};
+        for (auto& [address, s] : all_) {
+            if (s.requested != 0 || s.bytes < want || s.bytes - want > want / 4) continue;
+            if (best.second != nullptr && s.bytes >= best.second->bytes) continue;
+            bool all = true;
+            for (const piece& p : s.pieces) all = all && usable(p);
+            if (all) best = {address, &s};
+        }
+        return best;
+    }
+
+    // A new free stitch of `pieces` (`total` bytes): address space claimed, the pieces aliased
+    // there, a run of adjacent pieces at a time. {0, nullptr}, with nothing changed, where the
+    // address space, the driver (cuda_error) or the host refuses.
+    std::pair<std::uintptr_t, stitch*> make(Memory& m, std::vector<piece> pieces, std::size_t total) {
+        std::byte* at = nullptr;
+        try {
+            at = m.claim(total);
+        } catch (const std::bad_alloc&) {
+            return {0, nullptr};
+        }
+        const auto address = reinterpret_cast<std::uintptr_t>(at);
+        stitch made{total, 0, std::move(pieces)};
+        std::size_t aliased = 0;
+        try {
+            for_each_alias_run(made.pieces, [&](std::uintptr_t from, std::size_t bytes) {
+                m.alias(at + aliased, reinterpret_cast<const void*>(from), bytes);
+                aliased += bytes;
+                ++alias_calls_;
+            });
+            return {address, &all_.emplace(address, std::move(made)).first->second};
+        } catch (const std::bad_alloc&) {
+        } catch (const std::runtime_error&) {  // cuda_error: the pool maps as it would have
+        }
+        unalias(m, address, made.pieces, aliased);  // never used: no wait
+        m.unclaim(at, total);
+        return {0, nullptr};
+    }
+
+    // Gives up the free stitch at `address`, never lent (no wait: nothing used it).
+    void undo(Memory& m, std::uintptr_t address) noexcept {
+        const auto found = all_.find(address);
+        POOLKIT_ASSERT(found != all_.end() && found->second.requested == 0, "undo of a stitch that is live or unknown");
+        unalias(m, address, found->second.pieces, found->second.bytes);
+        m.unclaim(reinterpret_cast<void*>(address), found->second.bytes);
+        all_.erase(found);
+    }
+
     void lend(stitch& s, std::size_t requested) noexcept {
         s.requested = requested;
         ++live_;
@@ -75,33 +165,61 @@ public:
         --live_;
     }
 
-    // Every stitch: f(address, stitch).
-    template <class F>
-    void for_each(F&& f) {
-        for (auto& [address, s] : all_) f(address, s);
-    }
-    template <class F>
-    void for_each(F&& f) const {
-        for (const auto& [address, s] : all_) f(address, s);
-    }
-    // Forgets the stitches for which f(address, stitch) says true (after it gave back their
-    // aliases and address space); a live one stops counting as live.
-    template <class F>
-    void erase_if(F&& f) {
+    // Gives up the free stitches (every one, `everything`, at the pool's destruction): their
+    // aliases unmapped after one synchronize(), their address space given back. Where the wait
+    // fails, asserted, and nothing is given up.
+    void drop(Memory& m, bool everything) noexcept {
+        bool any = false;
+        for (const auto& [address, s] : all_) any = any || everything || s.requested == 0;
+        if (!any) return;
+        try {
+            m.synchronize();
+        } catch (...) {
+            POOLKIT_ASSERT(false, "expandable could not wait for the device before unmapping");
+            return;
+        }
         for (auto it = all_.begin(); it != all_.end();) {
-            if (!f(it->first, it->second)) {
+            if (!everything && it->second.requested != 0) {
                 ++it;
                 continue;
             }
             if (it->second.requested != 0) take_back(it->second);
+            unalias(m, it->first, it->second.pieces, it->second.bytes);
+            m.unclaim(reinterpret_cast<void*>(it->first), it->second.bytes);
             it = all_.erase(it);
         }
     }
 
 private:
-    std::map<std::uintptr_t, stitch> all_;
+    // Calls f(address, bytes) for each run of adjacent pieces of one span: one alias each.
+    template <class F>
+    void for_each_alias_run(const std::vector<piece>& pieces, F&& f) const {
+        for (std::size_t i = 0; i < pieces.size();) {
+            std::size_t j = i + 1;
+            while (j < pieces.size() && pieces[j].owner == pieces[i].owner && pieces[j].first == pieces[j - 1].last) ++j;
+            f(grid_->address(*pieces[i].owner, pieces[i].first), (pieces[j - 1].last - pieces[i].first) * grid_->bytes);
+            i = j;
+        }
+    }
+
+    // Unmaps the first `bytes` of the aliases of `pieces` at `address`.
+    void unalias(Memory& m, std::uintptr_t address, const std::vector<piece>& pieces, std::size_t bytes) noexcept {
+        std::size_t offset = 0;
+        for_each_alias_run(pieces, [&](std::uintptr_t, std::size_t run) {
+            if (offset < bytes) {
+                m.unmap(reinterpret_cast<void*>(address + offset), run);
+                ++unalias_calls_;
+            }
+            offset += run;
+        });
+    }
+
+    const grid* grid_;
+    std::map<std::uintptr_t, stitch> all_;  // by the address of its range
     std::size_t live_ = 0;
     std::size_t live_bytes_ = 0;  // requested bytes of the live ones
+    std::size_t alias_calls_ = 0;
+    std::size_t unalias_calls_ = 0;
 };
 
 }  // namespace detail::expandable_parts
