@@ -1,11 +1,13 @@
-// Fuzzes simulated_vmm_resource with fuzzer-chosen map, map_whole, unmap, allocate and deallocate steps over
-// both of its faces, checked granule by granule against a model.
+// Fuzzes simulated_vmm_resource with fuzzer-chosen map, map_whole, alias, unmap, allocate and
+// deallocate steps over both of its faces, checked granule by granule against a model.
 //
 // Each step reads four bytes: an operation, a first granule, a length in granules, and a size or
 // alignment byte. map must succeed exactly when the run is unmapped and fits under the physical
-// limit (else std::invalid_argument or out_of_memory, changing nothing); unmap is only asked
-// where it is allowed (cutting no mapping made whole); every block from allocate must be aligned
-// and lie on unmapped granules.
+// limit (else std::invalid_argument or out_of_memory, changing nothing); alias must succeed
+// exactly when its range is unmapped and its source mapped, cutting no mapping made whole, and add
+// no mapped bytes; unmap is only asked where it is allowed (an alias whole, or granules no alias
+// maps, cutting no mapping made whole); every block from allocate must be aligned and lie on
+// unmapped granules.
 //
 // The model's figures are checked against the resource at every step. check_invariants(), which
 // walks every hole, block and mapping, and a recount of the model run after every 16th step (at a
@@ -29,7 +31,7 @@ constexpr std::size_t granules = 256;
 constexpr std::size_t max_steps = 128;
 constexpr std::size_t check_every = 16;
 
-enum class state : std::uint8_t { unmapped, mapped, block };
+enum class state : std::uint8_t { unmapped, mapped, block, alias };
 
 struct live_block {
     std::size_t bytes;
@@ -56,16 +58,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         return head && tail;
     };
     std::map<std::uintptr_t, live_block> blocks;
+    std::map<std::size_t, std::pair<std::size_t, std::size_t>> aliases;  // first granule -> (source's first, count)
+    std::vector<std::uint32_t> aliased(granules, 0);  // aliases of each mapped granule
+    std::size_t alias_granules = 0;
     std::size_t maps = 0;
     std::size_t unmaps = 0;
     std::size_t peak = 0;
     const auto base = reinterpret_cast<std::uintptr_t>(vm.base());
     std::size_t unmapped = granules;  // granules of the model in state::unmapped, kept by set()
-    const auto mapped = [&] { return (granules - unmapped) * granule; };
+    const auto mapped = [&] { return (granules - unmapped - alias_granules) * granule; };
     const auto set = [&](std::size_t first, std::size_t count, state value) {
         for (std::size_t g = first; g < first + count; ++g) {
             if (model[g] == state::unmapped) --unmapped;
+            if (model[g] == state::alias) --alias_granules;
             if (value == state::unmapped) ++unmapped;
+            if (value == state::alias) ++alias_granules;
             model[g] = value;
         }
     };
@@ -89,7 +96,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const std::size_t first = data[i + 1] % granules;
         const std::size_t count = 1 + data[i + 2] % 32;
         const std::uint8_t extra = data[i + 3];
-        switch (op % 5) {
+        switch (op % 6) {
             case 0: {  // map or map_whole, possibly out of range or over mapped granules
                 auto* at = vm.base() + first * granule;
                 const std::size_t bytes = count * granule;
@@ -127,8 +134,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 } catch (const std::invalid_argument&) {
                 }
                 break;
-            case 2:  // unmap where allowed
-                if (first + count <= granules && all(first, count, state::mapped) && cuts_none(first, count)) {
+            case 2:  // unmap where allowed: an alias whole, or mapped granules that no alias maps
+                if (const auto alias = aliases.find(first); alias != aliases.end() && extra % 2 == 0) {
+                    vm.unmap(vm.base() + first * granule, alias->second.second * granule);
+                    set(first, alias->second.second, state::unmapped);
+                    for (std::size_t g = 0; g < alias->second.second; ++g) --aliased[alias->second.first + g];
+                    aliases.erase(alias);
+                    ++unmaps;
+                } else if (first + count <= granules && all(first, count, state::mapped) && cuts_none(first, count) &&
+                           std::all_of(aliased.begin() + static_cast<std::ptrdiff_t>(first),
+                                       aliased.begin() + static_cast<std::ptrdiff_t>(first + count),
+                                       [](std::uint32_t n) { return n == 0; })) {
                     vm.unmap(vm.base() + first * granule, count * granule);
                     set(first, count, state::unmapped);
                     std::fill(whole.begin() + static_cast<std::ptrdiff_t>(first),
@@ -155,6 +171,29 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 ++maps;
                 break;
             }
+            case 4: {  // alias mapped granules elsewhere: allowed exactly where the model says
+                const std::size_t source = extra % granules;
+                auto* at = vm.base() + first * granule;
+                const bool inside = first + count <= granules && source + count <= granules;
+                if (inside &&
+                    std::any_of(model.begin() + static_cast<std::ptrdiff_t>(source),
+                                model.begin() + static_cast<std::ptrdiff_t>(source + count), [](state s) { return s == state::block; })) {
+                    break;  // blocks from allocate are the resource face's
+                }
+                const bool allowed =
+                    inside && all(first, count, state::unmapped) && all(source, count, state::mapped) && cuts_none(source, count);
+                try {
+                    vm.alias(at, vm.base() + source * granule, count * granule);
+                    require(allowed);
+                    set(first, count, state::alias);
+                    for (std::size_t g = 0; g < count; ++g) ++aliased[source + g];
+                    aliases.emplace(first, std::pair{source, count});
+                    ++maps;
+                } catch (const std::invalid_argument&) {
+                    require(!allowed);
+                }
+                break;
+            }
             default: {  // deallocate
                 if (blocks.empty()) break;
                 auto victim = blocks.begin();
@@ -175,6 +214,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (must_check) check();
     }
     for (const auto& [address, block] : blocks) vm.deallocate(reinterpret_cast<void*>(address), block.bytes, block.alignment);
+    for (const auto& [first, alias] : aliases) vm.unmap(vm.base() + first * granule, alias.second * granule);
     for (std::size_t g = 0; g < granules;) {
         std::size_t end = g + 1;  // a mapping: one granule, or the whole of one made whole
         while (whole[g] != 0 && end < granules && whole[end] == whole[g]) ++end;

@@ -1,7 +1,8 @@
 // The expandable preset on a real GPU: kernels write and check every byte of live blocks while
 // other blocks are freed, their granules unmapped and mapped again around them; reuse across
 // streams never hands out or unmaps memory before its stream's work is done; physical exhaustion
-// unmaps the cache, retries, and then throws out_of_memory with figures.
+// unmaps the cache, retries, and then throws out_of_memory with figures; stitched blocks hold
+// their data and leave their neighbours' alone.
 #include "support.hpp"
 #include "late_kernels.cuh"
 
@@ -43,6 +44,14 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
         options.max_peak_slack = defaults.max_peak_slack;
         options.mapping_bytes = defaults.mapping_bytes;
     }
+    SUBCASE("the defaults, stitching: large blocks of free allocations aliased together, no cache bound") {
+        const expandable_options defaults;
+        options.peak_slack = defaults.peak_slack;
+        options.max_peak_slack = defaults.max_peak_slack;
+        options.mapping_bytes = defaults.mapping_bytes;
+        options.max_cached_bytes = defaults.max_cached_bytes;
+        options.stitch = true;
+    }
     expandable_device_resource pool{std::in_place, options, cuda_vmm_options{}};
     streams lanes(1);
     cudaStream_t stream = lanes.handles[0];
@@ -83,10 +92,73 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
     const auto& memory = pool.upstream_resource();
     MESSAGE("map calls " << memory.map_calls() << ", unmap calls " << memory.unmap_calls() << ", peak mapped "
                          << memory.peak_mapped_bytes() / MiB << " MiB");
-    CHECK(memory.unmap_calls() > 10);  // the test did unmap and remap around live blocks
+    if (options.stitch) {
+        MESSAGE("alias calls " << memory.alias_calls());
+        CHECK(memory.alias_calls() > 0);  // large blocks were stitched
+    } else {
+        CHECK(memory.unmap_calls() > 10);  // the test did unmap and remap around live blocks
+    }
     pool.check_invariants();
     pool.release();
     CHECK(memory.mapped_bytes() == 0);
+}
+
+TEST_CASE("expandable preset, stitching: a block of free allocations aliased together holds its data, and so do its neighbours") {
+    expandable_options options;
+    options.stitch = true;
+    expandable_device_resource pool{std::in_place, options, cuda_vmm_options{}};
+    const auto& memory = pool.upstream_resource();
+    streams lanes(1);
+    cudaStream_t stream = lanes.handles[0];
+    counter bad;
+    constexpr std::size_t piece = std::size_t{8} << 20;  // 32 MiB of 4-byte words: one physical allocation
+    const auto take = [&](std::size_t count) {
+        return static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, stream_ref{stream}));
+    };
+    const auto give = [&](std::uint32_t* data, std::size_t count) { pool.deallocate_async(data, count * 4, 256, stream_ref{stream}); };
+    const auto fill = [&](std::uint32_t* data, std::size_t count, std::uint32_t value) {
+        slow_fill<<<grid, block, 0, stream>>>(data, count, value, 0);
+    };
+    const auto check = [&](const std::uint32_t* data, std::size_t count, std::uint32_t value) {
+        count_other<<<grid, block, 0, stream>>>(data, count, value, 0, bad.device);
+    };
+    std::vector<std::uint32_t*> blocks;
+    for (std::uint32_t i = 0; i < 6; ++i) {
+        blocks.push_back(take(piece));
+        fill(blocks.back(), piece, 100 + i);
+    }
+    for (int i : {0, 2, 4}) give(blocks[i], piece);
+    const std::size_t mapped = memory.mapped_bytes();
+    std::uint32_t* stitched = take(3 * piece);  // no free block holds it; the three holes do
+    CHECK(memory.alias_calls() == 3);
+    CHECK(memory.mapped_bytes() == mapped);
+    fill(stitched, 3 * piece, 7);  // written through the alias: the holes' memory
+    check(stitched, 3 * piece, 7);
+    for (std::uint32_t i : {1u, 3u, 5u}) check(blocks[i], piece, 100 + i);
+    give(stitched, 3 * piece);
+
+    std::uint32_t* again = take(3 * piece);  // taken again, with no driver call
+    CHECK(again == stitched);
+    CHECK(memory.alias_calls() == 3);
+    fill(again, 3 * piece, 9);
+    check(again, 3 * piece, 9);
+    give(again, 3 * piece);
+
+    // The holes' memory in blocks of their own again, while the free stitch still aliases it.
+    for (std::uint32_t i : {0u, 2u, 4u}) {
+        blocks[i] = take(piece);
+        fill(blocks[i], piece, 200 + i);
+    }
+    for (std::uint32_t i = 0; i < 6; ++i) check(blocks[i], piece, i % 2 == 0 ? 200 + i : 100 + i);
+    pool.release();  // gives the free stitch up (after the stream's work), not the live blocks
+    for (std::uint32_t i = 0; i < 6; ++i) check(blocks[i], piece, i % 2 == 0 ? 200 + i : 100 + i);
+    REQUIRE(cudaGetLastError() == cudaSuccess);
+    CHECK(bad.read() == 0);
+    for (std::uint32_t* data : blocks) give(data, piece);
+    pool.check_invariants();
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+    CHECK(memory.aliased_bytes() == 0);
 }
 
 TEST_CASE("expandable preset: a block freed on one stream is reused or unmapped only after that stream's work") {

@@ -38,7 +38,7 @@ bool device_holds(const void* pointer, std::size_t bytes, unsigned char value) {
 
 }  // namespace
 
-static_assert(virtual_memory<cuda_vmm_resource>);
+static_assert(aliasing_virtual_memory<cuda_vmm_resource>);
 
 TEST_CASE("cuda_vmm_resource: the reservation, the device's granularity and the defaults") {
     cuda_vmm_resource vm;
@@ -147,6 +147,46 @@ TEST_CASE("cuda_vmm_resource: granules mapped in one call unmap one by one, and 
     CHECK(vm.mapped_bytes() == 0);
     CHECK(vm.unmap_calls() == 3);
     vm.check_invariants();
+}
+
+TEST_CASE("cuda_vmm_resource: an alias is the same memory at a second address, and takes none from the device") {
+    cuda_vmm_resource vm{{.reserve_bytes = 1024 * MiB}};
+    const std::size_t granule = vm.granularity();
+    std::byte* source = vm.base() + 2 * granule;
+    vm.map_whole(source, 4 * granule);  // one physical allocation
+    vm.map(source + 4 * granule, 2 * granule);  // and two more, a granule each
+    REQUIRE(cudaMemset(source, 0x21, 4 * granule) == cudaSuccess);
+    REQUIRE(cudaMemset(source + 4 * granule, 0x43, 2 * granule) == cudaSuccess);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    const std::size_t before = device_free_bytes();
+
+    std::byte* alias = vm.base() + 32 * granule;
+    vm.alias(alias, source, 6 * granule);
+    CHECK(vm.mapped_bytes() == 6 * granule);
+    CHECK(device_free_bytes() + 8 * MiB >= before);  // no physical memory taken (page tables aside)
+    CHECK(device_holds(alias, 4 * granule, 0x21));  // what the source holds, read through the alias
+    CHECK(device_holds(alias + 4 * granule, 2 * granule, 0x43));
+    REQUIRE(cudaMemset(alias + granule, 0x65, 4 * granule) == cudaSuccess);  // written through the alias, across allocations
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    CHECK(device_holds(source, granule, 0x21));
+    CHECK(device_holds(source + granule, 4 * granule, 0x65));
+    CHECK(device_holds(source + 5 * granule, granule, 0x43));
+    std::vector<unsigned char> host(6 * granule);  // one copy across the alias's mappings
+    REQUIRE(cudaMemcpy(host.data(), alias, host.size(), cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(host[0] == 0x21);
+    CHECK(host[granule] == 0x65);
+    CHECK(host[6 * granule - 1] == 0x43);
+
+    CHECK_THROWS_AS(vm.alias(vm.base() + 48 * granule, source + granule, granule), std::invalid_argument);  // cuts an allocation
+    CHECK_THROWS_AS(vm.alias(vm.base() + 48 * granule, alias, granule), std::invalid_argument);  // an alias of an alias
+
+    vm.unmap(alias, 6 * granule);  // the alias goes; the memory and its data stay
+    CHECK_FALSE(vm.is_mapped(alias));
+    CHECK(device_holds(source + granule, 4 * granule, 0x65));
+    vm.alias(alias, source + 4 * granule, granule);  // a single granule's allocation, aliased again
+    CHECK(device_holds(alias, granule, 0x65));
+    vm.check_invariants();
+    // Left mapped: the destructor unmaps the alias before the memory under it.
 }
 
 TEST_CASE("cuda_vmm_resource: mapping takes physical memory from the device and unmapping gives it back") {

@@ -263,6 +263,7 @@ public:
         }
         aliased_bytes_ += bytes;
         ++map_calls_;
+        ++alias_calls_;
     }
     // Calls f(start, bytes) for each physical allocation of [from, from + bytes), mapped and made of
     // whole allocations, in address order.
@@ -282,6 +283,8 @@ public:
         return found->second.from;
     }
     [[nodiscard]] std::size_t aliased_bytes() const noexcept { return aliased_bytes_; }
+    // Calls of alias (among map_calls()).
+    [[nodiscard]] std::size_t alias_calls() const noexcept { return alias_calls_; }
     // Calls f(at, bytes) for each alias.
     template <class F>
     void for_each_alias(F&& f) const {
@@ -579,6 +582,7 @@ private:
     std::map<std::uintptr_t, alias_record> aliases_;  // alias start -> the memory it maps
     std::map<std::uintptr_t, std::size_t> aliased_;  // start of a physical allocation -> aliases of it
     std::size_t aliased_bytes_ = 0;  // bytes of address space the aliases take
+    std::size_t alias_calls_ = 0;  // mark_aliased calls
     std::size_t block_bytes_ = 0;
     std::size_t mapped_bytes_ = 0;  // capacity_ minus the holes
     std::size_t peak_mapped_bytes_ = 0;  // most mapped_bytes_ ever was

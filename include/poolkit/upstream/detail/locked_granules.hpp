@@ -70,6 +70,9 @@ public:
     [[nodiscard]] std::size_t map_calls() const { return locked(&granule_map::map_calls); }
     [[nodiscard]] std::size_t unmap_calls() const { return locked(&granule_map::unmap_calls); }
     [[nodiscard]] std::size_t created_allocations() const { return locked(&granule_map::created_allocations); }
+    // Calls of alias (among map_calls()), and the address space their aliases take now.
+    [[nodiscard]] std::size_t alias_calls() const { return locked(&granule_map::alias_calls); }
+    [[nodiscard]] std::size_t aliased_bytes() const { return locked(&granule_map::aliased_bytes); }
     [[nodiscard]] std::size_t released_allocations() const { return locked(&granule_map::released_allocations); }
 
     // Whether `pointer` lies inside a live block from allocate; how many there are.
