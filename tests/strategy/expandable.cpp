@@ -727,8 +727,8 @@ TEST_CASE("stitching serves a large request from free allocations scattered thro
     CHECK(memory.map_calls() == calls);
     pool.deallocate(again, 80 * MiB);
 
-    // With one hole taken by a block, a large request (an eighth of live memory or more) takes the
-    // other two and maps only the 32 MiB they lack, not 96.
+    // With one hole taken by a block, the request takes the other two and maps only the 32 MiB
+    // they lack, not 96.
     void* hole = pool.allocate(32 * MiB);
     CHECK(hole == blocks[0]);
     void* grown = pool.allocate(96 * MiB);
@@ -750,7 +750,7 @@ TEST_CASE("stitching serves a large request from free allocations scattered thro
     memory.check_invariants();
 }
 
-TEST_CASE("stitching leaves alone what it does not pay for: small requests, and free memory that does not cover a large one") {
+TEST_CASE("stitching leaves alone what it does not pay for: small requests, and those their placement maps little of") {
     checked_memory memory{memory_options()};
     pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true}};
     std::vector<void*> blocks;
@@ -763,19 +763,20 @@ TEST_CASE("stitching leaves alone what it does not pay for: small requests, and 
     CHECK(second != first);
     CHECK(pool.stitches() == 2);
     pool.deallocate(second, 12 * MiB);
-    // 40 MiB against 16 MiB free, and less than an eighth of live memory (464 MiB): mapped as ever.
+    // The last block freed: a 10 MiB request there maps one granule, less than a quarter of it.
+    pool.deallocate(blocks[59], 8 * MiB);
     const std::size_t reserved = pool.reserved_bytes();
-    void* large = pool.allocate(40 * MiB);
-    CHECK(pool.stitches() == 2);
+    void* near_end = pool.allocate(10 * MiB);
+    CHECK(near_end == blocks[59]);
     CHECK(pool.stitched_blocks() == 0);
-    CHECK(pool.reserved_bytes() == reserved + 40 * MiB);
+    CHECK(pool.reserved_bytes() == reserved + granule);
     void* below = pool.allocate(6 * MiB);  // below one physical allocation: into a hole, never stitched
     CHECK(pool.stitched_blocks() == 0);
-    CHECK(pool.reserved_bytes() == reserved + 40 * MiB);
+    CHECK(pool.reserved_bytes() == reserved + granule);
     pool.deallocate(below, 6 * MiB);
-    pool.deallocate(large, 40 * MiB);
+    pool.deallocate(near_end, 10 * MiB);
     pool.check_invariants();
-    for (int i = 0; i < 60; ++i) {
+    for (int i = 0; i < 59; ++i) {
         if (i != 0 && i != 2) pool.deallocate(blocks[i], 8 * MiB);
     }
     pool.release();
