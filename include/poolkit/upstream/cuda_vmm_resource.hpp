@@ -220,7 +220,7 @@ public:
             status = driver_->mem_retain_allocation_handle(&handle, reinterpret_cast<void*>(start));
             call = "cuMemRetainAllocationHandle";
             if (status != CUDA_SUCCESS) return;
-            status = driver_->mem_map(static_cast<CUdeviceptr>(address + (start - source)), length, 0, handle, 0);
+            status = driver_->mem_map(static_cast<CUdeviceptr>(address) + (start - source), length, 0, handle, 0);
             call = "cuMemMap";
             const CUresult released = driver_->mem_release(handle);  // drops the retain; the mappings keep the memory
             if (status == CUDA_SUCCESS) done += length;
