@@ -68,11 +68,14 @@ TEST_CASE("expandable_options are checked against the granule the pool will have
     set_option(options, "candidates", "16", std::size_t{2} << 20);
     CHECK(options.candidates == 16);
     CHECK_THROWS_AS(set_option(options, "candidates", "-1", std::size_t{2} << 20), std::invalid_argument);
-    // Every field of the table can be set from its own text.
+    set_option(options, "stitch", "true", std::size_t{2} << 20);
+    CHECK(options.stitch);
+    CHECK_THROWS_AS(set_option(options, "stitch", "2", std::size_t{2} << 20), std::invalid_argument);
+    // Every field of the table can be set from its own text (a flag from "true").
     for (const auto& field : text_options<expandable_options>()) {
         const std::string name = field.name;
         CAPTURE(name);
         expandable_options fresh;
-        CHECK_NOTHROW(set_option(fresh, name, "512", std::size_t{2} << 20));
+        CHECK_NOTHROW(set_option(fresh, name, name == "stitch" ? "true" : "512", std::size_t{2} << 20));
     }
 }

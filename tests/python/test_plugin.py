@@ -322,6 +322,25 @@ class CApi(unittest.TestCase):
         self.assertEqual(plugin.segments(0), [])
         self.assertEqual(plugin.memory_stats(0)["reserved_bytes.all.current"], 0)
 
+    def test_stitching_serves_a_large_block_from_free_pieces_and_empty_cache_gives_all_back(self):
+        plugin = fresh_plugin()
+        plugin.configure("expandable", {"stitch": True})
+        pieces = [plugin.alloc(32 * MiB, 0, STREAM_A) for _ in range(6)]
+        for pointer in pieces[0::2]:
+            plugin.free(pointer, 32 * MiB, 0, STREAM_A)
+        reserved = plugin.memory_stats(0)["reserved_bytes.all.current"]
+        large = plugin.alloc(96 * MiB, 0, STREAM_A)
+        stats = plugin.memory_stats(0)
+        self.assertEqual(stats["reserved_bytes.all.current"], reserved)  # the three holes, aliased
+        self.assertEqual(stats["allocated_bytes.all.current"], 192 * MiB)
+        check_tiling(self, {"segments": plugin.segments(0)})
+        plugin.free(large, 96 * MiB, 0, STREAM_A)
+        for pointer in pieces[1::2]:
+            plugin.free(pointer, 32 * MiB, 0, STREAM_A)
+        plugin.empty_cache()
+        self.assertEqual(plugin.memory_stats(0)["reserved_bytes.all.current"], 0)
+        self.assertEqual(plugin.segments(0), [])
+
 
 class BadFrees(unittest.TestCase):
     """A free the plugin cannot honour is refused with the pointer and the reason, and changes
