@@ -49,39 +49,29 @@ struct fixed_size_lanes_fixture : over_instrumented<stream_ordered<upstream_ref,
     static constexpr const char* name = "stream_ordered<ref<instrumented>, lanes<fixed_size>, host_events>";
 };
 
-// The expandable preset's shape over simulated virtual memory.
-struct expandable_lanes_fixture : test::no_touch {
-    static constexpr const char* name = "stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events>";
+// The expandable preset's shape over simulated virtual memory; stitching, with small requests up
+// to 16 KiB and physical allocations of 128 KiB over 64 KiB granules, so that requests of the
+// suite's sizes stitch.
+template <bool Stitch>
+struct expandable_lanes_fixture_of : test::no_touch {
+    static constexpr const char* name = Stitch ? "stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events> (stitch)"
+                                               : "stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events>";
     static constexpr bool stateless = false;
-    simulated_vmm_resource memory_{{.capacity = std::size_t{16} << 30, .physical_limit = std::size_t{128} << 20}};
-    stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events> resource_{ref<simulated_vmm_resource>(memory_),
-                                                                                          {.span_bytes = std::size_t{256} << 20}};
-    instrumented<>* upstream() { return nullptr; }
-    auto& resource() { return resource_; }
-    void exhaust_setup() {}  // the physical limit: 128 MiB
-    ~expandable_lanes_fixture() {
-        resource_.check_invariants();
-        resource_.release();
-        CHECK(memory_.mapped_bytes() == 0);
+    static expandable_options options() {
+        if (!Stitch) return {.span_bytes = std::size_t{256} << 20};
+        return {.span_bytes = std::size_t{256} << 20,
+                .small_size = std::size_t{16} << 10,
+                .mapping_bytes = std::size_t{128} << 10,
+                .stitch = true};
     }
-};
-
-// The same, stitching, with small requests up to 16 KiB and physical allocations of 128 KiB, so
-// that requests of the suite's sizes stitch.
-struct expandable_stitch_lanes_fixture : test::no_touch {
-    static constexpr const char* name = "stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events> (stitch)";
-    static constexpr bool stateless = false;
-    simulated_vmm_resource memory_{
-        {.capacity = std::size_t{16} << 30, .granularity = std::size_t{64} << 10, .physical_limit = std::size_t{128} << 20}};
-    stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events> resource_{ref<simulated_vmm_resource>(memory_),
-                                                                                          {.span_bytes = std::size_t{256} << 20,
-                                                                                           .small_size = std::size_t{16} << 10,
-                                                                                           .mapping_bytes = std::size_t{128} << 10,
-                                                                                           .stitch = true}};
+    simulated_vmm_resource memory_{{.capacity = std::size_t{16} << 30,
+                                    .granularity = Stitch ? std::size_t{64} << 10 : std::size_t{2} << 20,
+                                    .physical_limit = std::size_t{128} << 20}};
+    stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events> resource_{ref<simulated_vmm_resource>(memory_), options()};
     instrumented<>* upstream() { return nullptr; }
     auto& resource() { return resource_; }
     void exhaust_setup() {}  // the physical limit: 128 MiB
-    ~expandable_stitch_lanes_fixture() {
+    ~expandable_lanes_fixture_of() {
         resource_.check_invariants();
         resource_.release();
         CHECK(memory_.mapped_bytes() == 0);
@@ -91,5 +81,5 @@ struct expandable_stitch_lanes_fixture : test::no_touch {
 
 }  // namespace
 
-TEST_CASE_TEMPLATE_INVOKE(conformance, expandable_lanes_fixture, expandable_stitch_lanes_fixture, size_classes_lanes_fixture,
+TEST_CASE_TEMPLATE_INVOKE(conformance, expandable_lanes_fixture_of<false>, expandable_lanes_fixture_of<true>, size_classes_lanes_fixture,
                           buddy_lanes_fixture, fixed_size_lanes_fixture);

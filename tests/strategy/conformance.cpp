@@ -131,43 +131,32 @@ struct fallback_fixture : host_touch {
 
 // Over simulated virtual memory: blocks are addresses whose granules are mapped, never touched.
 // Under each mapping policy; follow_live with a peak slack of 0, so that it unmaps for new
-// mappings (its defaults keep what is mapped, as keep_mapped does).
-template <class Policy>
+// mappings (its defaults keep what is mapped, as keep_mapped does). Stitching: the defaults with
+// small requests up to 16 KiB and physical allocations of 128 KiB, so that requests of the
+// suite's sizes stitch.
+template <class Policy, bool Stitch = false>
 struct expandable_fixture_of : no_touch {
-    static constexpr bool follows = std::is_same_v<Policy, follow_live>;
-    static constexpr const char* name =
-        follows ? "expandable<ref<simulated_vmm_resource>> (peak_slack 0)" : "expandable<ref<simulated_vmm_resource>, keep_mapped>";
+    static constexpr bool follows = std::is_same_v<Policy, follow_live> && !Stitch;
+    static constexpr const char* name = Stitch    ? "expandable<ref<simulated_vmm_resource>> (stitch, 128 KiB allocations)"
+                                        : follows ? "expandable<ref<simulated_vmm_resource>> (peak_slack 0)"
+                                                  : "expandable<ref<simulated_vmm_resource>, keep_mapped>";
     static constexpr bool stateless = false;
+    static expandable_options options() {
+        expandable_options o{.span_bytes = std::size_t{64} << 20, .peak_slack = follows ? 0 : std::numeric_limits<double>::infinity()};
+        if (Stitch) {
+            o.small_size = std::size_t{16} << 10;
+            o.mapping_bytes = std::size_t{128} << 10;
+            o.stitch = true;
+        }
+        return o;
+    }
     simulated_vmm_resource memory_{
         {.capacity = std::size_t{16} << 30, .granularity = std::size_t{64} << 10, .physical_limit = std::size_t{128} << 20}};
-    expandable<ref<simulated_vmm_resource>, Policy> resource_{
-        memory_, {.span_bytes = std::size_t{64} << 20, .peak_slack = follows ? 0 : std::numeric_limits<double>::infinity()}};
+    expandable<ref<simulated_vmm_resource>, Policy> resource_{memory_, options()};
     instrumented<>* upstream() { return nullptr; }
     auto& resource() { return resource_; }
     void exhaust_setup() {}  // the physical limit: 128 MiB
     ~expandable_fixture_of() {
-        resource_.check_invariants();
-        resource_.release();
-        CHECK(memory_.mapped_bytes() == 0);
-    }
-};
-
-// Stitching on, with small requests up to 16 KiB and physical allocations of 128 KiB, so that
-// requests of the suite's sizes stitch.
-struct expandable_stitch_fixture : no_touch {
-    static constexpr const char* name = "expandable<ref<simulated_vmm_resource>> (stitch, 128 KiB allocations)";
-    static constexpr bool stateless = false;
-    simulated_vmm_resource memory_{
-        {.capacity = std::size_t{16} << 30, .granularity = std::size_t{64} << 10, .physical_limit = std::size_t{128} << 20}};
-    expandable<ref<simulated_vmm_resource>> resource_{memory_,
-                                                      {.span_bytes = std::size_t{64} << 20,
-                                                       .small_size = std::size_t{16} << 10,
-                                                       .mapping_bytes = std::size_t{128} << 10,
-                                                       .stitch = true}};
-    instrumented<>* upstream() { return nullptr; }
-    auto& resource() { return resource_; }
-    void exhaust_setup() {}  // the physical limit: 128 MiB
-    ~expandable_stitch_fixture() {
         resource_.check_invariants();
         resource_.release();
         CHECK(memory_.mapped_bytes() == 0);
@@ -181,4 +170,4 @@ TEST_CASE_TEMPLATE_INVOKE(conformance, best_fit_fixture, best_fit_simulated_fixt
                           fixed_size_fixture, fixed_size_simulated_fixture, buddy_fixture, buddy_simulated_fixture, monotonic_fixture,
                           monotonic_simulated_fixture, exact_cache_fixture, exact_cache_simulated_fixture, segregator_fixture,
                           fallback_fixture, expandable_fixture_of<follow_live>, expandable_fixture_of<keep_mapped>,
-                          expandable_stitch_fixture);
+                          expandable_fixture_of<follow_live, true>);

@@ -32,6 +32,11 @@
 // allocation it touches. Small spans, any span near the physical limit, and mapping_bytes of at
 // most a granule (expandable_options::exact_follow()) map a physical allocation per granule, so
 // that any wholly free granule can be unmapped.
+// With options.stitch (over memory that can alias), a large request whose placement would map
+// memory is served instead from free whole allocations scattered through the pool, aliased side by
+// side into an address range of its own and lent to it until it is freed, mapping only what they
+// lack (detail/expandable_stitches.hpp; GMLake's stitching). A freed stitch keeps its aliases for
+// the next request of its size; a trim that may unmap gives the free ones up first.
 // Unmapping waits first for all work that may use the memory (the upstream's synchronize(): the
 // whole device; under stream_ordered, what its free blocks wait for), so a block freed on a stream
 // is never unmapped before that stream's work is done; it happens only on those three occasions,
@@ -176,6 +181,8 @@ public:
     void deallocate(void* pointer, std::size_t bytes, std::size_t alignment = default_alignment) noexcept {
         if (pointer == nullptr) return;
         if (stitch_type* stitched = stitches_.live_at(reinterpret_cast<std::uintptr_t>(pointer))) {
+            POOLKIT_ASSERT(checked_align_up(bytes, options_.rounding) == stitched->requested,
+                           "deallocate with a size other than the one allocated");
             unstitch(*stitched);
         } else {
             block* freed = detail::take_live<by_address>(live_, pointer, bytes, alignment, options_.rounding,
