@@ -315,35 +315,6 @@ public:
         ++unmap_calls_;
     }
 
-private:
-    // [at, at + bytes) becomes a hole again, coalescing with the holes beside it.
-    void return_hole(std::uintptr_t at, std::size_t bytes) noexcept {
-        auto after = holes_by_address_.lower_bound(at);
-        const bool joins_after = after != holes_by_address_.end() && after->first == at + bytes;
-        const bool joins_before = after != holes_by_address_.begin() && std::prev(after)->first + std::prev(after)->second == at;
-        if (joins_before) {
-            auto before = std::prev(after);
-            std::size_t merged = before->second + bytes;
-            if (joins_after) {
-                merged += after->second;
-                holes_by_size_.erase({after->second, after->first});
-                holes_by_address_.erase(after);
-            }
-            resize_hole(before, merged);
-        } else if (joins_after) {
-            auto by_size = holes_by_size_.extract({after->second, after->first});
-            auto by_address = holes_by_address_.extract(after);
-            by_address.key() = at;
-            by_address.mapped() += bytes;
-            by_size.value() = {by_address.mapped(), at};
-            holes_by_address_.insert(std::move(by_address));
-            holes_by_size_.insert(std::move(by_size));
-        } else {
-            insert_hole(at, bytes);
-        }
-    }
-
-public:
     // Whether the granule holding `address` is mapped; false outside the range.
     [[nodiscard]] bool is_mapped(std::uintptr_t address) const noexcept {
         if (address < base_ || address - base_ >= capacity_) return false;
@@ -442,6 +413,33 @@ public:
     }
 
 private:
+    // [at, at + bytes) becomes a hole again, coalescing with the holes beside it.
+    void return_hole(std::uintptr_t at, std::size_t bytes) noexcept {
+        auto after = holes_by_address_.lower_bound(at);
+        const bool joins_after = after != holes_by_address_.end() && after->first == at + bytes;
+        const bool joins_before = after != holes_by_address_.begin() && std::prev(after)->first + std::prev(after)->second == at;
+        if (joins_before) {
+            auto before = std::prev(after);
+            std::size_t merged = before->second + bytes;
+            if (joins_after) {
+                merged += after->second;
+                holes_by_size_.erase({after->second, after->first});
+                holes_by_address_.erase(after);
+            }
+            resize_hole(before, merged);
+        } else if (joins_after) {
+            auto by_size = holes_by_size_.extract({after->second, after->first});
+            auto by_address = holes_by_address_.extract(after);
+            by_address.key() = at;
+            by_address.mapped() += bytes;
+            by_size.value() = {by_address.mapped(), at};
+            holes_by_address_.insert(std::move(by_address));
+            holes_by_size_.insert(std::move(by_size));
+        } else {
+            insert_hole(at, bytes);
+        }
+    }
+
     // mark_mapped's bookkeeping: the hole shrinks or splits, and one map call is counted.
     void record_mapped(std::uintptr_t at, std::size_t bytes) {
         take_hole(at, bytes);
