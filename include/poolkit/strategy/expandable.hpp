@@ -267,28 +267,8 @@ public:
         POOLKIT_VERIFY(cached_listed == with_cache, "a free block with cached granules is not in the cached list");
         POOLKIT_VERIFY(free_count == small_free_.size() + large_free_.size(), "the size indexes hold blocks that are not free");
         POOLKIT_VERIFY(live_count == live_.size(), "the live index holds blocks that are not live");
-        std::size_t lent = 0, lent_count = 0;
-        stitches_.for_each([&](std::uintptr_t, const stitch_type& st) {
-            std::size_t pieces_bytes = 0;
-            for (const piece& p : st.pieces) {
-                const span& s = *p.owner;
-                const std::size_t bytes_of = (p.last - p.first) * grid_.bytes;
-                POOLKIT_VERIFY(s.starts_at(p.first) && s.count(p.first, p.last, true) == p.last - p.first &&
-                                   (p.last == s.granules() || !s.bit(p.last) || s.starts_at(p.last)) &&
-                                   s.last_start(p.first, p.last) == p.first,
-                               "a stitch's piece is not one whole physical allocation");
-                if (st.requested != 0) {
-                    const auto it = live_.find(grid_.address(s, p.first), by_address{});
-                    POOLKIT_VERIFY(it != live_.end() && it->bytes == bytes_of, "a live stitch's piece is not lent");
-                    lent += bytes_of;
-                    ++lent_count;
-                }
-                pieces_bytes += bytes_of;
-            }
-            POOLKIT_VERIFY(pieces_bytes == st.bytes && st.requested <= st.bytes, "a stitch's pieces do not add up to it");
-        });
-        POOLKIT_VERIFY(lent == lent_bytes_ && lent_count == lent_blocks_, "lent piece counts drifted");
-        POOLKIT_VERIFY(live + stitches_.live_bytes() == live_bytes_ + lent_bytes_, "live byte count drifted");
+        stitches_.check_invariants(live_);
+        POOLKIT_VERIFY(live + stitches_.live_bytes() == live_bytes_ + stitches_.lent_bytes(), "live byte count drifted");
         POOLKIT_VERIFY(cached == mapping_.cached_granules(), "cached granule count drifted");
         POOLKIT_VERIFY(mapped == mapping_.mapped_granules(), "mapped granule count drifted");
         POOLKIT_VERIFY(blocks_.in_use() == live_count + free_count, "bookkeeping nodes leaked");
@@ -301,7 +281,7 @@ public:
     [[nodiscard]] std::size_t cached_bytes() const noexcept { return mapping_.cached_granules() * grid_.bytes; }
     [[nodiscard]] std::size_t peak_reserved_bytes() const noexcept { return mapping_.peak_mapped_granules() * grid_.bytes; }
     [[nodiscard]] std::size_t peak_live_bytes() const noexcept { return peak_live_bytes_; }
-    [[nodiscard]] std::size_t live_blocks() const noexcept { return live_.size() - lent_blocks_ + stitches_.live(); }
+    [[nodiscard]] std::size_t live_blocks() const noexcept { return live_.size() - stitches_.lent_pieces() + stitches_.live(); }
     // Stitched blocks live now, and stitches kept (live and free).
     [[nodiscard]] std::size_t stitched_blocks() const noexcept { return stitches_.live(); }
     [[nodiscard]] std::size_t stitches() const noexcept { return stitches_.size(); }
@@ -391,7 +371,9 @@ private:
             }
             const std::size_t want = align_up(rounded, grid_.bytes);
             const auto [again_at, again] = stitches_.free_fitting(want, [this](const piece& p) { return free_block_over(p) != nullptr; });
-            if (again != nullptr && lend_pieces(*again)) return lent(again_at, *again, rounded);
+            if (again != nullptr) {
+                if (void* lent = lend(again_at, *again, rounded)) return lent;
+            }
             const std::size_t needed = found.where != nullptr ? found.unmapped * grid_.bytes : want;
             if (needed < want / stitch_least_share || stitches_.size() >= stitches_.most) return nullptr;
             std::size_t total = 0;
@@ -401,8 +383,10 @@ private:
             if (grew) pieces = stitches_.free_pieces(mapping_.cached(), want, total);
             if (total >= want) {
                 const auto [at, made] = stitches_.make(memory(), std::move(pieces), total);
-                if (made != nullptr && lend_pieces(*made)) return lent(at, *made, rounded);
-                if (made != nullptr) stitches_.undo(memory(), at);
+                if (made != nullptr) {
+                    if (void* lent = lend(at, *made, rounded)) return lent;
+                    stitches_.undo(memory(), at);
+                }
             }
             if (grew) found = find(rounded, alignment);
             return nullptr;
@@ -419,23 +403,8 @@ private:
             policy_.unmap_first({live_bytes_ + rounded, peak_live_bytes_, reserved_bytes(), lacking, grid_.bytes}) != 0) {
             return false;
         }
-        std::size_t granules = lacking / grid_.bytes;
-        span& s = *found.where->owner;
-        const auto [first, last] = grid_.under(s, found.start, rounded);
-        std::vector<std::pair<std::size_t, std::size_t>> runs;
-        s.for_each_run(first, last, false, [&](std::size_t a, std::size_t z) {
-            const std::size_t take = std::min(z - a, granules);
-            if (take > 0) runs.emplace_back(a, a + take);
-            granules -= take;
-        });
-        bool mapped = false;
-        try {
-            for (const auto& [a, z] : runs) {
-                map_range(s, grid_.address(s, a), (z - a) * grid_.bytes);
-                mapped = true;
-            }
-        } catch (const std::bad_alloc&) {
-        }
+        const auto [first, last] = grid_.under(*found.where->owner, found.start, rounded);
+        const bool mapped = mapping_.map_first_unmapped(memory(), *found.where->owner, first, last, lacking / grid_.bytes);
         if (mapped) {
             mapping_.uncache(*found.where);  // its cache grew
             mapping_.cache(*found.where);
@@ -443,70 +412,39 @@ private:
         return mapped;
     }
 
-    // Lends every piece of `st` (each in a free block): carved as a live block of its span.
-    // false, with none lent, where the host has no memory for a bookkeeping node.
-    bool lend_pieces(stitch_type& st) noexcept {
-        std::size_t done = 0;
-        try {
-            for (; done < st.pieces.size(); ++done) {
-                const piece& p = st.pieces[done];
-                block* over = free_block_over(p);
-                POOLKIT_ASSERT(over != nullptr, "a stitch's piece is not free");
-                const std::size_t bytes = (p.last - p.first) * grid_.bytes;
-                const std::size_t peak = peak_live_bytes_;
-                carve(*over, grid_.address(*p.owner, p.first), bytes, bytes);
-                live_bytes_ -= bytes;
-                peak_live_bytes_ = peak;
-                lent_bytes_ += bytes;
-                ++lent_blocks_;
-            }
-            return true;
-        } catch (const std::bad_alloc&) {
-            for (std::size_t i = 0; i < done; ++i) take_back_piece(st.pieces[i]);
-            return false;
+    // Lends `st` for a request of `rounded` bytes, its pieces carved as live blocks of their spans:
+    // its address, or nullptr, with nothing lent, where the host has no memory for a node.
+    void* lend(std::uintptr_t address, stitch_type& st, std::size_t rounded) noexcept {
+        if (!stitches_.lend(
+                st, rounded, [this](const piece& p) { take_piece(p); }, [this](const piece& p) { give_piece(p); })) {
+            return nullptr;
         }
-    }
-
-    void* lent(std::uintptr_t address, stitch_type& st, std::size_t rounded) noexcept {
-        stitches_.lend(st, rounded);
         live_bytes_ += rounded;
         peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
         return reinterpret_cast<void*>(address);
     }
-
     // A live stitch freed: its pieces go back to the pool; it keeps its aliases for later.
     void unstitch(stitch_type& st) noexcept {
         live_bytes_ -= st.requested;
-        stitches_.take_back(st);
-        for (const piece& p : st.pieces) take_back_piece(p);
+        stitches_.take_back(st, [this](const piece& p) { give_piece(p); });
     }
-    void take_back_piece(const piece& p) noexcept {
+    // A piece out of the free block that holds it, or back: live blocks not counted as live bytes.
+    void take_piece(const piece& p) {
+        block* over = free_block_over(p);
+        POOLKIT_ASSERT(over != nullptr, "a stitch's piece is not free");
+        const std::size_t bytes = (p.last - p.first) * grid_.bytes;
+        const std::size_t peak = peak_live_bytes_;
+        carve(*over, grid_.address(*p.owner, p.first), bytes, bytes);
+        live_bytes_ -= bytes;
+        peak_live_bytes_ = peak;
+    }
+    void give_piece(const piece& p) noexcept {
         const std::size_t bytes = (p.last - p.first) * grid_.bytes;
         block* b = detail::take_live<by_address>(live_, reinterpret_cast<void*>(grid_.address(*p.owner, p.first)), bytes, 1,
                                                  options_.rounding, "a stitch's piece was not lent");
-        if (b == nullptr) return;
-        lent_bytes_ -= bytes;
-        --lent_blocks_;
-        free_block(*b);
+        if (b != nullptr) free_block(*b);
     }
-
-    // The free block that holds piece `p` whole, or nullptr. O(log n): the block after the last
-    // live block below it in its span (free blocks never touch).
-    block* free_block_over(const piece& p) noexcept {
-        span& s = *p.owner;
-        const std::uintptr_t first = grid_.address(s, p.first), last = grid_.address(s, p.last);
-        block* candidate = &s.blocks.front();
-        if (const auto after = live_.upper_bound(first, by_address{}); after != live_.begin()) {
-            block& below = *std::prev(after);
-            if (below.owner == &s) {
-                if (below.end() > first) return nullptr;
-                const auto next = std::next(s.blocks.iterator_to(below));
-                if (next == s.blocks.end()) return nullptr;
-                candidate = &*next;
-            }
-        }
-        return candidate->free && candidate->address <= first && last <= candidate->end() ? candidate : nullptr;
-    }
+    block* free_block_over(const piece& p) noexcept { return detail::expandable_parts::free_block_over(live_, grid_, p); }
 
     // A placement that needs mapping (or a new span): maps within the budget, trimming the cache
     // as the policy says, then carves. Strong guarantee.
@@ -693,10 +631,8 @@ private:
     detail::expandable_parts::free_blocks large_free_;
     detail::expandable_parts::live_blocks live_;
     mapping_type mapping_{grid_};  // mapped granules, the cache, map and unmap calls
-    // Stitched blocks; their pieces are live blocks of the spans, not counted in live_bytes_.
+    // Stitched blocks; their pieces are live blocks of the spans (lent), not counted in live_bytes_.
     stitching_type stitches_{grid_};
-    std::size_t lent_bytes_ = 0;
-    std::size_t lent_blocks_ = 0;
     std::size_t live_bytes_ = 0;
     std::size_t peak_live_bytes_ = 0;
 };

@@ -5,6 +5,7 @@
 // and the granule arithmetic of detail/expandable_search.hpp.
 //
 // Contract:
+// - map_first_unmapped() maps the first so many unmapped granules of a range, with map_range.
 // - map_range() maps the unmapped granules under a range, one map call per run (a physical
 //   allocation per granule), or in a large span with per_allocation above one and not near the
 //   physical limit, as allocations of per_allocation granules aligned to that in the span (a live
@@ -24,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -102,6 +104,27 @@ public:
             throw;
         }
         peak_mapped_granules_ = std::max(peak_mapped_granules_, mapped_granules_);
+    }
+
+    // Maps the first `granules` unmapped granules of [first, last) of `s`, a run at a time with
+    // map_range, until they are mapped or a map fails (std::bad_alloc: what earlier runs mapped
+    // stays mapped). Whether anything was mapped.
+    bool map_first_unmapped(Memory& m, span& s, std::size_t first, std::size_t last, std::size_t granules) {
+        std::vector<std::pair<std::size_t, std::size_t>> runs;
+        s.for_each_run(first, last, false, [&](std::size_t a, std::size_t z) {
+            const std::size_t take = std::min(z - a, granules);
+            if (take > 0) runs.emplace_back(a, a + take);
+            granules -= take;
+        });
+        bool mapped = false;
+        try {
+            for (const auto& [a, z] : runs) {
+                map_range(m, s, grid_->address(s, a), (z - a) * grid_->bytes);
+                mapped = true;
+            }
+        } catch (const std::bad_alloc&) {
+        }
+        return mapped;
     }
 
     // Unmaps cached granules, oldest freed first, until at least `bytes` are unmapped or none is

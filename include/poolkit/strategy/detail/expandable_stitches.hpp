@@ -7,9 +7,10 @@
 // with no driver call; a program that repeats its shapes stitches in its first step only.
 //
 // This header holds the stitches and their side of the memory: which free allocations make one,
-// claiming and aliasing its range, and giving it up. The pool decides when to stitch, and lends
-// and takes back the pieces. Each piece is one physical allocation of a span, whole: granules
-// [first, last), starting an allocation at first and ending one at last. Not thread-safe.
+// claiming and aliasing its range, lending and taking it back with its counts, and giving it up.
+// The pool decides when to stitch and carves the pieces out of its spans and back. Each piece is
+// one physical allocation of a span, whole: granules [first, last), starting an allocation at
+// first and ending one at last. Not thread-safe.
 #pragma once
 
 #include <poolkit/core/assert.hpp>
@@ -44,6 +45,24 @@ struct stitch {
     std::vector<piece> pieces;
 };
 
+// The free block that holds piece `p` whole, or nullptr. O(log n): the block after the last live
+// block below it in its span (free blocks never touch).
+[[nodiscard]] inline block* free_block_over(live_blocks& live, const grid& g, const piece& p) noexcept {
+    span& s = *p.owner;
+    const std::uintptr_t first = g.address(s, p.first), last = g.address(s, p.last);
+    block* candidate = &s.blocks.front();
+    if (const auto after = live.upper_bound(first, by_address{}); after != live.begin()) {
+        block& below = *std::prev(after);
+        if (below.owner == &s) {
+            if (below.end() > first) return nullptr;
+            const auto next = std::next(s.blocks.iterator_to(below));
+            if (next == s.blocks.end()) return nullptr;
+            candidate = &*next;
+        }
+    }
+    return candidate->free && candidate->address <= first && last <= candidate->end() ? candidate : nullptr;
+}
+
 template <class Memory>
 class stitching {
 public:
@@ -58,6 +77,9 @@ public:
     [[nodiscard]] std::size_t size() const noexcept { return all_.size(); }
     [[nodiscard]] std::size_t live() const noexcept { return live_; }
     [[nodiscard]] std::size_t live_bytes() const noexcept { return live_bytes_; }
+    // The bytes and the pieces the live stitches hold (lent: live blocks of the pool's spans).
+    [[nodiscard]] std::size_t lent_bytes() const noexcept { return lent_bytes_; }
+    [[nodiscard]] std::size_t lent_pieces() const noexcept { return lent_pieces_; }
     [[nodiscard]] std::size_t alias_calls() const noexcept { return alias_calls_; }
     [[nodiscard]] std::size_t unalias_calls() const noexcept { return unalias_calls_; }
 
@@ -154,15 +176,60 @@ public:
         all_.erase(found);
     }
 
-    void lend(stitch& s, std::size_t requested) noexcept {
+    // Lends free stitch `s` for a request of `requested` bytes: take(piece) takes each piece out of
+    // the pool, and may throw std::bad_alloc; then give(piece) returns those taken, and false.
+    template <class Take, class Give>
+    bool lend(stitch& s, std::size_t requested, Take&& take, Give&& give) noexcept {
+        std::size_t done = 0;
+        try {
+            for (; done < s.pieces.size(); ++done) take(s.pieces[done]);
+        } catch (const std::bad_alloc&) {
+            for (std::size_t i = 0; i < done; ++i) give(s.pieces[i]);
+            return false;
+        }
         s.requested = requested;
         ++live_;
         live_bytes_ += requested;
+        lent_bytes_ += s.bytes;
+        lent_pieces_ += s.pieces.size();
+        return true;
     }
-    void take_back(stitch& s) noexcept {
-        live_bytes_ -= s.requested;
-        s.requested = 0;
-        --live_;
+    // Live stitch `s` freed: give(piece) returns each piece to the pool; `s` stays, free.
+    template <class Give>
+    void take_back(stitch& s, Give&& give) noexcept {
+        forget_lent(s);
+        for (const piece& p : s.pieces) give(p);
+    }
+
+    // Each piece is one whole physical allocation of its span and a live stitch's pieces are live
+    // blocks of `live`, exactly; the pieces add up to their stitch; the counts agree.
+    void check_invariants(const live_blocks& live) const {
+        std::size_t lent = 0, pieces_lent = 0, live_count = 0, requested = 0;
+        for (const auto& [address, st] : all_) {
+            std::size_t bytes = 0;
+            for (const piece& p : st.pieces) {
+                const span& s = *p.owner;
+                const std::size_t piece_bytes = (p.last - p.first) * grid_->bytes;
+                POOLKIT_VERIFY(s.starts_at(p.first) && s.count(p.first, p.last, true) == p.last - p.first &&
+                                   (p.last == s.granules() || !s.bit(p.last) || s.starts_at(p.last)) &&
+                                   s.last_start(p.first, p.last) == p.first,
+                               "a stitch's piece is not one whole physical allocation");
+                if (st.requested != 0) {
+                    const auto it = live.find(grid_->address(s, p.first), by_address{});
+                    POOLKIT_VERIFY(it != live.end() && it->bytes == piece_bytes, "a live stitch's piece is not lent");
+                }
+                bytes += piece_bytes;
+            }
+            POOLKIT_VERIFY(bytes == st.bytes && st.requested <= st.bytes, "a stitch's pieces do not add up to it");
+            if (st.requested != 0) {
+                lent += st.bytes;
+                pieces_lent += st.pieces.size();
+                ++live_count;
+                requested += st.requested;
+            }
+        }
+        POOLKIT_VERIFY(lent == lent_bytes_ && pieces_lent == lent_pieces_ && live_count == live_ && requested == live_bytes_,
+                       "stitch counts drifted");
     }
 
     // Gives up the free stitches (every one, `everything`, at the pool's destruction): their
@@ -183,7 +250,7 @@ public:
                 ++it;
                 continue;
             }
-            if (it->second.requested != 0) take_back(it->second);
+            if (it->second.requested != 0) forget_lent(it->second);
             unalias(m, it->first, it->second.pieces, it->second.bytes);
             m.unclaim(reinterpret_cast<void*>(it->first), it->second.bytes);
             it = all_.erase(it);
@@ -191,6 +258,14 @@ public:
     }
 
 private:
+    void forget_lent(stitch& s) noexcept {
+        live_bytes_ -= s.requested;
+        lent_bytes_ -= s.bytes;
+        lent_pieces_ -= s.pieces.size();
+        s.requested = 0;
+        --live_;
+    }
+
     // Calls f(address, bytes) for each run of adjacent pieces of one span: one alias each.
     template <class F>
     void for_each_alias_run(const std::vector<piece>& pieces, F&& f) const {
@@ -218,6 +293,8 @@ private:
     std::map<std::uintptr_t, stitch> all_;  // by the address of its range
     std::size_t live_ = 0;
     std::size_t live_bytes_ = 0;  // requested bytes of the live ones
+    std::size_t lent_bytes_ = 0;  // bytes of the live ones
+    std::size_t lent_pieces_ = 0;  // pieces of the live ones
     std::size_t alias_calls_ = 0;
     std::size_t unalias_calls_ = 0;
 };
