@@ -12,8 +12,10 @@
 #endif
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,7 +32,11 @@ inline void apply_pytorch_settings(const std::string& settings) {
 }
 
 // PyTorch's allocator as a poolkit stream resource. A free goes to the pool of the stream the block
-// was allocated on, whatever stream it names (PyTorch's raw_delete takes none).
+// was allocated on (PyTorch's raw_delete takes no stream). Once the replay has named a second
+// stream, a free first records its stream as a user of the block (PyTorch's record_stream, which
+// returns at once where it is the block's own): a program that uses a block on another stream must,
+// so that the block's reuse on its own stream waits for that work, as poolkit's stream-ordered
+// compositions make it wait.
 class pytorch_caching_resource {
 public:
     // `settings`: PYTORCH_CUDA_ALLOC_CONF's syntax, e.g. "expandable_segments:True".
@@ -51,10 +57,22 @@ public:
     void* allocate(std::size_t bytes, std::size_t) { return c10::cuda::CUDACachingAllocator::raw_alloc(bytes); }
     void deallocate(void* pointer, std::size_t, std::size_t) noexcept { c10::cuda::CUDACachingAllocator::raw_delete(pointer); }
     void* allocate_async(std::size_t bytes, std::size_t, stream_ref stream) {
+        if (!first_stream_) first_stream_ = stream.get();
+        several_streams_ = several_streams_ || stream.get() != *first_stream_;
         return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream.get());
     }
-    void deallocate_async(void* pointer, std::size_t, std::size_t, stream_ref) noexcept {
-        c10::cuda::CUDACachingAllocator::raw_delete(pointer);
+    void deallocate_async(void* pointer, std::size_t, std::size_t, stream_ref stream) noexcept {
+        if (!several_streams_) {
+            c10::cuda::CUDACachingAllocator::raw_delete(pointer);
+            return;
+        }
+        // Owns the block as a tensor's storage does: its deleter frees it at the end of the scope.
+        const c10::DataPtr block(pointer, pointer, c10::cuda::CUDACachingAllocator::get()->raw_deleter(),
+                                 c10::Device(c10::DeviceType::CUDA, device_));
+        try {
+            c10::cuda::CUDACachingAllocator::recordStream(block, c10::cuda::getStreamFromExternal(stream.get(), device_));
+        } catch (...) {  // not recorded: freed all the same
+        }
     }
     friend bool operator==(const pytorch_caching_resource& a, const pytorch_caching_resource& b) noexcept { return &a == &b; }
 
@@ -67,6 +85,8 @@ private:
     using device_stats = decltype(c10::cuda::CUDACachingAllocator::getDeviceStats(c10::DeviceIndex{}));  // its name moved
     [[nodiscard]] device_stats stats() const { return c10::cuda::CUDACachingAllocator::getDeviceStats(device_); }
     c10::DeviceIndex device_;
+    std::optional<cudaStream_t> first_stream_;  // the first stream a request named
+    bool several_streams_ = false;
 };
 
 inline std::vector<composition> pytorch_compositions() {
