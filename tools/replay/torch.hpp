@@ -19,6 +19,12 @@
 #include <string>
 #include <vector>
 
+// c10's, set by libtorch_cuda when it loads (this program links only c10): how c10 asks whether a
+// device has a CUDA context before it switches to it (a device guard; record_stream's events).
+namespace c10::cuda::_internal {
+void setHasPrimaryContext(bool (*func)(c10::DeviceIndex));
+}
+
 namespace poolkit::replay_tool {
 
 // PYTORCH_CUDA_ALLOC_CONF's settings, applied now: newer PyTorch parses them in c10 for every device
@@ -42,6 +48,9 @@ public:
     // `settings`: PYTORCH_CUDA_ALLOC_CONF's syntax, e.g. "expandable_segments:True".
     explicit pytorch_caching_resource(const std::string& settings) : device_(c10::cuda::current_device()) {
         static const bool initialized = [] {
+            // Every device answers yes: a guard then switches to it with cudaSetDevice, which
+            // makes its context where there is none (the replay uses one device, already set up).
+            c10::cuda::_internal::setHasPrimaryContext([](c10::DeviceIndex) { return true; });
             c10::cuda::CUDACachingAllocator::init(c10::cuda::device_count());
             return true;
         }();
