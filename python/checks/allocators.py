@@ -25,9 +25,9 @@ ALLOCATORS = {
     # Mapped memory following live memory, up to a fifth more kept where that remaps often (the
     # replay's expandable/follow).
     "poolkit expandable/follow": ({}, "expandable", {"peak_slack": 0}),
-    # Large requests served from free physical allocations aliased together (the replay's
-    # expandable/stitch).
-    "poolkit expandable/stitch": ({}, "expandable", {"stitch": True}),
+    # Without stitching: a large request that no free block holds maps new memory (the replay's
+    # expandable/unstitched).
+    "poolkit expandable/unstitched": ({}, "expandable", {"stitch": False}),
     # alloc and free alone, as PyTorch's Python CUDAPluggableAllocator wires them (no hooks extension)
     "poolkit caching, no hooks": ({"POOLKIT_TORCH_HOOKS": "0"}, "caching", {}),
 }

@@ -324,7 +324,7 @@ class CApi(unittest.TestCase):
 
     def test_stitching_serves_a_large_block_from_free_pieces_and_empty_cache_gives_all_back(self):
         plugin = fresh_plugin()
-        plugin.configure("expandable", {"stitch": True})
+        plugin.configure("expandable", {})  # stitching is the default
         pieces = [plugin.alloc(32 * MiB, 0, STREAM_A) for _ in range(6)]
         for pointer in pieces[0::2]:
             plugin.free(pointer, 32 * MiB, 0, STREAM_A)

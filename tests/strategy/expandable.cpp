@@ -158,7 +158,8 @@ TEST_CASE("freed blocks coalesce across the span: no chunk boundary strands memo
 
 TEST_CASE("before new granules are mapped, the cache is trimmed to the peak of live memory") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .peak_slack = 0}};
+    // Without stitching, which would serve c from the cache instead (its tests are below).
+    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .peak_slack = 0, .stitch = false}};
     void* a = pool.allocate(64 * MiB);
     void* b = pool.allocate(64 * MiB);
     pool.deallocate(a, 64 * MiB);  // 64 MiB cached in front of b
@@ -202,7 +203,8 @@ TEST_CASE("trimming unmaps only the granules the budget needs, not a free block'
 
 TEST_CASE("with mapping_bytes, trimming unmaps the fewest whole allocations the budget needs") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .peak_slack = 0, .mapping_bytes = 8 * MiB}};
+    pool_type pool{memory,
+                   {.span_bytes = std::size_t{1} << 30, .cache_fraction = 0, .peak_slack = 0, .mapping_bytes = 8 * MiB, .stitch = false}};
     void* a = pool.allocate(64 * MiB);  // granules 0-31: eight allocations of 4
     void* b = pool.allocate(64 * MiB);
     void* e = pool.allocate(40 * MiB);
@@ -637,7 +639,9 @@ TEST_CASE("a map that fails partway unmaps what that request mapped: the pool an
         pool.deallocate(blocks[4], granule);
     }
     SUBCASE("the third physical allocation of a block mapped in pieces, with a cache to give up") {
-        expandable<ref<failing_memory>> pool{memory, {.mapping_bytes = 4 * granule}};
+        // Without stitching: a stitch would take the cache, and its own failed map (which falls
+        // back to this path) would use the armed failure up.
+        expandable<ref<failing_memory>> pool{memory, {.mapping_bytes = 4 * granule, .stitch = false}};
         void* cached = pool.allocate(4 * granule);
         void* pinned = pool.allocate(granule);  // keeps the cache below apart from the new block
         pool.deallocate(cached, 4 * granule);
@@ -845,11 +849,20 @@ TEST_CASE("a stitch the driver refuses is undone, and the request maps as it wou
     CHECK(memory.mapped_bytes() == 0);
 }
 
-TEST_CASE("stitching needs memory that can alias: refused at construction otherwise") {
+TEST_CASE("over memory that cannot alias the pool never stitches, and maps what a large request needs instead") {
     simulated_vmm_resource memory{memory_options()};
-    CHECK_THROWS_AS((expandable<plain_memory>{plain_memory{memory}, {.stitch = true}}), std::invalid_argument);
-    expandable<plain_memory> plain{plain_memory{memory}, {}};
-    plain.deallocate(plain.allocate(MiB), MiB);
+    expandable<plain_memory> pool{plain_memory{memory}, {}};  // stitch is on by default
+    std::vector<void*> blocks;
+    for (int i = 0; i < 6; ++i) blocks.push_back(pool.allocate(32 * MiB));
+    for (int i : {0, 2, 4}) pool.deallocate(blocks[i], 32 * MiB);
+    void* large = pool.allocate(96 * MiB);  // over aliasing memory, stitched from the three free allocations
+    CHECK(pool.stitches() == 0);
+    CHECK(memory.mapped_bytes() == 288 * MiB);
+    pool.check_invariants();
+    pool.deallocate(large, 96 * MiB);
+    for (int i : {1, 3, 5}) pool.deallocate(blocks[i], 32 * MiB);
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
 }
 
 #if POOLKIT_ENABLE_ASSERTS

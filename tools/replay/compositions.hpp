@@ -235,13 +235,13 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
     return {make("expandable",
                  "stream-ordered, one expandable pool (poolkit/presets.hpp): best fit over virtual address space, granules "
                  "mapped as blocks need them and kept mapped until empty_cache or the physical limit (PyTorch "
-                 "expandable_segments' policy), large blocks in 32 MiB physical allocations (reserved: peak mapped; upstream "
-                 "calls: map calls)",
+                 "expandable_segments' policy), large blocks in 32 MiB physical allocations, a large request that would map "
+                 "served from free ones aliased side by side (stitching; reserved: peak mapped; upstream calls: map calls)",
                  expandable_options{}),
-            make("expandable/stitch",
-                 "the expandable preset stitching large requests from free physical allocations (expandable_options::stitch): "
-                 "aliased into an address range of their own instead of mapping new memory",
-                 expandable_options{.stitch = true}),
+            make("expandable/unstitched",
+                 "the expandable preset without stitching (expandable_options::stitch false): a large request that no free "
+                 "block holds maps new memory",
+                 expandable_options{.stitch = false}),
             make("expandable/follow",
                  "the expandable preset with mapped memory following live memory (peak_slack 0): the cache unmapped for new "
                  "mappings down to the peak of live memory, up to 20% more kept where that remaps often",

@@ -32,7 +32,7 @@
 // allocation it touches. Small spans, any span near the physical limit, and mapping_bytes of at
 // most a granule (expandable_options::exact_follow()) map a physical allocation per granule, so
 // that any wholly free granule can be unmapped.
-// With options.stitch (over memory that can alias), a large request whose placement would map
+// With options.stitch (the default; over memory that can alias), a large request whose placement would map
 // memory is served instead from free whole allocations scattered through the pool, aliased side by
 // side into an address range of its own and lent to it until it is freed, mapping only what they
 // lack (detail/expandable_stitches.hpp; GMLake's stitching). A freed stitch keeps its aliases for
@@ -117,10 +117,6 @@ public:
         options_.span_bytes = round_to_granule(options_.span_bytes);
         if (options_.small_span_bytes == 0) options_.small_span_bytes = options_.span_bytes / 8;
         options_.small_span_bytes = round_to_granule(std::max(options_.small_span_bytes, options_.small_size * 2));
-        if (options_.stitch && !aliasing_virtual_memory<memory_type>) {
-            throw std::invalid_argument(
-                "poolkit: expandable_options.stitch needs a virtual memory that can alias (alias(at, from, bytes))");
-        }
     }
 
     expandable(const expandable&) = delete;

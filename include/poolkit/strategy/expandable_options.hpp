@@ -59,10 +59,11 @@ struct expandable_options {
     // needs no mapping; large requests compare every free block that fits.
     int candidates = 8;
     // Serve a large request that would map new memory from free physical allocations scattered
-    // through the pool, aliased into an address range of its own (GMLake's stitching: needs a
-    // virtual memory with alias(), as both models have). Keeps the footprint near the peak of live
-    // memory where large blocks come and go in varying sizes (docs/virtual_memory.md, "Stitching").
-    bool stitch = false;
+    // through the pool, aliased into an address range of its own (GMLake's stitching). Keeps the
+    // footprint near the peak of live memory where large blocks come and go in varying sizes
+    // (docs/virtual_memory.md, "Stitching"). Only over a virtual memory with alias(), as both
+    // models have; over one without, the pool never stitches.
+    bool stitch = true;
 
     // Mapped memory following live memory as closely as the placement allows, whatever it costs
     // in driver calls: no slack, none raised, a physical allocation per granule
