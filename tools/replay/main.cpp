@@ -156,7 +156,7 @@ command_line parse_arguments(int argc, char** argv) {
     app.add_option(
            "--expandable-option", expandable_changes,
            "set an expandable_options field by its C++ name on every expandable composition, "
-           "expandable/stitch, expandable/follow and expandable/exact included (repeatable; e.g. peak_slack=0.05): what would these "
+           "expandable/unstitched, expandable/follow and expandable/exact included (repeatable; e.g. peak_slack=0.05): what would these "
            "options do to my trace? Checked by a 2 MiB granule's rules here, by the device's when run")
         ->type_name("NAME=VALUE")
         ->allow_extra_args(false)
