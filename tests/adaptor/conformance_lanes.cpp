@@ -49,7 +49,7 @@ struct fixed_size_lanes_fixture : over_instrumented<stream_ordered<upstream_ref,
     static constexpr const char* name = "stream_ordered<ref<instrumented>, lanes<fixed_size>, host_events>";
 };
 
-// The expandable preset's shape over simulated virtual memory; stitching, with small requests up
+// The expandable preset's shape over simulated virtual memory, without stitching; with it, small requests up
 // to 16 KiB and physical allocations of 128 KiB over 64 KiB granules, so that requests of the
 // suite's sizes stitch.
 template <bool Stitch>
@@ -58,7 +58,7 @@ struct expandable_lanes_fixture_of : test::no_touch {
                                                : "stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events>";
     static constexpr bool stateless = false;
     static expandable_options options() {
-        if (!Stitch) return {.span_bytes = std::size_t{256} << 20};
+        if (!Stitch) return {.span_bytes = std::size_t{256} << 20, .stitch = false};
         return {.span_bytes = std::size_t{256} << 20,
                 .small_size = std::size_t{16} << 10,
                 .mapping_bytes = std::size_t{128} << 10,

@@ -131,7 +131,7 @@ struct fallback_fixture : host_touch {
 
 // Over simulated virtual memory: blocks are addresses whose granules are mapped, never touched.
 // Under each mapping policy; follow_live with a peak slack of 0, so that it unmaps for new
-// mappings (its defaults keep what is mapped, as keep_mapped does). Stitching: the defaults with
+// mappings (its defaults keep what is mapped, as keep_mapped does), without stitching. Stitching: with
 // small requests up to 16 KiB and physical allocations of 128 KiB, so that requests of the
 // suite's sizes stitch.
 template <class Policy, bool Stitch = false>
@@ -142,11 +142,11 @@ struct expandable_fixture_of : no_touch {
                                                   : "expandable<ref<simulated_vmm_resource>, keep_mapped>";
     static constexpr bool stateless = false;
     static expandable_options options() {
-        expandable_options o{.span_bytes = std::size_t{64} << 20, .peak_slack = follows ? 0 : std::numeric_limits<double>::infinity()};
+        expandable_options o{
+            .span_bytes = std::size_t{64} << 20, .peak_slack = follows ? 0 : std::numeric_limits<double>::infinity(), .stitch = Stitch};
         if (Stitch) {
             o.small_size = std::size_t{16} << 10;
             o.mapping_bytes = std::size_t{128} << 10;
-            o.stitch = true;
         }
         return o;
     }
