@@ -201,6 +201,29 @@ TEST_CASE("trimming unmaps only the granules the budget needs, not a free block'
     pool.check_invariants();
 }
 
+TEST_CASE("a small request of half a granule or more that its spans would map for goes into a large span's mapped hole") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {}};
+    void* large = pool.allocate(64 * MiB);
+    pool.deallocate(large, 64 * MiB);  // 64 MiB mapped and free in a large span
+    REQUIRE(pool.reserved_bytes() == 64 * MiB);
+    void* half = pool.allocate(granule / 2);  // no small span yet: it would map a granule
+    CHECK(pool.reserved_bytes() == 64 * MiB);
+    CHECK(reinterpret_cast<std::uintptr_t>(half) >= reinterpret_cast<std::uintptr_t>(large));
+    CHECK(reinterpret_cast<std::uintptr_t>(half) < reinterpret_cast<std::uintptr_t>(large) + 64 * MiB);
+    void* less = pool.allocate(granule / 4);  // smaller: to a small span, which maps a granule it will share
+    CHECK(pool.reserved_bytes() == 64 * MiB + granule);
+    void* beside = pool.allocate(granule / 2);  // the small span has room mapped now: it goes there
+    CHECK(pool.reserved_bytes() == 64 * MiB + granule);
+    const auto [low, high] = std::minmax(reinterpret_cast<std::uintptr_t>(beside), reinterpret_cast<std::uintptr_t>(less));
+    CHECK(high - low < granule);
+    pool.check_invariants();
+    for (void* p : {half, beside}) pool.deallocate(p, granule / 2);
+    pool.deallocate(less, granule / 4);
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+}
+
 TEST_CASE("with mapping_bytes, trimming unmaps the fewest whole allocations the budget needs") {
     checked_memory memory{memory_options()};
     pool_type pool{memory,

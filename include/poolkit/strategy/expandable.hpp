@@ -336,10 +336,20 @@ private:
     bool is_small(std::size_t rounded) const noexcept { return rounded <= options_.small_size; }
 
     // Where a request goes (detail/expandable_search.hpp); where == nullptr: nothing fits. A large
-    // request must map at most `most_unmapped` granules (try_allocate_cached accepts 0).
+    // request must map at most `most_unmapped` granules (try_allocate_cached accepts 0). A small
+    // request of half a granule or more that its spans would map a granule for goes instead into a
+    // large span's mapped hole where one fits it: a new granule would hold little else, while
+    // small spans' memory, once mapped, serves no large request (multi-scale vision draws
+    // 1.012-1.016 -> 1.001-1.007 of the live peak; docs/virtual_memory.md, "Choosing a preset").
     placement find(std::size_t rounded, std::size_t alignment, std::size_t most_unmapped = std::numeric_limits<std::size_t>::max()) {
-        if (is_small(rounded)) return detail::expandable_parts::find_small(grid_, small_free_, rounded, alignment, options_.candidates);
-        return detail::expandable_parts::find_large(grid_, large_free_, rounded, alignment, most_unmapped);
+        namespace parts = detail::expandable_parts;
+        if (!is_small(rounded)) return parts::find_large(grid_, large_free_, rounded, alignment, most_unmapped);
+        const placement small = parts::find_small(grid_, small_free_, rounded, alignment, options_.candidates);
+        if ((small.where == nullptr || small.unmapped > 0) && rounded * 2 >= grid_.bytes) {
+            const placement mapped = parts::find_large(grid_, large_free_, rounded, alignment, 0);
+            if (mapped.where != nullptr && mapped.unmapped == 0) return mapped;
+        }
+        return small;
     }
 
     kept keep_under(const placement& found, std::size_t rounded) const noexcept {
