@@ -215,7 +215,7 @@ TEST_CASE("a small request of half a granule or more that its spans would map fo
     CHECK(pool.reserved_bytes() == 64 * MiB + granule);
     void* beside = pool.allocate(granule / 2);  // the small span has room mapped now: it goes there
     CHECK(pool.reserved_bytes() == 64 * MiB + granule);
-    const auto [low, high] = std::minmax(reinterpret_cast<std::uintptr_t>(beside), reinterpret_cast<std::uintptr_t>(less));
+    const auto [low, high] = std::minmax({reinterpret_cast<std::uintptr_t>(beside), reinterpret_cast<std::uintptr_t>(less)});
     CHECK(high - low < granule);
     pool.check_invariants();
     for (void* p : {half, beside}) pool.deallocate(p, granule / 2);
