@@ -6,16 +6,17 @@
 // one. The pool claims spans of its address space (options.span_bytes each; a larger request gets
 // a span of its own size) and places blocks in them best fit, coalescing freed blocks across the
 // whole span: there are no chunk boundaries to strand memory at. Requests up to options.small_size
-// go to spans of their own, so that a few live small blocks pin few granules. A block's granules
-// are mapped when it is placed (the search: detail/expandable_search.hpp). A small request takes a
-// placement that needs no mapping among the best-fitting free blocks; a large one the placement
-// that maps fewest granules in any free block that fits, smallest block first: each granule it maps
-// may be one unmapped elsewhere (a third fewer granules remapped per warm pass of the bundled BERT
-// trace than best fit, 80% fewer on GPT-2: docs/virtual_memory.md). Where the low end of a block
-// needs no mapping the block goes there, so that blocks pack towards the low ends of free ranges
-// and the rest of each stays in one piece (as PyTorch's expandable_segments places). A free block
-// keeps its wholly free granules mapped (the cache) until the mapping policy
-// (strategy/mapping_policy.hpp) has them unmapped:
+// go to spans of their own, so that a few live small blocks pin few granules (one of half a
+// granule or more that they would map a granule for takes a large span's mapped hole instead).
+// A block's granules are mapped when it is placed (the search: detail/expandable_search.hpp). A
+// small request takes a placement that needs no mapping among the best-fitting free blocks; a
+// large one the placement that maps fewest granules in any free block that fits, smallest block
+// first: each granule it maps may be one unmapped elsewhere (a third fewer granules remapped per
+// warm pass of the bundled BERT trace than best fit, 80% fewer on GPT-2: docs/virtual_memory.md).
+// Where the low end of a block needs no mapping the block goes there, so that blocks pack towards
+// the low ends of free ranges and the rest of each stays in one piece (as PyTorch's
+// expandable_segments places). A free block keeps its wholly free granules mapped (the cache) until
+// the mapping policy (strategy/mapping_policy.hpp) has them unmapped:
 //   - before new granules are mapped, as many cached bytes as the policy says (oldest freed
 //     first), and then as many ahead of the new block as it says (in large spans: a small span's
 //     granules are allocations of their own, so mapping ahead saves nothing). follow_live, the
