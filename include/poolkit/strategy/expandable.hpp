@@ -33,11 +33,11 @@
 // allocation it touches. Small spans, any span near the physical limit, and mapping_bytes of at
 // most a granule (expandable_options::exact_follow()) map a physical allocation per granule, so
 // that any wholly free granule can be unmapped.
-// With options.stitch (the default; over memory that can alias), a large request whose placement would map
-// memory is served instead from free whole allocations scattered through the pool, aliased side by
-// side into an address range of its own and lent to it until it is freed, mapping only what they
-// lack (detail/expandable_stitches.hpp; GMLake's stitching). A freed stitch keeps its aliases for
-// the next request of its size; a trim that may unmap gives the free ones up first.
+// With options.stitch (the default; over memory that can alias), a large request whose placement
+// would map memory is served instead from free whole allocations scattered through the pool,
+// aliased side by side into an address range of its own and lent to it until it is freed, mapping
+// only what they lack (detail/expandable_stitches.hpp; GMLake's stitching). A freed stitch keeps
+// its aliases for the next request of its size; a trim that may unmap gives the free ones up first.
 // Unmapping waits first for all work that may use the memory (the upstream's synchronize(): the
 // whole device; under stream_ordered, what its free blocks wait for), so a block freed on a stream
 // is never unmapped before that stream's work is done; it happens only on those three occasions,
