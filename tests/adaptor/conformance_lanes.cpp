@@ -49,9 +49,9 @@ struct fixed_size_lanes_fixture : over_instrumented<stream_ordered<upstream_ref,
     static constexpr const char* name = "stream_ordered<ref<instrumented>, lanes<fixed_size>, host_events>";
 };
 
-// The expandable preset's shape over simulated virtual memory, without stitching; with it, small requests up
-// to 16 KiB and physical allocations of 128 KiB over 64 KiB granules, so that requests of the
-// suite's sizes stitch.
+// The expandable preset's shape over simulated virtual memory, without stitching; with it, small
+// requests up to 16 KiB and physical allocations of 128 KiB over 64 KiB granules, so that requests
+// of the suite's sizes stitch.
 template <bool Stitch>
 struct expandable_lanes_fixture_of : test::no_touch {
     static constexpr const char* name = Stitch ? "stream_ordered<ref<simulated_vmm_resource>, lanes<expandable>, host_events> (stitch)"

@@ -130,10 +130,10 @@ struct fallback_fixture : host_touch {
 };
 
 // Over simulated virtual memory: blocks are addresses whose granules are mapped, never touched.
-// Under each mapping policy; follow_live with a peak slack of 0, so that it unmaps for new
-// mappings (its defaults keep what is mapped, as keep_mapped does), without stitching. Stitching: with
-// small requests up to 16 KiB and physical allocations of 128 KiB, so that requests of the
-// suite's sizes stitch.
+// Under each mapping policy; follow_live with a peak slack of 0, so that it unmaps for new mappings
+// (its defaults keep what is mapped, as keep_mapped does), without stitching. Stitching: with small
+// requests up to 16 KiB and physical allocations of 128 KiB, so that requests of the suite's sizes
+// stitch.
 template <class Policy, bool Stitch = false>
 struct expandable_fixture_of : no_touch {
     static constexpr bool follows = std::is_same_v<Policy, follow_live> && !Stitch;
