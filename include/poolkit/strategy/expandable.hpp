@@ -530,10 +530,11 @@ private:
     }
 
     // Claims a span for a request and files it as one free block: options' span size where the
-    // address space has it, else the largest that does down to what the request needs (so that
-    // many pools over one address space — stream lanes — share it to the end). A request larger
-    // than the whole address space is refused at once: the span's bookkeeping (a bit per granule)
-    // is built only after the claim succeeded.
+    // address space has it, else the largest that does down to what the request needs (so that many
+    // pools over one address space — stream lanes — share it to the end;
+    // detail::expandable_parts::claim_address_space). A request larger than the whole address space
+    // is refused at once: the span's bookkeeping (a bit per granule) is built only after the claim
+    // succeeded.
     block& claim_span(std::size_t rounded, std::size_t alignment) {
         const bool small = is_small(rounded);
         const std::size_t wanted = small ? options_.small_span_bytes : options_.span_bytes;
@@ -546,24 +547,7 @@ private:
             throw out_of_memory("expandable (request larger than the whole address space)", refused);
         }
         spans_.reserve(spans_.size() + 1);
-        // At most a 32nd of what is left to claim, where the memory says: many pools over it
-        // (stream lanes) then fit, each span smaller as space runs short, and a claim that fails
-        // halves down to the request.
-        std::size_t share = wanted;
-        if constexpr (requires(const memory_type& m) { m.largest_claimable(); }) {
-            share = std::min(wanted, round_to_granule(memory().largest_claimable() / 32));
-        }
-        std::size_t bytes = std::max(share, *needed);
-        std::byte* claimed = nullptr;
-        for (;;) {
-            try {
-                claimed = memory().claim(bytes);
-                break;
-            } catch (const out_of_memory&) {
-                if (bytes == *needed) throw;  // says the address space ran out, and what is left
-                bytes = std::max(*needed, round_to_granule(bytes / 2));
-            }
-        }
+        const auto [claimed, bytes] = detail::expandable_parts::claim_address_space(memory(), wanted, *needed, grid_.bytes);
         std::unique_ptr<span> fresh;
         block* whole = nullptr;
         try {

@@ -3,6 +3,8 @@
 // physical allocation starts.
 #pragma once
 
+#include <poolkit/core/alignment.hpp>
+#include <poolkit/core/errors.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 
 #include <algorithm>
@@ -171,6 +173,28 @@ struct span {
         return first;
     }
 };
+
+// Claims address space for a span of `wanted` bytes and at least `needed` (whole granules of
+// `granule` bytes): {where, bytes}. At most a 32nd of what is left to claim, where the memory says
+// (largest_claimable): many pools over it (stream lanes) then fit, each span smaller as space runs
+// short. A claim that fails halves down to `needed`, whose out_of_memory is thrown: it says the
+// address space ran out, and what is left.
+template <class Memory>
+[[nodiscard]] std::pair<std::byte*, std::size_t> claim_address_space(Memory& m, std::size_t wanted, std::size_t needed,
+                                                                     std::size_t granule) {
+    const auto whole = [granule](std::size_t bytes) { return align_up(std::max(bytes, granule), granule); };
+    std::size_t share = wanted;
+    if constexpr (requires(const Memory& v) { v.largest_claimable(); }) share = std::min(wanted, whole(m.largest_claimable() / 32));
+    std::size_t bytes = std::max(share, needed);
+    for (;;) {
+        try {
+            return {m.claim(bytes), bytes};
+        } catch (const out_of_memory&) {
+            if (bytes == needed) throw;
+            bytes = std::max(needed, whole(bytes / 2));
+        }
+    }
+}
 
 }  // namespace detail::expandable_parts
 
