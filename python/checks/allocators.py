@@ -92,11 +92,13 @@ def figures(name):
     import torch
     if ALLOCATORS[name][1] is None:
         stats = torch.cuda.memory_stats()
-        return {"peak_allocated": stats["allocated_bytes.all.peak"], "peak_reserved": stats["reserved_bytes.all.peak"]}
+        return {"peak_allocated": stats["allocated_bytes.all.peak"], "peak_reserved": stats["reserved_bytes.all.peak"],
+                "device_allocations": stats.get("num_device_alloc", 0)}
     import poolkit.torch
     torch.cuda.synchronize()
     stats = poolkit.torch.memory_stats()
     return {"peak_allocated": stats["allocated_bytes.all.peak"], "peak_reserved": stats["reserved_bytes.all.peak"],
+            "device_allocations": stats.get("num_device_alloc", 0),
             "consistency": consistency(stats, poolkit.torch.snapshot())}
 
 
@@ -137,12 +139,14 @@ def mib(count):
 
 
 def table(runs):
-    """Peak allocated, peak reserved, their ratio and the step time of each run."""
-    lines = [f"{'allocator':30} {'peak allocated':>15} {'peak reserved':>15} {'ratio':>7} {'ms/step':>9}"]
+    """Peak allocated, peak reserved, their ratio, the step time and the device allocations (cudaMalloc
+    calls, or map calls of virtual memory: num_device_alloc) of each run."""
+    lines = [f"{'allocator':30} {'peak allocated':>15} {'peak reserved':>15} {'ratio':>7} {'ms/step':>9} {'device allocs':>13}"]
     for name, run in runs.items():
         f = run["figures"]
         lines.append(f"{name:30} {mib(f['peak_allocated']):>15} {mib(f['peak_reserved']):>15} "
-                     f"{f['peak_reserved'] / max(f['peak_allocated'], 1):7.3f} {run['ms_per_step']:9.2f}")
+                     f"{f['peak_reserved'] / max(f['peak_allocated'], 1):7.3f} {run['ms_per_step']:9.2f} "
+                     f"{f.get('device_allocations', 0):13,}")
     return "\n".join(lines)
 
 

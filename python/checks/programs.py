@@ -20,7 +20,8 @@ Programs (default: all):
 Step times drift between runs of the same script (by up to a quarter on the H200), so with
 --rounds R every allocator runs R times, the order rotated each round, and each run's step time
 is also taken relative to the PyTorch run of its round: the table gives the median of those paired
-ratios (the figure to compare with "within 2% of PyTorch") and their range.
+ratios (the figure to compare with "within 2% of PyTorch") and their range, and the median over
+every round and step of a step's time over the same step's under PyTorch (the same drawn shapes).
 
 Exits 1 when a program's results differ from PyTorch's default allocator's, a child fails, or
 poolkit's statistics disagree with its snapshot. A program whose library is missing
@@ -45,7 +46,8 @@ def _deterministic():
 
 
 def _timed(step, steps):
-    """Runs step(i) for each i; returns its results and the median milliseconds after two steps."""
+    """Runs step(i) for each i; returns its results, the median milliseconds after two steps and
+    every step's milliseconds."""
     import torch
     results, times = [], []
     for i in range(steps):
@@ -54,7 +56,7 @@ def _timed(step, steps):
         results.append(step(i))
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    return results, 1e3 * statistics.median(times[2:] or times)
+    return results, 1e3 * statistics.median(times[2:] or times), [round(1e3 * t, 3) for t in times]
 
 
 def _resnet_train(steps, sizes):
@@ -158,6 +160,16 @@ def paired(rounds, reference="pytorch"):
     return figures
 
 
+def paired_steps(rounds, reference="pytorch"):
+    """rounds: one {allocator: [ms of each step]} per round. For each allocator, the median over
+    rounds and steps (the first two skipped) of a step's time over the same step's under the
+    reference in the same round: the same shapes, so a drawn size's own cost cancels out."""
+    figures = {}
+    for name in rounds[0]:
+        figures[name] = statistics.median(mine / theirs for r in rounds for mine, theirs in zip(r[name][2:], r[reference][2:]))
+    return figures
+
+
 def rotated(names, round_index):
     """The allocators in the order of one round: each round starts one further along."""
     shift = round_index % len(names)
@@ -167,8 +179,8 @@ def rotated(names, round_index):
 def child(name, program, steps):
     allocators.install(name)
     _deterministic()
-    results, ms_per_step = PROGRAMS[program](steps)
-    print(json.dumps({"losses": results, "ms_per_step": ms_per_step, "figures": allocators.figures(name)}))
+    results, ms_per_step, step_ms = PROGRAMS[program](steps)
+    print(json.dumps({"losses": results, "ms_per_step": ms_per_step, "step_ms": step_ms, "figures": allocators.figures(name)}))
 
 
 def main():
@@ -203,9 +215,10 @@ def main():
         print(f"{program}, {args.steps} steps, {len(rounds)} round(s); the first round's figures:")
         print(allocators.table(rounds[0]))
         if len(rounds) > 1:
-            print("step time / PyTorch's in the same round: median (least - most)")
+            print("step time / PyTorch's in the same round: median (least - most); median of each step's / the same step's")
+            by_step = paired_steps([{n: r[n]["step_ms"] for n in names} for r in rounds])
             for name, (median, least, most) in paired([{n: r[n]["ms_per_step"] for n in names} for r in rounds]).items():
-                print(f"  {name:30} {median:6.3f} ({least:.3f} - {most:.3f})")
+                print(f"  {name:30} {median:6.3f} ({least:.3f} - {most:.3f}); {by_step[name]:6.3f}")
         print()
         expected = rounds[0]["pytorch"]["losses"]
         for runs in rounds:
