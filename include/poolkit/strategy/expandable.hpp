@@ -82,6 +82,7 @@
 #include <poolkit/strategy/mapping_policy.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -246,12 +247,15 @@ public:
                     live += b.bytes;
                     ++live_count;
                 });
+            std::size_t mapped_here = 0;
             for (std::size_t w = 0; w < s->mapped.size(); ++w) {
                 const std::uint64_t previous = (s->mapped[w] << 1) | (w > 0 ? s->mapped[w - 1] >> 63 : 0);
                 POOLKIT_VERIFY((s->starts[w] & ~s->mapped[w]) == 0, "an allocation starts on an unmapped granule");
                 POOLKIT_VERIFY((s->mapped[w] & ~previous & ~s->starts[w]) == 0, "a mapped run does not start an allocation");
+                mapped_here += static_cast<std::size_t>(std::popcount(s->mapped[w]));
             }
-            mapped += s->count(0, s->bytes / grid_.bytes, true);
+            POOLKIT_VERIFY(mapped_here == s->mapped_count, "a span's mapped granule count drifted");
+            mapped += mapped_here;
         }
         for (const block& b : mapping_.cached()) {
             POOLKIT_VERIFY(b.free && b.cached > 0, "the cached list holds a block with nothing cached");

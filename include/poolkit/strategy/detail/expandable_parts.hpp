@@ -72,12 +72,14 @@ struct span {
     std::vector<std::uint64_t> mapped;
     std::vector<std::uint64_t> starts;  // a subset of mapped
     std::size_t mapped_end = 0;  // no granule at or past this one was ever mapped
+    std::size_t mapped_count = 0;  // granules mapped now: mapped_end exactly when all below it are
 
     [[nodiscard]] std::size_t granules() const noexcept { return mapped.size() * 64; }
     [[nodiscard]] bool starts_at(std::size_t granule) const noexcept { return (starts[granule / 64] >> (granule % 64)) & 1u; }
 
     // Records [first, last) as mapped, one allocation per granule (each = false) or one in all.
     void set_mapped(std::size_t first, std::size_t last, bool each) noexcept {
+        mapped_count += count(first, last, false);
         set(mapped, first, last, true);
         if (each) {
             set(starts, first, last, true);
@@ -87,6 +89,7 @@ struct span {
         mapped_end = std::max(mapped_end, last);
     }
     void set_unmapped(std::size_t first, std::size_t last) noexcept {
+        mapped_count -= count(first, last, true);
         set(mapped, first, last, false);
         set(starts, first, last, false);
     }
@@ -108,10 +111,16 @@ struct span {
 
     [[nodiscard]] bool bit(std::size_t granule) const noexcept { return (mapped[granule / 64] >> (granule % 64)) & 1u; }
 
-    // Granules in [first, last) whose bit is `value`.
+    // Granules in [first, last) whose bit is `value`. O(1) while every granule below mapped_end is
+    // mapped (a pool that has not unmapped), else a word per 64 granules.
     [[nodiscard]] std::size_t count(std::size_t first, std::size_t last, bool value) const noexcept {
+        const std::size_t end = std::min(last, mapped_end);
+        if (mapped_count == mapped_end) {
+            const std::size_t ones = end > first ? end - first : 0;
+            return value ? ones : (last - first) - ones;
+        }
         std::size_t ones = 0;
-        for (std::size_t g = first, end = std::min(last, mapped_end); g < end;) {
+        for (std::size_t g = first; g < end;) {
             const std::size_t word = g / 64, offset = g % 64;
             const std::size_t take = std::min<std::size_t>(64 - offset, end - g);
             std::uint64_t bits = mapped[word] >> offset;
