@@ -603,32 +603,10 @@ private:
             b.owner->blocks, b, start, rounded, 1, blocks_, [this](block& f) { forget_free(f); }, [this](block& f) { file_free(f); });
         b.requested = bytes;
         b.free = false;
-        insert_live(b);
+        detail::expandable_parts::file_live(live_, b);
         live_bytes_ += b.bytes;
         peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
         return reinterpret_cast<void*>(start);
-    }
-
-    // Files live block `b` in the live index right beside the nearest live block of its span, at
-    // most two blocks away (free blocks never touch): amortized O(1) where a search from the root
-    // misses the cache at every level.
-    void insert_live(block& b) noexcept {
-        const auto& list = b.owner->blocks;
-        auto at = list.iterator_to(b);
-        for (int step = 0; step < 2 && ++at != list.end(); ++step) {
-            if (!at->free) {
-                live_.insert(live_.iterator_to(*at), b);
-                return;
-            }
-        }
-        at = list.iterator_to(b);
-        for (int step = 0; step < 2 && at != list.begin(); ++step) {
-            if (!(--at)->free) {
-                live_.insert(std::next(live_.iterator_to(*at)), b);
-                return;
-            }
-        }
-        live_.insert(b);
     }
 
     [[nodiscard]] memory_figures figures(std::size_t bytes, std::size_t alignment) const noexcept {
