@@ -44,7 +44,8 @@
 // never on the hot path. An upstream with may_unmap() false (a stream_ordered lane while a CUDA
 // capture may run) keeps the cache mapped until a later occasion.
 // Complexity: allocate and deallocate O(log n) in the blocks, plus a scan of the mapped-granule
-// bits of the block (one word per 64 granules). A small request compares at most
+// bits of the block (one word per 64 granules; none while its span has no unmapped granule below
+// its highest mapped one, as in a pool that has not unmapped). A small request compares at most
 // options.candidates free blocks; a large one stops at the first block that fits with nothing to
 // map (usually the first), else scores every free large block that fits and could beat the best
 // so far (its cache bounds what a placement in it can find mapped) — only where it then maps.
