@@ -110,7 +110,7 @@ public:
 
     explicit expandable(Upstream upstream, expandable_options options = {})
         : upstream_(std::move(upstream)), options_(options), policy_(options_) {
-        grid_.bytes = memory().granularity();
+        grid_.set_granularity(memory().granularity());
         options_.validate(grid_.bytes);
         options_.max_peak_slack = std::max(options_.max_peak_slack, options_.peak_slack);
         options_.allocations_per_remap = std::max<std::size_t>(options_.allocations_per_remap, 1);

@@ -8,6 +8,7 @@
 #include <poolkit/strategy/detail/expandable_parts.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -21,16 +22,22 @@ namespace detail::expandable_parts {
 // large span (a small span's are a granule each).
 struct grid {
     std::size_t bytes = 0;
+    int shift = 0;  // bytes == 1 << shift (a virtual memory's granularity is a power of two): no division
     std::size_t per_allocation = 1;
+
+    void set_granularity(std::size_t granularity) noexcept {
+        bytes = granularity;
+        shift = std::countr_zero(granularity);
+    }
 
     [[nodiscard]] std::uintptr_t address(const span& s, std::size_t granule) const noexcept { return s.address + granule * bytes; }
     // The granules [first, last) of its span that a block touches, and those wholly inside it.
     [[nodiscard]] std::pair<std::size_t, std::size_t> touched(const block& b) const noexcept {
-        return {(b.address - b.owner->address) / bytes, (b.end() - b.owner->address + bytes - 1) / bytes};
+        return {(b.address - b.owner->address) >> shift, (b.end() - b.owner->address + bytes - 1) >> shift};
     }
     [[nodiscard]] std::pair<std::size_t, std::size_t> interior(const block& b) const noexcept {
-        const std::size_t first = (b.address - b.owner->address + bytes - 1) / bytes;
-        const std::size_t last = (b.end() - b.owner->address) / bytes;
+        const std::size_t first = (b.address - b.owner->address + bytes - 1) >> shift;
+        const std::size_t last = (b.end() - b.owner->address) >> shift;
         return {first, std::max(first, last)};
     }
     // The granules of free block `b` that hold only allocations wholly inside it: its cache.
@@ -40,7 +47,7 @@ struct grid {
     }
     // The granules [first, last) of `s` under `length` bytes from `start`.
     [[nodiscard]] std::pair<std::size_t, std::size_t> under(const span& s, std::uintptr_t start, std::size_t length) const noexcept {
-        return {(start - s.address) / bytes, (start + length - s.address + bytes - 1) / bytes};
+        return {(start - s.address) >> shift, (start + length - s.address + bytes - 1) >> shift};
     }
     [[nodiscard]] std::size_t unmapped_under(const span& s, std::uintptr_t start, std::size_t length) const noexcept {
         const auto [first, last] = under(s, start, length);
@@ -63,8 +70,8 @@ struct placement {
     const auto [first, last] = g.under(s, start, rounded);
     // The granules at b's ends are pinned by its live neighbours where they reach into them.
     const std::size_t head = b.address - s.address, tail = b.end() - s.address;
-    const bool shared_first = head % g.bytes != 0 && head / g.bytes == first;
-    const bool shared_last = tail % g.bytes != 0 && tail / g.bytes == last - 1;
+    const bool shared_first = (head & (g.bytes - 1)) != 0 && (head >> g.shift) == first;
+    const bool shared_last = (tail & (g.bytes - 1)) != 0 && (tail >> g.shift) == last - 1;
     std::size_t pins = last - first;
     if (shared_first) --pins;
     if (shared_last && (last - 1 != first || !shared_first)) --pins;
