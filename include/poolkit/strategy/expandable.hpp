@@ -184,8 +184,7 @@ public:
                            "deallocate with a size other than the one allocated");
             unstitch(*stitched);
         } else {
-            block* freed = detail::take_live<by_address>(live_, pointer, bytes, alignment, options_.rounding,
-                                                         "deallocate of a pointer expandable did not hand out (or freed twice)");
+            block* freed = take_live(pointer, bytes, alignment, "deallocate of a pointer expandable did not hand out (or freed twice)");
             if (freed == nullptr) return;
             live_bytes_ -= freed->bytes;
             free_block(*freed);
@@ -269,6 +268,10 @@ public:
         POOLKIT_VERIFY(cached_listed == with_cache, "a free block with cached granules is not in the cached list");
         POOLKIT_VERIFY(free_count == small_free_.size() + large_free_.size(), "the size indexes hold blocks that are not free");
         POOLKIT_VERIFY(live_count == live_.size(), "the live index holds blocks that are not live");
+        recent_live_.for_each([this](const block& b) {
+            const auto found = live_.find(b.address, by_address{});
+            POOLKIT_VERIFY(!b.free && found != live_.end() && &*found == &b, "a recent live block is not live");
+        });
         stitches_.check_invariants(live_);
         POOLKIT_VERIFY(live + stitches_.live_bytes() == live_bytes_ + stitches_.lent_bytes(), "live byte count drifted");
         POOLKIT_VERIFY(cached == mapping_.cached_granules(), "cached granule count drifted");
@@ -452,8 +455,7 @@ private:
     }
     void give_piece(const piece& p) noexcept {
         const std::size_t bytes = (p.last - p.first) * grid_.bytes;
-        block* b = detail::take_live<by_address>(live_, reinterpret_cast<void*>(grid_.address(*p.owner, p.first)), bytes, 1,
-                                                 options_.rounding, "a stitch's piece was not lent");
+        block* b = take_live(reinterpret_cast<void*>(grid_.address(*p.owner, p.first)), bytes, 1, "a stitch's piece was not lent");
         if (b != nullptr) free_block(*b);
     }
     block* free_block_over(const piece& p) noexcept { return detail::expandable_parts::free_block_over(live_, grid_, p); }
@@ -605,9 +607,19 @@ private:
         b.requested = bytes;
         b.free = false;
         detail::expandable_parts::file_live(live_, b);
+        recent_live_.remember(b);
         live_bytes_ += b.bytes;
         peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
         return reinterpret_cast<void*>(start);
+    }
+
+    // The live block at `pointer` out of the live index, marked free (detail::take_live): found
+    // in the recently carved first, else searched from the root.
+    block* take_live(void* pointer, std::size_t bytes, std::size_t alignment, const char* who) noexcept {
+        if (block* recent = recent_live_.take(reinterpret_cast<std::uintptr_t>(pointer))) {
+            return detail::take_live_block(live_, *recent, pointer, bytes, alignment, options_.rounding);
+        }
+        return detail::take_live<by_address>(live_, pointer, bytes, alignment, options_.rounding, who);
     }
 
     [[nodiscard]] memory_figures figures(std::size_t bytes, std::size_t alignment) const noexcept {
@@ -626,6 +638,7 @@ private:
     detail::expandable_parts::free_blocks small_free_;
     detail::expandable_parts::free_blocks large_free_;
     detail::expandable_parts::live_blocks live_;
+    detail::expandable_parts::recent_live recent_live_;  // a shortcut into live_ for frees
     mapping_type mapping_{grid_};  // mapped granules, the cache, map and unmap calls
     // Stitched blocks; their pieces are live blocks of the spans (lent), not counted in live_bytes_.
     stitching_type stitches_{grid_};

@@ -8,6 +8,7 @@
 #include <poolkit/strategy/detail/intrusive.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -205,6 +206,34 @@ inline void file_live(live_blocks& live, block& b) noexcept {
     }
     live.insert(b);
 }
+
+// Recently carved live blocks by address, a slot each (direct-mapped), so that most frees find
+// their block without a search of the live index from the root. A slot only ever holds a live
+// block: a block leaves it when freed through it, and a block freed through the live index
+// instead is not in its slot (that slot holds another live block, or nothing).
+class recent_live {
+public:
+    void remember(block& b) noexcept { slots_[slot(b.address)] = &b; }
+    // The live block at `address` where its slot has it (then the slot is emptied), else nullptr.
+    [[nodiscard]] block* take(std::uintptr_t address) noexcept {
+        block*& at = slots_[slot(address)];
+        block* found = at;
+        if (found == nullptr || found->address != address) return nullptr;
+        at = nullptr;
+        return found;
+    }
+    template <class F>
+    void for_each(F&& f) const {
+        for (const block* b : slots_) {
+            if (b != nullptr) f(*b);
+        }
+    }
+
+private:
+    static constexpr std::size_t count = 256;
+    static std::size_t slot(std::uintptr_t address) noexcept { return ((address >> 9) ^ (address >> 21)) % count; }
+    std::array<block*, count> slots_{};
+};
 
 // Claims address space for a span of `wanted` bytes and at least `needed` (whole granules of
 // `granule` bytes): {where, bytes}. At most a 32nd of what is left to claim, where the memory says

@@ -50,27 +50,34 @@ void split_around(List& blocks, Block& b, std::uintptr_t start, std::size_t roun
     b.bytes -= padding + (back ? remainder : 0);
 }
 
-// Takes the live block at `pointer` out of `live` (a set searched by address with ByAddress) for a
-// deallocate(pointer, bytes, alignment) of blocks rounded to `rounding`, and marks it free. Asserts
-// that `live` holds it (else says `who` did not hand it out) and that bytes and alignment are
-// those it was allocated with; with assertions off, a pointer it does not know gives nullptr, and
-// the recorded size holds whatever `bytes` says.
+// Takes live block `found` (at `pointer`) out of `live` for a deallocate(pointer, bytes,
+// alignment) of blocks rounded to `rounding`, and marks it free. Asserts that bytes and alignment
+// are those it was allocated with; with assertions off, the recorded size holds whatever `bytes`
+// says.
+template <class Live, class Block>
+Block* take_live_block(Live& live, Block& found, void* pointer, std::size_t bytes, std::size_t alignment, std::size_t rounding) noexcept {
+    POOLKIT_ASSERT(checked_align_up(bytes, rounding) == align_up(found.requested, rounding),
+                   "deallocate with a size other than the one allocated");
+    POOLKIT_ASSERT(is_aligned(pointer, alignment), "deallocate with an alignment the block does not have");
+    static_cast<void>(pointer);
+    static_cast<void>(bytes);
+    static_cast<void>(alignment);
+    static_cast<void>(rounding);
+    live.erase(live.iterator_to(found));
+    found.free = true;
+    return &found;
+}
+
+// As take_live_block, the block found in `live` (a set searched by address with ByAddress).
+// Asserts that `live` holds it (else says `who` did not hand it out); with assertions off, a
+// pointer it does not know gives nullptr.
 template <class ByAddress, class Live>
 auto* take_live(Live& live, void* pointer, std::size_t bytes, std::size_t alignment, std::size_t rounding, const char* who) noexcept {
     const auto found = live.find(reinterpret_cast<std::uintptr_t>(pointer), ByAddress{});
     POOLKIT_ASSERT(found != live.end(), who);
-    if (found == live.end()) return static_cast<decltype(&*found)>(nullptr);
-    auto* freed = &*found;
-    POOLKIT_ASSERT(checked_align_up(bytes, rounding) == align_up(freed->requested, rounding),
-                   "deallocate with a size other than the one allocated");
-    POOLKIT_ASSERT(is_aligned(pointer, alignment), "deallocate with an alignment the block does not have");
-    static_cast<void>(bytes);
-    static_cast<void>(alignment);
-    static_cast<void>(rounding);
     static_cast<void>(who);
-    live.erase(found);
-    freed->free = true;
-    return freed;
+    if (found == live.end()) return static_cast<decltype(&*found)>(nullptr);
+    return take_live_block(live, *found, pointer, bytes, alignment, rounding);
 }
 
 // Merges `freed` (marked free, in no index) with the free blocks beside it in `blocks`, taking
