@@ -333,6 +333,7 @@ public:
     // the kind. Throws std::out_of_range for a device that does not exist, std::invalid_argument
     // for a bad POOLKIT_ALLOCATOR.
     device_pool& pool(int device) {
+        if (device_pool* made = pools_.find(device)) return *made;  // no lock once made: the kind is fixed then
         std::lock_guard lock(mutex_);
         return pools_.get(device, [&]() -> std::unique_ptr<device_pool> {
             if (!kind_) kind_ = kind_from_environment();

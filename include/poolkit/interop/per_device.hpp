@@ -7,7 +7,8 @@
 // nothing; for_each(visit) visits each made resource with its device current. A device number
 // outside 0 .. count() - 1 is refused with std::out_of_range. Thread-safe: one mutex, held while a
 // resource is made or visited; a resource, once made, keeps its address until the per_device is
-// destroyed, so references to it are used without the lock. Scope makes a device current for its
+// destroyed, so references to it are used without the lock, and get() and find() of a made one
+// take none (an atomic load). Scope makes a device current for its
 // lifetime and reports a failure to switch through check() (detail::device_scope with CUDA; without
 // CUDA there is no device to switch to).
 #pragma once
@@ -19,6 +20,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <mutex>
@@ -45,7 +47,8 @@ using current_device_scope = no_device_scope;
 template <class Resource, class Scope = current_device_scope>
 class per_device {
 public:
-    explicit per_device(int devices) : resources_(static_cast<std::size_t>(std::max(devices, 0))) {}
+    explicit per_device(int devices)
+        : resources_(static_cast<std::size_t>(std::max(devices, 0))), made_(static_cast<std::size_t>(std::max(devices, 0))) {}
 
     [[nodiscard]] int count() const noexcept { return static_cast<int>(resources_.size()); }
     [[nodiscard]] bool contains(int device) const noexcept { return device >= 0 && device < count(); }
@@ -54,22 +57,22 @@ public:
     Resource& get(int device, Make&& make) {
         static_assert(std::is_convertible_v<std::invoke_result_t<Make&>, std::unique_ptr<Resource>>,
                       "make() must return a std::unique_ptr to the resource (or to a type derived from it)");
+        const std::size_t i = index(device);
+        if (Resource* made = made_[i].load(std::memory_order_acquire)) return *made;
         std::lock_guard lock(mutex_);
-        auto& slot = resources_[index(device)];
+        auto& slot = resources_[i];
         if (!slot) {
             const Scope scope(device);
             scope.check();
             std::unique_ptr<Resource> made = make();
             if (!made) throw std::logic_error("poolkit: per_device: make() returned no resource for device " + std::to_string(device));
             slot = std::move(made);
+            made_[i].store(slot.get(), std::memory_order_release);
         }
         return *slot;
     }
 
-    [[nodiscard]] Resource* find(int device) {
-        std::lock_guard lock(mutex_);
-        return resources_[index(device)].get();
-    }
+    [[nodiscard]] Resource* find(int device) { return made_[index(device)].load(std::memory_order_acquire); }
 
     [[nodiscard]] bool any() const {
         std::lock_guard lock(mutex_);
@@ -98,6 +101,8 @@ private:
 
     mutable std::mutex mutex_;
     std::vector<std::unique_ptr<Resource>> resources_;
+    // resources_ as published once made, so that get() and find() of a made resource take no lock.
+    std::vector<std::atomic<Resource*>> made_;
 };
 
 }  // namespace poolkit
