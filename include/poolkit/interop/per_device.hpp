@@ -8,9 +8,9 @@
 // outside 0 .. count() - 1 is refused with std::out_of_range. Thread-safe: one mutex, held while a
 // resource is made or visited; a resource, once made, keeps its address until the per_device is
 // destroyed, so references to it are used without the lock, and get() and find() of a made one
-// take none (an atomic load). Scope makes a device current for its
-// lifetime and reports a failure to switch through check() (detail::device_scope with CUDA; without
-// CUDA there is no device to switch to).
+// take none (an atomic load). Scope makes a device current for its lifetime and reports a failure
+// to switch through check() (detail::device_scope with CUDA; without CUDA there is no device to
+// switch to).
 #pragma once
 
 #include <poolkit/core/config.hpp>
