@@ -87,18 +87,19 @@ def train_steps(model, steps, batch, seed):
 
 
 def figures(name):
-    """Peak allocated and reserved bytes of the allocator in use, from PyTorch's statistics or
-    poolkit's, and for poolkit the checks of its statistics against its snapshot."""
+    """Peak allocated and reserved bytes of the allocator in use, its device allocations and the
+    allocations it served (allocation.all.allocated), from PyTorch's statistics or poolkit's, and
+    for poolkit the checks of its statistics against its snapshot."""
     import torch
     if ALLOCATORS[name][1] is None:
         stats = torch.cuda.memory_stats()
         return {"peak_allocated": stats["allocated_bytes.all.peak"], "peak_reserved": stats["reserved_bytes.all.peak"],
-                "device_allocations": stats.get("num_device_alloc", 0)}
+                "device_allocations": stats.get("num_device_alloc", 0), "allocations": stats.get("allocation.all.allocated", 0)}
     import poolkit.torch
     torch.cuda.synchronize()
     stats = poolkit.torch.memory_stats()
     return {"peak_allocated": stats["allocated_bytes.all.peak"], "peak_reserved": stats["reserved_bytes.all.peak"],
-            "device_allocations": stats.get("num_device_alloc", 0),
+            "device_allocations": stats.get("num_device_alloc", 0), "allocations": stats.get("allocation.all.allocated", 0),
             "consistency": consistency(stats, poolkit.torch.snapshot())}
 
 

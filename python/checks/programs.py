@@ -170,6 +170,13 @@ def paired_steps(rounds, reference="pytorch"):
     return figures
 
 
+def allocations_per_step(runs, steps):
+    """runs: {allocator: a child's output}. The allocations each allocator served per step (warm-up
+    steps included). What bounds an allocator's host time per step is this times its cost per call
+    (poolkit-bench-c_api_cuda times poolkit's allocate + free through the C ABI)."""
+    return {name: run["figures"].get("allocations", 0) / max(steps, 1) for name, run in runs.items()}
+
+
 def rotated(names, round_index):
     """The allocators in the order of one round: each round starts one further along."""
     shift = round_index % len(names)
@@ -214,6 +221,7 @@ def main():
         everything[program] = rounds
         print(f"{program}, {args.steps} steps, {len(rounds)} round(s); the first round's figures:")
         print(allocators.table(rounds[0]))
+        print("allocations per step: " + ", ".join(f"{n} {v:,.0f}" for n, v in allocations_per_step(rounds[0], args.steps).items()))
         if len(rounds) > 1:
             print("step time / PyTorch's in the same round: median (least - most); median of each step's / the same step's")
             by_step = paired_steps([{n: r[n]["step_ms"] for n in names} for r in rounds])

@@ -25,6 +25,10 @@ class Rounds(unittest.TestCase):
         self.assertAlmostEqual(least, 1.0)
         self.assertAlmostEqual(most, 1.05)
 
+    def test_allocations_per_step_divide_each_run_by_the_steps(self):
+        runs = {"pytorch": {"figures": {"allocations": 2400}}, "a": {"figures": {"allocations": 2424}}, "old": {"figures": {}}}
+        self.assertEqual(programs.allocations_per_step(runs, 24), {"pytorch": 100.0, "a": 101.0, "old": 0.0})
+
 
 if __name__ == "__main__":
     unittest.main()
