@@ -73,6 +73,7 @@
 #include <poolkit/core/ref.hpp>
 #include <poolkit/core/virtual_memory.hpp>
 #include <poolkit/core/walk.hpp>
+#include <poolkit/strategy/detail/expandable_invariants.hpp>
 #include <poolkit/strategy/detail/expandable_mapping.hpp>
 #include <poolkit/strategy/detail/expandable_parts.hpp>
 #include <poolkit/strategy/detail/expandable_search.hpp>
@@ -83,7 +84,6 @@
 #include <poolkit/strategy/mapping_policy.hpp>
 
 #include <algorithm>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -224,60 +224,9 @@ public:
         for (const span* s : ordered) detail::visit_tiling(*s, visit);
     }
 
-    // Blocks tile their span; no two free blocks touch; each block is in the index its state
-    // says; every granule a live block touches is mapped; each free block's cached count is the
-    // mapped granules wholly inside it, and it is in the cached list exactly when that is not 0;
-    // the counts add up.
-    void check_invariants() const {
-        std::size_t live = 0, live_count = 0, free_count = 0, cached = 0, mapped = 0, cached_listed = 0;
-        for (const auto& s : spans_) {
-            detail::verify_tiling<by_address>(
-                *s, options_.rounding, live_,
-                [&](const block& b) {
-                    const auto& index = s->small ? small_free_ : large_free_;
-                    POOLKIT_VERIFY(index.find(b) != index.end(), "a free block missing from its size index");
-                    const auto [first, last] = grid_.releasable(b);
-                    POOLKIT_VERIFY(b.cached == s->count(first, last, true), "a free block's cached count drifted");
-                    cached += b.cached;
-                    ++free_count;
-                },
-                [&](const block& b) {
-                    const auto [first, last] = grid_.touched(b);
-                    POOLKIT_VERIFY(s->count(first, last, false) == 0, "a live block on an unmapped granule");
-                    live += b.bytes;
-                    ++live_count;
-                });
-            std::size_t mapped_here = 0;
-            for (std::size_t w = 0; w < s->mapped.size(); ++w) {
-                const std::uint64_t previous = (s->mapped[w] << 1) | (w > 0 ? s->mapped[w - 1] >> 63 : 0);
-                POOLKIT_VERIFY((s->starts[w] & ~s->mapped[w]) == 0, "an allocation starts on an unmapped granule");
-                POOLKIT_VERIFY((s->mapped[w] & ~previous & ~s->starts[w]) == 0, "a mapped run does not start an allocation");
-                mapped_here += static_cast<std::size_t>(std::popcount(s->mapped[w]));
-            }
-            POOLKIT_VERIFY(mapped_here == s->mapped_count, "a span's mapped granule count drifted");
-            mapped += mapped_here;
-        }
-        for (const block& b : mapping_.cached()) {
-            POOLKIT_VERIFY(b.free && b.cached > 0, "the cached list holds a block with nothing cached");
-            ++cached_listed;
-        }
-        std::size_t with_cache = 0;
-        for (const auto& s : spans_) {
-            for (const block& b : s->blocks) with_cache += b.free && b.cached > 0;
-        }
-        POOLKIT_VERIFY(cached_listed == with_cache, "a free block with cached granules is not in the cached list");
-        POOLKIT_VERIFY(free_count == small_free_.size() + large_free_.size(), "the size indexes hold blocks that are not free");
-        POOLKIT_VERIFY(live_count == live_.size(), "the live index holds blocks that are not live");
-        recent_live_.for_each([this](const block& b) {
-            const auto found = live_.find(b.address, by_address{});
-            POOLKIT_VERIFY(!b.free && found != live_.end() && &*found == &b, "a recent live block is not live");
-        });
-        stitches_.check_invariants(live_);
-        POOLKIT_VERIFY(live + stitches_.live_bytes() == live_bytes_ + stitches_.lent_bytes(), "live byte count drifted");
-        POOLKIT_VERIFY(cached == mapping_.cached_granules(), "cached granule count drifted");
-        POOLKIT_VERIFY(mapped == mapping_.mapped_granules(), "mapped granule count drifted");
-        POOLKIT_VERIFY(blocks_.in_use() == live_count + free_count, "bookkeeping nodes leaked");
-    }
+    // Blocks tile their span, each in the index its state says, and the counts add up
+    // (detail/expandable_invariants.hpp says what else).
+    void check_invariants() const { detail::expandable_parts::pool_invariants::verify(*this); }
 
     // Bytes handed out (whole blocks); mapped by this pool (its physical footprint); mapped but
     // wholly free (the cache); the most mapped and the most live at once.
@@ -310,6 +259,8 @@ public:
     friend bool operator==(const expandable& a, const expandable& b) noexcept { return &a == &b; }
 
 private:
+    friend struct detail::expandable_parts::pool_invariants;
+
     using block = detail::expandable_parts::block;
     using span = detail::expandable_parts::span;
     using by_size = detail::expandable_parts::by_size;

@@ -5,6 +5,7 @@
 
 #include <poolkit/core/alignment.hpp>
 #include <poolkit/core/errors.hpp>
+#include <poolkit/core/assert.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 
 #include <algorithm>
@@ -182,6 +183,19 @@ struct span {
             last = (top / 64) * 64;
         }
         return first;
+    }
+
+    // Every allocation starts on a mapped granule, every mapped run starts an allocation, and
+    // mapped_count is the mapped granules.
+    void check_invariants() const {
+        std::size_t counted = 0;
+        for (std::size_t w = 0; w < mapped.size(); ++w) {
+            const std::uint64_t previous = (mapped[w] << 1) | (w > 0 ? mapped[w - 1] >> 63 : 0);
+            POOLKIT_VERIFY((starts[w] & ~mapped[w]) == 0, "an allocation starts on an unmapped granule");
+            POOLKIT_VERIFY((mapped[w] & ~previous & ~starts[w]) == 0, "a mapped run does not start an allocation");
+            counted += static_cast<std::size_t>(std::popcount(mapped[w]));
+        }
+        POOLKIT_VERIFY(counted == mapped_count, "a span's mapped granule count drifted");
     }
 };
 
