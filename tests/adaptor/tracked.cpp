@@ -9,8 +9,10 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace {
 using namespace poolkit;
@@ -48,6 +50,21 @@ TEST_CASE("tracked: lists what is outstanding and reports it, largest first") {
     tracker.deallocate(c, 300);
     CHECK(tracker.live_blocks() == 0);
     CHECK(upstream.errors().empty());
+}
+
+TEST_CASE("tracked: outstanding() lists the live allocations in address order") {
+    instrumented<> upstream;
+    tracked<ref<instrumented<>>> tracker{upstream};
+    std::vector<void*> made;
+    for (int i = 0; i < 64; ++i) made.push_back(tracker.allocate(static_cast<std::size_t>(64 + 32 * (i % 7))));
+    for (int i = 0; i < 64; i += 3) tracker.deallocate(made[static_cast<std::size_t>(i)], static_cast<std::size_t>(64 + 32 * (i % 7)));
+    const auto live = tracker.outstanding();
+    CHECK(live.size() == 42);
+    CHECK(std::is_sorted(live.begin(), live.end(),
+                         [](const tracked_allocation& a, const tracked_allocation& b) { return a.pointer < b.pointer; }));
+    for (int i = 0; i < 64; ++i) {
+        if (i % 3 != 0) tracker.deallocate(made[static_cast<std::size_t>(i)], static_cast<std::size_t>(64 + 32 * (i % 7)));
+    }
 }
 
 TEST_CASE("tracked: backtraces when asked for") {
