@@ -380,19 +380,35 @@ void record_history(std::size_t max_entries, bool python, bool cpp, bool frees) 
     TORCH_CHECK(failed == 0, "poolkit: _record_memory_history failed: ", last_error());
 }
 
+// The plugin's alloc and free as the base calls them, a capture's stream routed to its pool first.
+void* plugin_alloc(std::size_t size, int device, cudaStream_t stream) {
+    routes.route(device, stream);
+    return plugin.alloc(static_cast<ssize_t>(size), device, stream);
+}
+void plugin_free(void* pointer, std::size_t size, int device, cudaStream_t stream) {
+    routes.route(device, stream);
+    plugin.free(pointer, static_cast<ssize_t>(size), device, stream);
+}
+
+// What a tensor's DataPtr holds to give its block back (the base's bookkeeping, without the map).
+struct block_context {
+    void* pointer;
+    std::size_t size;
+    int device;
+    cudaStream_t stream;
+};
+
+// The deleter of a tensor's DataPtr. A free the plugin refuses leaves its error in
+// poolkit_last_error, as the base's deleter does: a deleter cannot raise.
+void free_block(void* context) {
+    const std::unique_ptr<block_context> block(static_cast<block_context*>(context));
+    plugin_free(block->pointer, block->size, block->device, block->stream);
+}
+
 // CUDAPluggableAllocator with the overrides the setters cannot reach.
 class poolkit_allocator final : public pluggable::CUDAPluggableAllocator {
 public:
-    poolkit_allocator()
-        : CUDAPluggableAllocator(
-              [](std::size_t size, int device, cudaStream_t stream) {
-                  routes.route(device, stream);
-                  return plugin.alloc(static_cast<ssize_t>(size), device, stream);
-              },
-              [](void* pointer, std::size_t size, int device, cudaStream_t stream) {
-                  routes.route(device, stream);
-                  plugin.free(pointer, static_cast<ssize_t>(size), device, stream);
-              }) {
+    poolkit_allocator() : CUDAPluggableAllocator(&plugin_alloc, &plugin_free) {
         set_reset_fn([] {
             plugin.empty_cache();
             check("empty_cache");
@@ -413,11 +429,25 @@ public:
     double getMemoryFraction(c10::DeviceIndex device) override { return fractions.get(device).value_or(1.0); }
 #endif
 
+    // A tensor's block: its DataPtr carries what giving it back needs, where the base would keep
+    // it in a map under a mutex taken at both ends (allocation_metadata_).
     c10::DataPtr allocate(std::size_t size) override {
         c10::DeviceIndex device = -1;
         C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
-        void* pointer = checked_malloc(size, device, c10::cuda::getCurrentCUDAStream(device));
-        return {pointer, pointer, raw_deleter(), c10::Device(c10::DeviceType::CUDA, device)};
+        const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device);
+        void* pointer = plugin_alloc(size, device, stream);
+        if (pointer == nullptr) {
+            if (size != 0) raise_failed_alloc(size, device);
+            return {nullptr, nullptr, &free_block, c10::Device(c10::DeviceType::CUDA, device)};
+        }
+        block_context* context = nullptr;
+        try {
+            context = new block_context{pointer, size, device, stream};
+        } catch (...) {
+            plugin_free(pointer, size, device, stream);
+            throw;
+        }
+        return {pointer, context, &free_block, c10::Device(c10::DeviceType::CUDA, device)};
     }
     void* raw_alloc(std::size_t size) override {
         c10::DeviceIndex device = -1;
@@ -458,8 +488,8 @@ public:
     }
 
 private:
-    // The base's malloc (the plugin's alloc and PyTorch's bookkeeping of the block), with a
-    // failure raised as PyTorch raises its own: OutOfMemoryError for exhaustion.
+    // The base's malloc (the plugin's alloc and PyTorch's bookkeeping of the block, which
+    // raw_delete reads), with a failure raised as PyTorch raises its own.
     void* checked_malloc(std::size_t size, c10::DeviceIndex device, cudaStream_t stream) {
         void* pointer = malloc(size, device, stream);
         if (pointer != nullptr || size == 0) return pointer;
@@ -467,16 +497,20 @@ private:
             const std::lock_guard lock(allocator_mutex_);
             allocation_metadata_.erase(nullptr);
         }
+        raise_failed_alloc(size, device);
+    }
+
+    // The plugin's failure of the allocation just tried: OutOfMemoryError for exhaustion.
+    [[noreturn]] void raise_failed_alloc(std::size_t size, c10::DeviceIndex device) {
         const std::string error = last_error();
         if (error.find("out of memory") != std::string::npos) raise_out_of_memory(size, device, error);
-        TORCH_CHECK(false,
-                    "poolkit: allocation of " + std::to_string(size) + " bytes on device " + std::to_string(device) + " failed: " + error);
-        return nullptr;
+        C10_THROW_ERROR(
+            Error, "poolkit: allocation of " + std::to_string(size) + " bytes on device " + std::to_string(device) + " failed: " + error);
     }
 
     // Tells the observers (with the bytes allowed where a fraction is set, as PyTorch's allocator
     // does), then raises OutOfMemoryError in PyTorch's words with poolkit's figures.
-    void raise_out_of_memory(std::size_t size, c10::DeviceIndex device, const std::string& error) {
+    [[noreturn]] void raise_out_of_memory(std::size_t size, c10::DeviceIndex device, const std::string& error) {
         std::size_t free_bytes = 0, total_bytes = 0;
         if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) static_cast<void>(cudaGetLastError());
         const std::optional<double> fraction = fractions.get(device);
@@ -506,7 +540,7 @@ private:
         message += "Of the allocated memory " + format_size(static_cast<std::uint64_t>(allocated)) + " is allocated by poolkit, and " +
                    format_size(static_cast<std::uint64_t>(std::max<std::int64_t>(reserved - allocated, 0))) +
                    " is reserved by poolkit but unallocated. " + error;
-        TORCH_CHECK_WITH(OutOfMemoryError, false, message);
+        C10_THROW_ERROR(OutOfMemoryError, message);
     }
 
     std::mutex observers_mutex_;
