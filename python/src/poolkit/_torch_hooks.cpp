@@ -23,6 +23,8 @@
 //   gathered as PyTorch's allocator gathers it (torch::CapturedTraceback); history_frames() turns
 //   labels into the frames of PyTorch's snapshot. poolkit.torch routes
 //   torch.cuda.memory._record_memory_history and _snapshot to them in Python.
+// A tensor's DataPtr carries its block's size, device and stream to the plugin's free itself; the
+// base's map under a mutex serves only raw_alloc and raw_delete, which have the pointer alone.
 // Not here: torch.cuda.MemPool (not supported yet).
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 #include <torch/csrc/profiler/combined_traceback.h>
