@@ -11,16 +11,16 @@ Two paths are timed, with programs.py alloc_free's sizes (512 B to 8 MiB) and 16
     PYTHONPATH=<site>:python/checks python3 python/checks/allocator_calls.py [--allocators A,B] [--rounds R]
 
 With --rounds R each allocator runs R times, the order rotated each round; the table gives the
-median over rounds of each round's best of five repeats, in ns per pair, and that over PyTorch's
-in the same round. Exits 1 when a child fails.
+median over rounds of each round's best of five repeats, in ns per pair, and its ratio to the first
+allocator's (PyTorch's) in the same round, median and range. Exits 1 when a child fails.
 """
 import argparse
 import json
-import random
 import statistics
 import sys
 
 import allocators
+import programs
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -66,12 +66,6 @@ ALIVE = 16
 REPEATS = 20  # passes over the 10,000 sizes per timing
 
 
-def sizes():
-    """programs.py alloc_free's sizes."""
-    draw = random.Random(2)
-    return [draw.choice([512, 4096, 65536, 1 << 20, 8 << 20]) + 512 * draw.randrange(8) for _ in range(10000)]
-
-
 def child(name):
     allocators.install(name)
     import torch
@@ -79,7 +73,7 @@ def child(name):
     module = cpp_extension.load_inline(name="poolkit_allocator_calls", cpp_sources=[_SOURCE],
                                        functions=["tensor_pairs", "raw_pairs"], with_cuda=True,
                                        extra_cflags=["-O2"], verbose=False)
-    drawn = sizes()
+    drawn = programs.alloc_free_sizes()
     torch.empty(1, device="cuda")
     figures = {}
     for path in PATHS:
@@ -89,6 +83,21 @@ def child(name):
         figures[path] = min(timed(drawn, ALIVE, REPEATS) for _ in range(5))
     torch.cuda.synchronize()
     print(json.dumps({"ns_per_pair": figures, "figures": allocators.figures(name)}))
+
+
+def table(rounds, names):
+    """rounds: one {allocator: {path: ns per pair}} per round. A line per allocator: for each path
+    the median ns over rounds, and the median (least - most) of its ratio to the first allocator's
+    in the same round (programs.paired)."""
+    lines = [f"{'allocator':30} " + " ".join(f"{path + ' ns':>10} {'ratio (least - most)':>22}" for path in PATHS)]
+    ratios = {path: programs.paired([{n: r[n][path] for n in names} for r in rounds], reference=names[0]) for path in PATHS}
+    for name in names:
+        cells = []
+        for path in PATHS:
+            median, least, most = ratios[path][name]
+            cells.append(f"{statistics.median(r[name][path] for r in rounds):10.0f} {median:6.3f} ({least:.3f} - {most:.3f})")
+        lines.append(f"{name:30} " + " ".join(cells))
+    return "\n".join(lines)
 
 
 def main():
@@ -106,19 +115,11 @@ def main():
         parser.error(f"unknown: {', '.join(unknown)}")
     rounds = []
     for index in range(max(1, args.rounds)):
-        shift = index % len(names)
-        rounds.append({name: allocators.run_child(__file__, name, [])["ns_per_pair"] for name in names[shift:] + names[:shift]})
-    reference = names[0]
+        runs = {name: allocators.run_child(__file__, name, [])["ns_per_pair"] for name in programs.rotated(names, index)}
+        rounds.append({name: runs[name] for name in names})
     print(f"ns per allocate + free through PyTorch's allocator interface ({ALIVE} alive, alloc_free's sizes), "
-          f"median over {len(rounds)} round(s); / {reference}'s in the same round")
-    print(f"{'allocator':30} " + " ".join(f"{path + ' ns':>10} {'ratio':>6}" for path in PATHS))
-    for name in names:
-        cells = []
-        for path in PATHS:
-            ns = statistics.median(r[name][path] for r in rounds)
-            ratio = statistics.median(r[name][path] / r[reference][path] for r in rounds)
-            cells.append(f"{ns:10.0f} {ratio:6.3f}")
-        print(f"{name:30} " + " ".join(cells))
+          f"median over {len(rounds)} round(s); / {names[0]}'s in the same round")
+    print(table(rounds, names))
     return 0
 
 

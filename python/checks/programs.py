@@ -131,10 +131,15 @@ def generate(steps):
     return _timed(step, steps)
 
 
+def alloc_free_sizes():
+    """alloc_free's 10,000 request sizes, 512 B to 8 MiB (allocator_calls.py times the same)."""
+    draw = random.Random(2)
+    return [draw.choice([512, 4096, 65536, 1 << 20, 8 << 20]) + 512 * draw.randrange(8) for _ in range(10000)]
+
+
 def alloc_free(steps):
     import torch
-    draw = random.Random(2)
-    sizes = [draw.choice([512, 4096, 65536, 1 << 20, 8 << 20]) + 512 * draw.randrange(8) for _ in range(10000)]
+    sizes = alloc_free_sizes()
 
     def step(_):
         alive = [None] * 16

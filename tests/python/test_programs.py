@@ -1,11 +1,13 @@
-"""python/checks/programs.py's bookkeeping, which needs no GPU: the order of the allocators in each
-round and the paired step-time ratios (each run against the PyTorch run of the same round)."""
+"""python/checks/programs.py's and allocator_calls.py's bookkeeping, which needs no GPU: the order of
+the allocators in each round and the paired ratios (each run against the PyTorch run of the same
+round)."""
 import os
 import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python", "checks"))
-import programs  # noqa: E402  (imports no torch at module level)
+import allocator_calls  # noqa: E402
+import programs  # noqa: E402  (neither imports torch at module level)
 
 
 class Rounds(unittest.TestCase):
@@ -28,6 +30,23 @@ class Rounds(unittest.TestCase):
     def test_allocations_per_step_divide_each_run_by_the_steps(self):
         runs = {"pytorch": {"figures": {"allocations": 2400}}, "a": {"figures": {"allocations": 2424}}, "old": {"figures": {}}}
         self.assertEqual(programs.allocations_per_step(runs, 24), {"pytorch": 100.0, "a": 101.0, "old": 0.0})
+
+
+class CallTable(unittest.TestCase):
+    def test_each_path_is_paired_with_the_reference_of_its_round(self):
+        # The second round's host was slower for both: the ratios do not see it, the ns do.
+        rounds = [{"pytorch": {"tensor": 500.0, "raw": 400.0}, "a": {"tensor": 550.0, "raw": 400.0}},
+                  {"pytorch": {"tensor": 1000.0, "raw": 800.0}, "a": {"tensor": 1100.0, "raw": 880.0}}]
+        lines = allocator_calls.table(rounds, ["pytorch", "a"]).splitlines()
+        self.assertEqual(len(lines), 3)
+        self.assertEqual(lines[2].split()[1:], ["825", "1.100", "(1.100", "-", "1.100)", "640", "1.050", "(1.000", "-", "1.100)"])
+        self.assertEqual(lines[1].split()[2], "1.000")
+
+    def test_the_sizes_are_alloc_free_s(self):
+        sizes = programs.alloc_free_sizes()
+        self.assertEqual(len(sizes), 10000)
+        self.assertEqual(sizes, programs.alloc_free_sizes())
+        self.assertTrue(all(512 <= s <= (8 << 20) + 7 * 512 for s in sizes))
 
 
 if __name__ == "__main__":
