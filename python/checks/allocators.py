@@ -11,6 +11,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 # name: (environment, poolkit preset or None, options)
@@ -124,15 +125,36 @@ def consistency(stats, snapshot):
     return [statement for statement, holds in checks.items() if not holds]
 
 
-def run_child(script, name, arguments):
+def start_child(script, name, arguments):
+    """Starts `script --child NAME ...` with NAME's environment; its stdin and stdout are pipes
+    (text, line-buffered on our side), its stderr a temporary file that finish_child shows on failure."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF",)}
     env.update(ALLOCATORS[name][0])
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    child = subprocess.run([sys.executable, script, "--child", name, *arguments], env=env, capture_output=True, text=True)
+    errors = tempfile.TemporaryFile(mode="w+")
+    child = subprocess.Popen([sys.executable, script, "--child", name, *arguments], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=errors, text=True, bufsize=1)
+    child.errors = errors
+    return child
+
+
+def finish_child(child, name):
+    """Waits for a child of start_child; returns the JSON of its last line of output."""
+    child.stdin.close()
+    output = child.stdout.read()  # what a reader of its lines has not taken yet
+    child.wait()
+    child.errors.seek(0)
+    errors = child.errors.read()
+    child.errors.close()
     if child.returncode != 0:
-        sys.stderr.write(child.stdout[-4000:] + child.stderr[-8000:])
+        sys.stderr.write(output[-4000:] + errors[-8000:])
         raise SystemExit(f"{name}: the child run failed (exit {child.returncode})")
-    return json.loads(child.stdout.strip().splitlines()[-1])
+    return json.loads(output.strip().splitlines()[-1])
+
+
+def run_child(script, name, arguments):
+    """Runs `script --child NAME ...` to its end; returns the JSON of its last line of output."""
+    return finish_child(start_child(script, name, arguments), name)
 
 
 def mib(count):

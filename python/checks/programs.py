@@ -4,7 +4,7 @@ allocators.py in a process of its own: peak reserved, peak allocated and the med
 default allocator (fixed seeds, deterministic kernels).
 
     PYTHONPATH=python/src:python/checks POOLKIT_PLUGIN=build/plugins/libpoolkit_plugin.so \\
-        python3 python/checks/programs.py [PROGRAM ...] [--steps N] [--json FILE]
+        python3 python/checks/programs.py [PROGRAM ...] [--steps N] [--rounds R] [--lockstep] [--json FILE]
 
 Programs (default: all):
   resnet18_train      ResNet-18 training, batch 64 at 224x224
@@ -22,6 +22,9 @@ Step times drift between runs of the same script (by up to a quarter on the H200
 is also taken relative to the PyTorch run of its round: the table gives the median of those paired
 ratios (the figure to compare with "within 2% of PyTorch") and their range, and the median over
 every round and step of a step's time over the same step's under PyTorch (the same drawn shapes).
+With --lockstep a round runs every allocator's process at once and interleaves their steps one
+by one, each alone on the GPU while the others wait: a drift over the round then reaches every
+allocator alike, and a step's pair lies seconds apart instead of a whole run.
 
 Exits 1 when a program's results differ from PyTorch's default allocator's, a child fails, or
 poolkit's statistics disagree with its snapshot. A program whose library is missing
@@ -45,17 +48,33 @@ def _deterministic():
     torch.backends.cudnn.benchmark = False
 
 
+# In a child run with --lockstep: says "ready" once its program is built, then runs each step
+# when the parent writes "go", and says "step MS" after it (lockstep_round).
+_lockstep = False
+
+
+def _say(line):
+    print(line, flush=True)
+
+
 def _timed(step, steps):
     """Runs step(i) for each i; returns its results, the median milliseconds after two steps and
     every step's milliseconds."""
     import torch
     results, times = [], []
+    if _lockstep:
+        torch.cuda.synchronize()
+        _say("ready")
     for i in range(steps):
+        if _lockstep and sys.stdin.readline().strip() != "go":
+            raise SystemExit("lockstep: the parent stopped before the last step")
         torch.cuda.synchronize()
         start = time.perf_counter()
         results.append(step(i))
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+        if _lockstep:
+            _say(f"step {1e3 * times[-1]:.3f}")
     return results, 1e3 * statistics.median(times[2:] or times), [round(1e3 * t, 3) for t in times]
 
 
@@ -188,7 +207,39 @@ def rotated(names, round_index):
     return names[shift:] + names[:shift]
 
 
-def child(name, program, steps):
+def _expect(child, name, word):
+    """The next line of a lockstep child, which must start with `word`."""
+    line = child.stdout.readline()
+    if not line.startswith(word):
+        allocators.finish_child(child, name)  # raises with its output where it failed
+        raise SystemExit(f"{name}: lockstep: expected {word!r}, got {line.strip()!r}")
+
+
+def lockstep_round(script, program, names, steps, round_index=0):
+    """One round with every allocator's child alive at once, the steps interleaved: step i of each
+    in turn (rotated(names, round_index + i)), each alone on the GPU while the others wait, so that
+    a drift of the host or the GPU over the round reaches every allocator alike. Returns
+    {allocator: the child's output}, as run_child's."""
+    children = {name: allocators.start_child(script, name, [program, str(steps), "--lockstep"]) for name in names}
+    try:
+        for name, child in children.items():
+            _expect(child, name, "ready")
+        for i in range(steps):
+            for name in rotated(names, round_index + i):
+                children[name].stdin.write("go\n")
+                children[name].stdin.flush()
+                _expect(children[name], name, "step")
+        return {name: allocators.finish_child(children[name], name) for name in names}
+    finally:
+        for child in children.values():
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def child(name, program, steps, lockstep=False):
+    global _lockstep
+    _lockstep = lockstep
     allocators.install(name)
     _deterministic()
     results, ms_per_step, step_ms = PROGRAMS[program](steps)
@@ -197,13 +248,15 @@ def child(name, program, steps):
 
 def main():
     if len(sys.argv) >= 5 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]), lockstep=sys.argv[5:] == ["--lockstep"])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("programs", nargs="*", default=[], help=f"of {', '.join(PROGRAMS)} (default: all)")
     parser.add_argument("--allocators", help="comma-separated names of allocators.py's (default: all but the no-hooks run)")
     parser.add_argument("--steps", type=int, default=24, help="steps per program (default 24; the median skips two)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each allocator, interleaved (default 1)")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="run a round's allocators at once, their steps interleaved one by one (lockstep_round)")
     parser.add_argument("--json", help="also write every run's figures here")
     args = parser.parse_args()
     unknown = [p for p in args.programs if p not in PROGRAMS]
@@ -220,8 +273,10 @@ def main():
             continue
         rounds = []
         for index in range(max(1, args.rounds)):
-            order = rotated(names, index)
-            runs = {name: allocators.run_child(__file__, name, [program, str(args.steps)]) for name in order}
+            if args.lockstep:
+                rounds.append(lockstep_round(__file__, program, names, args.steps, index))
+                continue
+            runs = {name: allocators.run_child(__file__, name, [program, str(args.steps)]) for name in rotated(names, index)}
             rounds.append({name: runs[name] for name in names})
         everything[program] = rounds
         print(f"{program}, {args.steps} steps, {len(rounds)} round(s); the first round's figures:")

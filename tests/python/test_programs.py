@@ -3,6 +3,7 @@ the allocators in each round and the paired ratios (each run against the PyTorch
 round)."""
 import os
 import sys
+import tempfile
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python", "checks"))
@@ -47,6 +48,34 @@ class CallTable(unittest.TestCase):
         self.assertEqual(len(sizes), 10000)
         self.assertEqual(sizes, programs.alloc_free_sizes())
         self.assertTrue(all(512 <= s <= (8 << 20) + 7 * 512 for s in sizes))
+
+
+class Lockstep(unittest.TestCase):
+    CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lockstep_child.py")
+    NAMES = ["pytorch", "poolkit caching", "poolkit expandable"]
+
+    def run_round(self, steps, round_index, fail=""):
+        with tempfile.TemporaryDirectory() as folder:
+            log = os.path.join(folder, "log")
+            os.environ.update(LOCKSTEP_LOG=log, LOCKSTEP_FAIL=fail)
+            try:
+                runs = programs.lockstep_round(self.CHILD, "a_program", self.NAMES, steps, round_index)
+            finally:
+                del os.environ["LOCKSTEP_LOG"], os.environ["LOCKSTEP_FAIL"]
+            with open(log) as f:
+                return runs, [line.rsplit(" ", 1)[0] for line in f.read().splitlines()]
+
+    def test_steps_interleave_one_by_one_in_rotated_order(self):
+        runs, order = self.run_round(3, 1)
+        expected = [n for i in range(3) for n in programs.rotated(self.NAMES, 1 + i)]
+        self.assertEqual(order, expected)
+        self.assertEqual(sorted(runs), sorted(self.NAMES))
+        self.assertEqual(runs["poolkit caching"]["losses"], ["a_program"])
+
+    def test_a_child_that_fails_stops_the_round(self):
+        with self.assertRaises(SystemExit) as stopped:
+            self.run_round(3, 0, fail="poolkit caching:1")
+        self.assertIn("poolkit caching", str(stopped.exception))
 
 
 if __name__ == "__main__":
