@@ -48,8 +48,8 @@ def _deterministic():
     torch.backends.cudnn.benchmark = False
 
 
-# In a child run with --lockstep: says "ready" once its program is built, then runs each step
-# when the parent writes "go", and says "step MS" after it (lockstep_round).
+# In a child run with --lockstep: says "lockstep ready" once its program is built, then runs each
+# step when the parent writes "go", and says "lockstep step MS" after it (lockstep_round).
 _lockstep = False
 
 
@@ -64,7 +64,7 @@ def _timed(step, steps):
     results, times = [], []
     if _lockstep:
         torch.cuda.synchronize()
-        _say("ready")
+        _say("lockstep ready")
     for i in range(steps):
         if _lockstep and sys.stdin.readline().strip() != "go":
             raise SystemExit("lockstep: the parent stopped before the last step")
@@ -74,7 +74,7 @@ def _timed(step, steps):
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         if _lockstep:
-            _say(f"step {1e3 * times[-1]:.3f}")
+            _say(f"lockstep step {1e3 * times[-1]:.3f}")
     return results, 1e3 * statistics.median(times[2:] or times), [round(1e3 * t, 3) for t in times]
 
 
@@ -208,11 +208,13 @@ def rotated(names, round_index):
 
 
 def _expect(child, name, word):
-    """The next line of a lockstep child, which must start with `word`."""
-    line = child.stdout.readline()
-    if not line.startswith(word):
-        allocators.finish_child(child, name)  # raises with its output where it failed
-        raise SystemExit(f"{name}: lockstep: expected {word!r}, got {line.strip()!r}")
+    """Waits for a lockstep child's next "lockstep WORD ..." line; other output (a library's
+    chatter on stdout) passes by."""
+    while line := child.stdout.readline():
+        if line.startswith(f"lockstep {word}"):
+            return
+    allocators.finish_child(child, name)  # raises with its output where it failed
+    raise SystemExit(f"{name}: lockstep: the child ended before saying {word!r}")
 
 
 def lockstep_round(script, program, names, steps, round_index=0):

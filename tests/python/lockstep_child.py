@@ -1,6 +1,7 @@
-"""A stand-in for a programs.py child in --lockstep mode, without torch: says "ready", runs a step
-per "go" (appending "NAME STEP" to the file named by LOCKSTEP_LOG), says "step MS", and prints
-run_child's JSON at the end. LOCKSTEP_FAIL=NAME:STEP makes that child exit 3 at that step."""
+"""A stand-in for a programs.py child in --lockstep mode, without torch: says "lockstep ready" (and
+a line of chatter), runs a step per "go" (appending "NAME STEP" to the file named by
+LOCKSTEP_LOG), says "lockstep step MS", and prints run_child's JSON at the end.
+LOCKSTEP_FAIL=NAME:STEP makes that child exit 3 at that step."""
 import json
 import os
 import sys
@@ -10,7 +11,8 @@ def main():
     _, flag, name, program, steps, mode = sys.argv
     assert flag == "--child" and mode == "--lockstep", sys.argv
     failing = os.environ.get("LOCKSTEP_FAIL", "")
-    print("ready", flush=True)
+    print("lockstep ready", flush=True)
+    print("some library's chatter", flush=True)
     for i in range(int(steps)):
         if sys.stdin.readline().strip() != "go":
             return 2
@@ -18,7 +20,7 @@ def main():
             return 3
         with open(os.environ["LOCKSTEP_LOG"], "a") as log:
             log.write(f"{name} {i}\n")
-        print(f"step {1.0 + i}", flush=True)
+        print(f"lockstep step {1.0 + i}", flush=True)
     print(json.dumps({"losses": [program], "ms_per_step": 1.0, "step_ms": [1.0] * int(steps), "figures": {}}))
     return 0
 
