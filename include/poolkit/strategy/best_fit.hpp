@@ -196,8 +196,10 @@ public:
                                                      "deallocate of a pointer best_fit did not hand out (or freed twice)");
         if (freed == nullptr) return;
         live_bytes_ -= freed->bytes;
-        freed = &detail::coalesce(freed->owner->blocks, *freed, blocks_, [this](block& b) { free_.erase(free_.iterator_to(b)); });
-        free_.insert(*freed);
+        detail::coalesce(
+            freed->owner->blocks, *freed, blocks_, [this](block& b) { free_.erase(free_.iterator_to(b)); },
+            [this](block& b) { free_.insert(b); },
+            [this](block& old, block& with) { return detail::take_place(free_, old, with, by_size{}); });
     }
     POOLKIT_CUDA_MR_MEMBERS(best_fit);
 
@@ -247,6 +249,7 @@ public:
             reserved += c.bytes;
         }
         POOLKIT_VERIFY(free_count == free_.size(), "the size index holds blocks that are not free");
+        POOLKIT_VERIFY(detail::in_strict_order(free_, by_size{}), "the size index out of order");
         POOLKIT_VERIFY(live_count == live_.size(), "the live index holds blocks that are not live");
         POOLKIT_VERIFY(live == live_bytes_, "live byte count drifted");
         POOLKIT_VERIFY(reserved == reserved_bytes_, "reserved byte count drifted");
@@ -306,7 +309,8 @@ private:
     void* carve(block& b, std::uintptr_t start, std::size_t rounded, std::size_t bytes) {
         detail::split_around(
             b.owner->blocks, b, start, rounded, options_.minimum_split, blocks_, [this](block& f) { free_.erase(free_.iterator_to(f)); },
-            [this](block& f) { free_.insert(f); });
+            [this](block& f) { free_.insert(f); },
+            [this](block& old, block& with) { return detail::take_place(free_, old, with, by_size{}); });
         b.requested = bytes;
         b.free = false;
         live_.insert(b);

@@ -536,13 +536,23 @@ private:
     // A block taken out of the live index (marked free) joins the free blocks beside it and is filed.
     void free_block(block& b) noexcept {
         b.requested = 0;
-        file_free(detail::coalesce(b.owner->blocks, b, blocks_, [this](block& f) { forget_free(f); }));
+        detail::coalesce(
+            b.owner->blocks, b, blocks_, [this](block& f) { forget_free(f); }, [this](block& f) { file_free(f); },
+            [this](block& old, block& with) { return refile_free(old, with); });
     }
 
     // Files a free block in its size index and, with its cached granules counted, in the cache.
     void file_free(block& b) noexcept {
         (b.owner->small ? small_free_ : large_free_).insert(b);
         mapping_.cache(b);
+    }
+    // forget_free(old) then file_free(with) where `with` can take `old`'s place in its size index
+    // (detail::take_place); false, nothing done, otherwise. `with` may be `old`, grown.
+    bool refile_free(block& old, block& with) noexcept {
+        if (!detail::take_place(old.owner->small ? small_free_ : large_free_, old, with, by_size{})) return false;
+        mapping_.uncache(old);
+        mapping_.cache(with);
+        return true;
     }
     void forget_free(block& b) noexcept {
         (b.owner->small ? small_free_ : large_free_).erase((b.owner->small ? small_free_ : large_free_).iterator_to(b));
@@ -554,7 +564,8 @@ private:
     // Strong guarantee: the nodes are made before anything changes.
     void* carve(block& b, std::uintptr_t start, std::size_t rounded, std::size_t bytes) {
         detail::split_around(
-            b.owner->blocks, b, start, rounded, 1, blocks_, [this](block& f) { forget_free(f); }, [this](block& f) { file_free(f); });
+            b.owner->blocks, b, start, rounded, 1, blocks_, [this](block& f) { forget_free(f); }, [this](block& f) { file_free(f); },
+            [this](block& old, block& with) { return refile_free(old, with); });
         b.requested = bytes;
         b.free = false;
         detail::expandable_parts::file_live(live_, b);

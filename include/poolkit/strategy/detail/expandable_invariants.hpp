@@ -14,7 +14,8 @@ struct pool_invariants {
     // Blocks tile their span; no two free blocks touch; each block is in the index its state
     // says; every granule a live block touches is mapped; each span's bits hold (span's own
     // check); each free block's cached count is the mapped granules wholly inside it, and it is in
-    // the cached list exactly when that is not 0; the recently carved are live; the counts add up.
+    // the cached list exactly when that is not 0; the size indexes run in strict order; the
+    // recently carved are live; the counts add up.
     template <class Pool>
     static void verify(const Pool& p) {
         std::size_t live = 0, live_count = 0, free_count = 0, cached = 0, mapped = 0, cached_listed = 0;
@@ -48,6 +49,8 @@ struct pool_invariants {
         }
         POOLKIT_VERIFY(cached_listed == with_cache, "a free block with cached granules is not in the cached list");
         POOLKIT_VERIFY(free_count == p.small_free_.size() + p.large_free_.size(), "the size indexes hold blocks that are not free");
+        POOLKIT_VERIFY(detail::in_strict_order(p.small_free_, by_size{}) && detail::in_strict_order(p.large_free_, by_size{}),
+                       "a size index out of order");
         POOLKIT_VERIFY(live_count == p.live_.size(), "the live index holds blocks that are not live");
         p.recent_live_.for_each([&](const block& b) {
             const auto found = p.live_.find(b.address, by_address{});

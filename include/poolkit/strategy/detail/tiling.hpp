@@ -11,20 +11,45 @@
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/walk.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
 
 namespace poolkit::detail {
 
+// Whether `index` (an ordered intrusive container) runs strictly increasing by `less`: what
+// check_invariants asks of a size index that take_place edits without a search.
+template <class Index, class Less>
+bool in_strict_order(const Index& index, Less less) noexcept {
+    return std::adjacent_find(index.begin(), index.end(), [&](const auto& a, const auto& b) { return !less(a, b); }) == index.end();
+}
+
+// The default `replace` of split_around and coalesce: a block is always filed anew.
+inline constexpr auto never_replace = [](const auto&, const auto&) noexcept { return false; };
+
+// Puts `with` in `old`'s place in `index` (an ordered intrusive container by `less`), `old` out,
+// where that keeps the index in order: what erasing `old` and inserting `with` would leave,
+// without a search or a rebalancing. `with` may be `old` itself, its key changed since it was
+// filed. False, and nothing done, where a neighbour of `old` in the index lies between the keys.
+template <class Index, class Block, class Less>
+bool take_place(Index& index, Block& old, Block& with, Less less) noexcept {
+    const auto at = index.iterator_to(old);
+    if (at != index.begin() && !less(*std::prev(at), with)) return false;
+    if (const auto next = std::next(at); next != index.end() && !less(with, *next)) return false;
+    if (&old != &with) index.replace_node(at, with);
+    return true;
+}
+
 // Splits free block `b` of `blocks` around [start, start + rounded), which lies inside it: the
 // space before becomes a free block; the space after becomes one when it is at least
 // `min_remainder` bytes (else it stays in `b`). `b` leaves the indexes (forget) and is left holding
-// the placement, for the caller to make live; the new free blocks are filed. Strong guarantee:
-// the nodes are made before anything changes.
-template <class List, class Block, class Nodes, class Forget, class File>
+// the placement, for the caller to make live; the new free blocks are filed (file), or the space
+// after takes `b`'s place where it alone is split off and replace(b, after) can put it there.
+// Strong guarantee: the nodes are made before anything changes.
+template <class List, class Block, class Nodes, class Forget, class File, class Replace = decltype(never_replace)>
 void split_around(List& blocks, Block& b, std::uintptr_t start, std::size_t rounded, std::size_t min_remainder, Nodes& nodes,
-                  Forget&& forget, File&& file) {
+                  Forget&& forget, File&& file, Replace replace = {}) {
     const std::size_t padding = start - b.address;
     const std::size_t remainder = b.bytes - padding - rounded;
     Block* front = padding > 0 ? nodes.make(b.address, padding, b.owner) : nullptr;
@@ -37,14 +62,15 @@ void split_around(List& blocks, Block& b, std::uintptr_t start, std::size_t roun
             throw;
         }
     }
-    forget(b);
+    const bool replaced = front == nullptr && back != nullptr && replace(b, *back);
+    if (!replaced) forget(b);
     if (front) {
         blocks.insert(blocks.iterator_to(b), *front);
         file(*front);
     }
     if (back) {
         blocks.insert(std::next(blocks.iterator_to(b)), *back);
-        file(*back);
+        if (!replaced) file(*back);
     }
     b.address = start;
     b.bytes -= padding + (back ? remainder : 0);
@@ -80,28 +106,42 @@ auto* take_live(Live& live, void* pointer, std::size_t bytes, std::size_t alignm
     return take_live_block(live, *found, pointer, bytes, alignment, rounding);
 }
 
-// Merges `freed` (marked free, in no index) with the free blocks beside it in `blocks`, taking
-// them out of the indexes (forget) and returning their nodes. Returns the block that now holds the
-// merged range — `freed` or its lower neighbour — in no index yet.
-template <class List, class Block, class Nodes, class Forget>
-Block& coalesce(List& blocks, Block& freed, Nodes& nodes, Forget&& forget) noexcept {
+// Merges `freed` (marked free, in no index) with the free blocks beside it in `blocks`, returning
+// their nodes, and files the block that now holds the merged range — `freed` or its lower
+// neighbour — which it returns. The merged block takes the place of the neighbour it grew from
+// where replace(neighbour, merged) can put it there (a tiling with an ordered index: take_place);
+// otherwise the neighbours leave the indexes (forget) and the merged block is filed (file).
+template <class List, class Block, class Nodes, class Forget, class File, class Replace = decltype(never_replace)>
+Block& coalesce(List& blocks, Block& freed, Nodes& nodes, Forget&& forget, File&& file, Replace replace = {}) noexcept {
     const auto position = blocks.iterator_to(freed);
+    Block* absorbed = nullptr;
     if (const auto next = std::next(position); next != blocks.end() && next->free) {
-        Block* absorbed = &*next;
-        forget(*absorbed);
+        absorbed = &*next;
         blocks.erase(next);
         freed.bytes += absorbed->bytes;
-        nodes.destroy(absorbed);
     }
-    if (position == blocks.begin()) return freed;
-    const auto previous = std::prev(position);
-    if (!previous->free) return freed;
-    Block& survivor = *previous;
-    forget(survivor);
-    survivor.bytes += freed.bytes;
-    blocks.erase(position);
-    nodes.destroy(&freed);
-    return survivor;
+    Block* merged = &freed;
+    Block* place = absorbed;  // still filed, under its old key: where the merged block may go
+    if (position != blocks.begin()) {
+        if (const auto previous = std::prev(position); previous->free) {
+            merged = &*previous;
+            merged->bytes += freed.bytes;
+            blocks.erase(position);
+            nodes.destroy(&freed);
+            if (absorbed != nullptr) {
+                forget(*absorbed);
+                nodes.destroy(absorbed);
+                absorbed = nullptr;
+            }
+            place = merged;
+        }
+    }
+    if (place == nullptr || !replace(*place, *merged)) {
+        if (place != nullptr) forget(*place);
+        file(*merged);
+    }
+    if (absorbed != nullptr) nodes.destroy(absorbed);
+    return *merged;
 }
 
 // Whether `pointer` lies inside a block of `live` (a set searched by address with ByAddress). O(log n).
