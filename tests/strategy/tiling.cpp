@@ -109,20 +109,25 @@ TEST_CASE("split_around and coalesce: the same tiling and index with their place
         list_type blocks;
         index_type index;
         const by_size less;
-        int forgotten = 0, filed = 0, taken = 0;
-        const auto forget = [&](node& n) {
-            ++forgotten;
-            index.erase(index.iterator_to(n));
-        };
-        const auto file = [&](node& n) {
-            ++filed;
-            index.insert(n);
-        };
-        const auto replace = [&](node& old, node& with) {
-            if (!take || !detail::take_place(index, old, with, less)) return false;
-            ++taken;
-            return true;
-        };
+        // ordered_index, counting its calls, and taking no place unless `take`.
+        struct counting_index {
+            index_type& index;
+            bool take;
+            int forgotten = 0, filed = 0, taken = 0;
+            void forget(node& n) noexcept {
+                ++forgotten;
+                detail::ordered_index<index_type, by_size>{index}.forget(n);
+            }
+            void file(node& n) noexcept {
+                ++filed;
+                detail::ordered_index<index_type, by_size>{index}.file(n);
+            }
+            bool replace(node& old, node& with) noexcept {
+                if (!take || !detail::ordered_index<index_type, by_size>{index}.replace(old, with)) return false;
+                ++taken;
+                return true;
+            }
+        } indexes{index, take};
         // One range of 1,000 bytes at 0, and a lone free block of 5,000 bytes elsewhere in the index.
         node* whole = pool.make(0, 1000, 0);
         blocks.push_back(*whole);
@@ -132,21 +137,21 @@ TEST_CASE("split_around and coalesce: the same tiling and index with their place
 
         // Carve [0, 100) and [100, 300): each leaves the rest after it.
         node& first = *whole;
-        detail::split_around(blocks, first, 0, 100, 1, pool, forget, file, replace);
+        detail::split_around(blocks, first, 0, 100, 1, pool, indexes);
         first.free = false;
         node& rest = *std::next(blocks.iterator_to(first));
-        detail::split_around(blocks, rest, 100, 200, 1, pool, forget, file, replace);
+        detail::split_around(blocks, rest, 100, 200, 1, pool, indexes);
         rest.free = false;
         CHECK(sizes(index) == std::vector<std::size_t>{700, 5000});
         CHECK(detail::in_strict_order(index, less));
 
         // Free the first (no free neighbour), then the second (free on both sides).
         first.free = true;
-        node& merged_first = detail::coalesce(blocks, first, pool, forget, file, replace);
+        node& merged_first = detail::coalesce(blocks, first, pool, indexes);
         CHECK(&merged_first == &first);
         CHECK(sizes(index) == std::vector<std::size_t>{100, 700, 5000});
         rest.free = true;
-        node& merged = detail::coalesce(blocks, rest, pool, forget, file, replace);
+        node& merged = detail::coalesce(blocks, rest, pool, indexes);
         CHECK(merged.address == 0);
         CHECK(merged.bytes == 1000);
         CHECK(blocks.size() == 1);
@@ -155,9 +160,9 @@ TEST_CASE("split_around and coalesce: the same tiling and index with their place
         CHECK(pool.alive == 1);
         // Taking a place saves a forget and a file each time: both remainders of a split, and
         // the final merge (1,000 still below 5,000).
-        CHECK(taken == (take ? 3 : 0));
-        CHECK(forgotten == (take ? 1 : 4));
-        CHECK(filed == (take ? 1 : 4));
+        CHECK(indexes.taken == (take ? 3 : 0));
+        CHECK(indexes.forgotten == (take ? 1 : 4));
+        CHECK(indexes.filed == (take ? 1 : 4));
         index.clear();
         blocks.clear_and_dispose([&](node* n) { pool.destroy(n); });
     }

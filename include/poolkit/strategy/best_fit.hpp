@@ -196,10 +196,7 @@ public:
                                                      "deallocate of a pointer best_fit did not hand out (or freed twice)");
         if (freed == nullptr) return;
         live_bytes_ -= freed->bytes;
-        detail::coalesce(
-            freed->owner->blocks, *freed, blocks_, [this](block& b) { free_.erase(free_.iterator_to(b)); },
-            [this](block& b) { free_.insert(b); },
-            [this](block& old, block& with) { return detail::take_place(free_, old, with, by_size{}); });
+        detail::coalesce(freed->owner->blocks, *freed, blocks_, free_index());
     }
     POOLKIT_CUDA_MR_MEMBERS(best_fit);
 
@@ -303,14 +300,14 @@ private:
         return carve(*candidate, align_up(candidate->address, alignment), rounded, bytes);
     }
 
+    // The size index as split_around and coalesce change it (detail/tiling.hpp).
+    detail::ordered_index<detail::best_fit_parts::free_blocks, by_size> free_index() noexcept { return {free_}; }
+
     // Turns free block `b` into a live block of `rounded` bytes at `start` for a request of
     // `bytes`, splitting off the padding before it and, when large enough, the remainder after
     // it. Strong guarantee: the nodes are made before anything changes.
     void* carve(block& b, std::uintptr_t start, std::size_t rounded, std::size_t bytes) {
-        detail::split_around(
-            b.owner->blocks, b, start, rounded, options_.minimum_split, blocks_, [this](block& f) { free_.erase(free_.iterator_to(f)); },
-            [this](block& f) { free_.insert(f); },
-            [this](block& old, block& with) { return detail::take_place(free_, old, with, by_size{}); });
+        detail::split_around(b.owner->blocks, b, start, rounded, options_.minimum_split, blocks_, free_index());
         b.requested = bytes;
         b.free = false;
         live_.insert(b);

@@ -517,7 +517,7 @@ private:
         }
         fresh->blocks.push_back(*whole);
         spans_.push_back(std::move(fresh));
-        file_free(*whole);
+        free_index().file(*whole);
         return *whole;
     }
 
@@ -526,7 +526,7 @@ private:
         std::erase_if(spans_, [this](const std::unique_ptr<span>& s) {
             block& only = s->blocks.front();
             if (!only.free || only.bytes != s->bytes || s->count(0, s->bytes / grid_.bytes, true) != 0) return false;
-            forget_free(only);
+            free_index().forget(only);
             s->blocks.clear_and_dispose([this](block* b) { blocks_.destroy(b); });
             memory().unclaim(reinterpret_cast<void*>(s->address), s->bytes);
             return true;
@@ -536,36 +536,17 @@ private:
     // A block taken out of the live index (marked free) joins the free blocks beside it and is filed.
     void free_block(block& b) noexcept {
         b.requested = 0;
-        detail::coalesce(
-            b.owner->blocks, b, blocks_, [this](block& f) { forget_free(f); }, [this](block& f) { file_free(f); },
-            [this](block& old, block& with) { return refile_free(old, with); });
+        detail::coalesce(b.owner->blocks, b, blocks_, free_index());
     }
 
-    // Files a free block in its size index and, with its cached granules counted, in the cache.
-    void file_free(block& b) noexcept {
-        (b.owner->small ? small_free_ : large_free_).insert(b);
-        mapping_.cache(b);
-    }
-    // forget_free(old) then file_free(with) where `with` can take `old`'s place in its size index
-    // (detail::take_place); false, nothing done, otherwise. `with` may be `old`, grown.
-    bool refile_free(block& old, block& with) noexcept {
-        if (!detail::take_place(old.owner->small ? small_free_ : large_free_, old, with, by_size{})) return false;
-        mapping_.uncache(old);
-        mapping_.cache(with);
-        return true;
-    }
-    void forget_free(block& b) noexcept {
-        (b.owner->small ? small_free_ : large_free_).erase((b.owner->small ? small_free_ : large_free_).iterator_to(b));
-        mapping_.uncache(b);
-    }
+    // The size indexes and the cache, which every free block is filed in (detail/expandable_mapping.hpp).
+    detail::expandable_parts::free_indexes<memory_type> free_index() noexcept { return {small_free_, large_free_, mapping_}; }
 
     // Turns free block `b` into a live block of `rounded` bytes at `start` (every granule under
     // it mapped) for a request of `bytes`, splitting off the free space before and after it.
     // Strong guarantee: the nodes are made before anything changes.
     void* carve(block& b, std::uintptr_t start, std::size_t rounded, std::size_t bytes) {
-        detail::split_around(
-            b.owner->blocks, b, start, rounded, 1, blocks_, [this](block& f) { forget_free(f); }, [this](block& f) { file_free(f); },
-            [this](block& old, block& with) { return refile_free(old, with); });
+        detail::split_around(b.owner->blocks, b, start, rounded, 1, blocks_, free_index());
         b.requested = bytes;
         b.free = false;
         detail::expandable_parts::file_live(live_, b);

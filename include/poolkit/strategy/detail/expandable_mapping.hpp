@@ -14,12 +14,14 @@
 //   allocations wholly inside it.
 // - trim() unmaps cached granules, oldest freed first, whole allocations only, after one
 //   synchronize() of the memory; never those of a kept range.
+// free_indexes files free blocks in their size index and the cache together.
 // Memory is a virtual_memory (core/virtual_memory.hpp). Not thread-safe.
 #pragma once
 
 #include <poolkit/core/assert.hpp>
 #include <poolkit/strategy/detail/expandable_parts.hpp>
 #include <poolkit/strategy/detail/expandable_search.hpp>
+#include <poolkit/strategy/detail/tiling.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -257,6 +259,33 @@ private:
     std::size_t cached_granules_ = 0;
     std::size_t map_calls_ = 0;
     std::size_t unmap_calls_ = 0;
+};
+
+// The pool's free blocks: each in the size index of its span's kind and, with its cached granules
+// counted, in the cache. Its forget, file and replace are split_around's and coalesce's
+// `Indexes` (detail/tiling.hpp): replace files a block in another's place where the size order
+// allows (take_place), without a search.
+template <class Memory>
+struct free_indexes {
+    free_blocks& small;
+    free_blocks& large;
+    mapping<Memory>& cache;
+
+    free_blocks& of(const block& b) noexcept { return b.owner->small ? small : large; }
+    void file(block& b) noexcept {
+        of(b).insert(b);
+        cache.cache(b);
+    }
+    void forget(block& b) noexcept {
+        of(b).erase(of(b).iterator_to(b));
+        cache.uncache(b);
+    }
+    bool replace(block& old, block& with) noexcept {
+        if (!take_place(of(old), old, with, by_size{})) return false;
+        cache.uncache(old);
+        cache.cache(with);
+        return true;
+    }
 };
 
 }  // namespace detail::expandable_parts

@@ -1,7 +1,7 @@
 // Blocks that tile a range in an address-ordered intrusive list: best_fit's chunks, expandable's
 // spans. Both split a free block around a placement and merge a freed block with its free
-// neighbours the same way; what differs is their indexes, which they pass in as two callables:
-// forget(block&) takes a free block out of them, file(block&) puts one in. A block has address,
+// neighbours the same way; what differs is their indexes of free blocks, which they pass in as
+// one object (`Indexes`, ordered_index below for one ordered container). A block has address,
 // bytes, requested, free and owner; a range has address, bytes and its blocks; `nodes` is the
 // node_pool the blocks' nodes come from. The walk, the owns() query and the invariants that every
 // tiling holds are here too.
@@ -25,9 +25,6 @@ bool in_strict_order(const Index& index, Less less) noexcept {
     return std::adjacent_find(index.begin(), index.end(), [&](const auto& a, const auto& b) { return !less(a, b); }) == index.end();
 }
 
-// The default `replace` of split_around and coalesce: a block is always filed anew.
-inline constexpr auto never_replace = [](const auto&, const auto&) noexcept { return false; };
-
 // Puts `with` in `old`'s place in `index` (an ordered intrusive container by `less`), `old` out,
 // where that keeps the index in order: what erasing `old` and inserting `with` would leave,
 // without a search or a rebalancing. `with` may be `old` itself, its key changed since it was
@@ -41,15 +38,36 @@ bool take_place(Index& index, Block& old, Block& with, Less less) noexcept {
     return true;
 }
 
+// What split_around and coalesce do to a tiling's indexes of free blocks (`Indexes`): forget(b)
+// takes free block b out, file(b) puts it in, replace(old, with) does both where `with` can take
+// `old`'s place (take_place), else returns false having done nothing. This one is for a tiling
+// whose free blocks sit in one ordered intrusive container by `Less` (best_fit's size index).
+template <class Index, class Less>
+struct ordered_index {
+    Index& index;
+    template <class Block>
+    void forget(Block& b) noexcept {
+        index.erase(index.iterator_to(b));
+    }
+    template <class Block>
+    void file(Block& b) noexcept {
+        index.insert(b);
+    }
+    template <class Block>
+    bool replace(Block& old, Block& with) noexcept {
+        return take_place(index, old, with, Less{});
+    }
+};
+
 // Splits free block `b` of `blocks` around [start, start + rounded), which lies inside it: the
 // space before becomes a free block; the space after becomes one when it is at least
 // `min_remainder` bytes (else it stays in `b`). `b` leaves the indexes (forget) and is left holding
-// the placement, for the caller to make live; the new free blocks are filed (file), or the space
-// after takes `b`'s place where it alone is split off and replace(b, after) can put it there.
-// Strong guarantee: the nodes are made before anything changes.
-template <class List, class Block, class Nodes, class Forget, class File, class Replace = decltype(never_replace)>
+// the placement, for the caller to make live; the new free blocks are filed, the space after by
+// taking `b`'s place where it alone is split off and can (replace). Strong guarantee: the nodes
+// are made before anything changes.
+template <class List, class Block, class Nodes, class Indexes>
 void split_around(List& blocks, Block& b, std::uintptr_t start, std::size_t rounded, std::size_t min_remainder, Nodes& nodes,
-                  Forget&& forget, File&& file, Replace replace = {}) {
+                  Indexes&& indexes) {
     const std::size_t padding = start - b.address;
     const std::size_t remainder = b.bytes - padding - rounded;
     Block* front = padding > 0 ? nodes.make(b.address, padding, b.owner) : nullptr;
@@ -62,15 +80,15 @@ void split_around(List& blocks, Block& b, std::uintptr_t start, std::size_t roun
             throw;
         }
     }
-    const bool replaced = front == nullptr && back != nullptr && replace(b, *back);
-    if (!replaced) forget(b);
+    const bool replaced = front == nullptr && back != nullptr && indexes.replace(b, *back);
+    if (!replaced) indexes.forget(b);
     if (front) {
         blocks.insert(blocks.iterator_to(b), *front);
-        file(*front);
+        indexes.file(*front);
     }
     if (back) {
         blocks.insert(std::next(blocks.iterator_to(b)), *back);
-        if (!replaced) file(*back);
+        if (!replaced) indexes.file(*back);
     }
     b.address = start;
     b.bytes -= padding + (back ? remainder : 0);
@@ -109,10 +127,10 @@ auto* take_live(Live& live, void* pointer, std::size_t bytes, std::size_t alignm
 // Merges `freed` (marked free, in no index) with the free blocks beside it in `blocks`, returning
 // their nodes, and files the block that now holds the merged range — `freed` or its lower
 // neighbour — which it returns. The merged block takes the place of the neighbour it grew from
-// where replace(neighbour, merged) can put it there (a tiling with an ordered index: take_place);
-// otherwise the neighbours leave the indexes (forget) and the merged block is filed (file).
-template <class List, class Block, class Nodes, class Forget, class File, class Replace = decltype(never_replace)>
-Block& coalesce(List& blocks, Block& freed, Nodes& nodes, Forget&& forget, File&& file, Replace replace = {}) noexcept {
+// where it can (replace); otherwise the neighbours leave the indexes (forget) and the merged
+// block is filed (file). `Indexes` as split_around's.
+template <class List, class Block, class Nodes, class Indexes>
+Block& coalesce(List& blocks, Block& freed, Nodes& nodes, Indexes&& indexes) noexcept {
     const auto position = blocks.iterator_to(freed);
     Block* absorbed = nullptr;
     if (const auto next = std::next(position); next != blocks.end() && next->free) {
@@ -129,16 +147,16 @@ Block& coalesce(List& blocks, Block& freed, Nodes& nodes, Forget&& forget, File&
             blocks.erase(position);
             nodes.destroy(&freed);
             if (absorbed != nullptr) {
-                forget(*absorbed);
+                indexes.forget(*absorbed);
                 nodes.destroy(absorbed);
                 absorbed = nullptr;
             }
             place = merged;
         }
     }
-    if (place == nullptr || !replace(*place, *merged)) {
-        if (place != nullptr) forget(*place);
-        file(*merged);
+    if (place == nullptr || !indexes.replace(*place, *merged)) {
+        if (place != nullptr) indexes.forget(*place);
+        indexes.file(*merged);
     }
     if (absorbed != nullptr) nodes.destroy(absorbed);
     return *merged;
