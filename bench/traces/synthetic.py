@@ -21,6 +21,13 @@ Families:
   multiscale_vision  CNN training on batches of a resolution drawn per step
   kv_serving         a server that keeps many requests' caches live at once, requests of random
                      lengths arriving and finishing at different times
+  pipeline           inference split into four stages, one per stream, microbatches of drawn
+                     batch x length passing down: each stage frees its input, made on the stream
+                     before (a cross-stream free)
+  sharded_training   sharded data-parallel training (FSDP's shape): each layer's parameters
+                     gathered on a side stream one layer ahead and dropped by the compute stream,
+                     gradients reduced on another stream that frees their full-size inputs, the
+                     batch copied in on a third
 """
 import argparse
 import gzip
@@ -41,30 +48,33 @@ class Trace:
         self.next_id = 0
         self.free_ids = []
 
-    def _write(self, action, ident, size):
+    def _write(self, action, ident, size, stream):
         # Time only orders the events; one microsecond apart.
         us = self.events
         stamp = f"{us // 3_600_000_000:02d}:{us // 60_000_000 % 60:02d}:{us // 1_000_000 % 60:02d}.{us % 1_000_000:06d}"
-        self.file.write(f"0,{stamp},{action},0x{ident:x},{size},0\n")
+        self.file.write(f"0,{stamp},{action},0x{ident:x},{size},{stream}\n")
         self.events += 1
 
-    def alloc(self, size):
+    def alloc(self, size, stream=0):
+        """A block of `size` bytes made on `stream` (a handle; 0 is the default stream)."""
         size = max(512, (int(size) + 511) // 512 * 512)  # the caching allocator's rounding, as in the captures
         ident = self.free_ids.pop() if self.free_ids else self._new_id()
-        self._write("allocate", ident, size)
-        return (ident, size)
+        self._write("allocate", ident, size, stream)
+        return (ident, size, stream)
 
     def _new_id(self):
         self.next_id += 1
         return self.next_id
 
-    def free(self, block):
-        self._write("free", block[0], block[1])
+    def free(self, block, stream=None):
+        """Frees `block` on `stream`, by default the one it was made on; another stream is a
+        cross-stream free, as when a consumer stream drops what a producer stream made."""
+        self._write("free", block[0], block[1], block[2] if stream is None else stream)
         self.free_ids.append(block[0])
 
-    def free_all(self, blocks):
+    def free_all(self, blocks, stream=None):
         for block in blocks:
-            self.free(block)
+            self.free(block, stream)
 
     def close(self):
         self.file.close()
@@ -183,7 +193,92 @@ def kv_serving(t, rng):
     t.free_all(weights)
 
 
-FAMILIES = {f.__name__: f for f in (generation, varlen_training, multiscale_vision, kv_serving)}
+# Side streams' handles (0 is the default stream).
+SIDE_STREAMS = (0x1000, 0x2000, 0x3000)
+
+
+def pipeline(t, rng):
+    layers_per_stage, hidden, heads = 4, 4096, 32
+    streams = (0,) + SIDE_STREAMS  # a stage on each
+    weights = [t.alloc(rng.choice([64, 128, 256]) * MiB, s) for s in streams for _ in range(3 * layers_per_stage)]
+    microbatches = [None] * 200
+    for m in range(len(microbatches)):
+        length = rng.choice(range(64, 2049, 64))
+        microbatches[m] = (rng.randint(1, max(1, 8192 // length)), length)
+    handoff = [None] * len(streams)  # stage k's output, waiting for stage k + 1
+    for tick in range(len(microbatches) + len(streams) - 1):
+        for k in reversed(range(len(streams))):  # the last stage first: it takes the previous tick's handoff
+            m = tick - k
+            if not 0 <= m < len(microbatches):
+                continue
+            batch, length = microbatches[m]
+            tokens, s = batch * length, streams[k]
+            x = t.alloc(tokens * 8, s) if k == 0 else handoff[k - 1]  # stage 0's input: the token ids
+            for _ in range(layers_per_stage):
+                qkv = t.alloc(tokens * hidden * 2 * 3, s)
+                scores = t.alloc(batch * heads * length * length * 2, s)
+                t.free(scores)
+                attended = t.alloc(tokens * hidden * 2, s)
+                t.free(qkv)
+                mlp = t.alloc(tokens * hidden * 4 * 2, s)
+                y = t.alloc(tokens * hidden * 2, s)
+                t.free_all((mlp, attended))
+                t.free(x, s)  # the input, made on the stage before when it is the handoff
+                x = y
+            if k + 1 < len(streams):
+                handoff[k] = x
+            else:
+                logits = t.alloc(batch * 32000 * 2, s)
+                t.free_all((logits, x))
+    t.free_all(weights)
+
+
+def sharded_training(t, rng, steps=12):
+    layers, hidden, vocab, world = 16, 2048, 32000, 8
+    gather_stream, reduce_stream, copy_stream = SIDE_STREAMS
+    sizes = [hidden * hidden * 2 * rng.choice([8, 12, 16]) for _ in range(layers)]  # a layer's bf16 parameters
+    shards = [t.alloc(size // world * 2) for size in sizes]  # fp32 shard of its parameters
+    adam = [t.alloc(size // world * 2) for size in sizes for _ in range(2)]
+    for _ in range(steps):
+        batch, length = rng.choice([4, 8, 16]), rng.choice(range(128, 1025, 64))
+        tokens = batch * length
+        inputs = t.alloc(tokens * 8, copy_stream)
+        gathered = {}
+
+        def gather(i):
+            if 0 <= i < layers:
+                gathered[i] = t.alloc(sizes[i], gather_stream)
+
+        gather(0)
+        saved = []
+        for i in range(layers):
+            gather(i + 1)  # the next layer's parameters gathered while this one computes
+            saved.append(t.alloc(tokens * hidden * 2))
+            hidden_mlp = t.alloc(tokens * hidden * 4 * 2)
+            saved.append(t.alloc(tokens * hidden * 2))
+            t.free(hidden_mlp)
+            t.free(gathered.pop(i), 0)  # dropped by the compute stream once used
+        logits = t.alloc(tokens * vocab * 2)
+        grad_logits = t.alloc(tokens * vocab * 2)
+        t.free(logits)
+        gather(layers - 1)
+        reduced = []
+        for i in reversed(range(layers)):
+            gather(i - 1)
+            grad = t.alloc(sizes[i])
+            upstream = t.alloc(tokens * hidden * 2)
+            t.free_all((saved.pop(), saved.pop()))
+            t.free(gathered.pop(i), 0)
+            reduced.append(t.alloc(sizes[i] // world * 2, reduce_stream))
+            t.free(grad, reduce_stream)  # the reduce-scatter's input, dropped on its stream
+            t.free(upstream)
+        t.free(grad_logits)
+        t.free_all(reduced, 0)  # the optimizer step consumed the reduced gradients
+        t.free(inputs, 0)
+    t.free_all(shards + adam)
+
+
+FAMILIES = {f.__name__: f for f in (generation, varlen_training, multiscale_vision, kv_serving, pipeline, sharded_training)}
 
 
 def main():

@@ -1,6 +1,7 @@
 """bench/traces/synthetic.py: each family writes a well-formed trace (every free names a live
-allocation with its size, nothing is left live), the same bytes every time, and poolkit-replay
-reads it where POOLKIT_TEST_REPLAY names the tool."""
+allocation with its size, nothing is left live), the multi-stream ones over four streams with
+frees on other streams, the same bytes every time, and poolkit-replay reads it where
+POOLKIT_TEST_REPLAY names the tool."""
 import csv
 import gzip
 import importlib.util
@@ -42,6 +43,25 @@ class SyntheticTraces(unittest.TestCase):
                         self.assertEqual(row["Action"], "free")
                         self.assertEqual(live.pop(row["Pointer"]), size)
                 self.assertEqual(live, {})
+
+    def test_the_multi_stream_families_free_across_streams(self):
+        for family in ("pipeline", "sharded_training"):
+            with self.subTest(family=family):
+                synthetic.write(family, self.path(f"{family}.csv.gz"))
+                with gzip.open(self.path(f"{family}.csv.gz"), "rt", newline="") as f:
+                    rows = list(csv.DictReader(f))
+                made_on, across = {}, 0
+                for row in rows:
+                    if row["Action"] == "allocate":
+                        made_on[row["Pointer"]] = row["Stream"]
+                    elif made_on.pop(row["Pointer"]) != row["Stream"]:
+                        across += 1
+                self.assertEqual(len({row["Stream"] for row in rows}), 4)
+                self.assertGreater(across, 0)
+        # The single-stream families keep every event on the default stream.
+        synthetic.write("generation", self.path("generation.csv.gz"))
+        with gzip.open(self.path("generation.csv.gz"), "rt", newline="") as f:
+            self.assertEqual({row["Stream"] for row in csv.DictReader(f)}, {"0"})
 
     def test_the_same_bytes_every_time(self):
         synthetic.write("varlen_training", self.path("a.csv.gz"))
