@@ -37,11 +37,12 @@
 // would map memory is served instead from free whole allocations scattered through the pool,
 // aliased side by side into an address range of its own and lent to it until it is freed, mapping
 // only what they lack (detail/expandable_stitches.hpp; GMLake's stitching). A freed stitch keeps
-// its aliases for the next request of its size; a trim that may unmap gives the free ones up first.
+// its aliases for the next request of its size; a trim that may unmap gives the free ones up first,
+// and a new stitch at the most a pool keeps first gives up those whose pieces other blocks took.
 // Unmapping waits first for all work that may use the memory (the upstream's synchronize(): the
 // whole device; under stream_ordered, what its free blocks wait for), so a block freed on a stream
-// is never unmapped before that stream's work is done; it happens only on those three occasions,
-// never on the hot path. An upstream with may_unmap() false (a stream_ordered lane while a CUDA
+// is never unmapped before that stream's work is done; it happens only on those occasions, never
+// on the hot path. An upstream with may_unmap() false (a stream_ordered lane while a CUDA
 // capture may run) keeps the cache mapped until a later occasion.
 // Complexity: allocate and deallocate O(log n) in the blocks, plus a scan of the mapped-granule
 // bits of the block (one word per 64 granules; none while its span has no unmapped granule below
@@ -336,12 +337,14 @@ private:
                 return nullptr;
             }
             const std::size_t want = align_up(rounded, grid_.bytes);
-            const auto [again_at, again] = stitches_.free_fitting(want, [this](const piece& p) { return free_block_over(p) != nullptr; });
+            const auto usable = [this](const piece& p) { return free_block_over(p) != nullptr; };
+            const auto [again_at, again] = stitches_.free_fitting(want, usable);
             if (again != nullptr) {
                 if (void* lent = lend(again_at, *again, rounded)) return lent;
             }
             const std::size_t needed = found.where != nullptr ? found.unmapped * grid_.bytes : want;
-            if (needed < want / stitch_least_share || stitches_.size() >= stitches_.most) return nullptr;
+            if (needed < want / stitch_least_share) return nullptr;
+            if (stitches_.size() >= stitches_.most && !(may_unmap() && stitches_.give_up_unusable(memory(), usable) > 0)) return nullptr;
             std::size_t total = 0;
             std::vector<piece> pieces = stitches_.free_pieces(mapping_.cached(), want, total);
             const bool grew = total < want && found.where != nullptr && align_up(want - total, allocation) < needed &&

@@ -18,6 +18,7 @@
 #include <poolkit/strategy/detail/expandable_search.hpp>
 #include <poolkit/strategy/detail/intrusive.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -66,7 +67,8 @@ struct stitch {
 template <class Memory>
 class stitching {
 public:
-    // A pool keeps at most this many: each holds address space and aliases until release().
+    // A pool keeps at most this many: each holds address space and aliases until release(), or
+    // until new ones need their room (give_up_unusable).
     static constexpr std::size_t most = 64;
 
     // `g`, the pool's granules, outlives this (the pool owns both).
@@ -171,9 +173,34 @@ public:
     void undo(Memory& m, std::uintptr_t address) noexcept {
         const auto found = all_.find(address);
         POOLKIT_ASSERT(found != all_.end() && found->second.requested == 0, "undo of a stitch that is live or unknown");
-        unalias(m, address, found->second.pieces, found->second.bytes);
-        m.unclaim(reinterpret_cast<void*>(address), found->second.bytes);
-        all_.erase(found);
+        give_up(m, found);
+    }
+
+    // Gives up every free stitch with a piece that is not `usable` now, after one synchronize(),
+    // to make room for new ones: how many. A pool whose layout shifts (frees that wait on other
+    // streams, caches that grow) leaves stitches whose pieces other blocks took, and at `most` it
+    // would map new memory for every request they cannot serve. Those whose pieces are all free
+    // could serve a request at once: they stay. One wait for all, not one a stitch: a program that
+    // keeps needing new stitches waits once in every few dozen. 0 where the wait fails.
+    template <class Usable>
+    std::size_t give_up_unusable(Memory& m, Usable&& usable) noexcept {
+        const auto unusable = [&](const stitch& s) { return s.requested == 0 && !std::all_of(s.pieces.begin(), s.pieces.end(), usable); };
+        if (std::none_of(all_.begin(), all_.end(), [&](const auto& entry) { return unusable(entry.second); })) return 0;
+        try {
+            m.synchronize();
+        } catch (...) {
+            return 0;
+        }
+        std::size_t given_up = 0;
+        for (auto it = all_.begin(); it != all_.end();) {
+            if (unusable(it->second)) {
+                it = give_up(m, it);
+                ++given_up;
+            } else {
+                ++it;
+            }
+        }
+        return given_up;
     }
 
     // Lends free stitch `s` for a request of `requested` bytes: take(piece) takes each piece out of
@@ -251,13 +278,20 @@ public:
                 continue;
             }
             if (it->second.requested != 0) forget_lent(it->second);
-            unalias(m, it->first, it->second.pieces, it->second.bytes);
-            m.unclaim(reinterpret_cast<void*>(it->first), it->second.bytes);
-            it = all_.erase(it);
+            it = give_up(m, it);
         }
     }
 
 private:
+    using stitches = std::map<std::uintptr_t, stitch>;
+
+    // Unmaps the aliases of the stitch at `it` and gives its address space back; the next one.
+    stitches::iterator give_up(Memory& m, stitches::iterator it) noexcept {
+        unalias(m, it->first, it->second.pieces, it->second.bytes);
+        m.unclaim(reinterpret_cast<void*>(it->first), it->second.bytes);
+        return all_.erase(it);
+    }
+
     void forget_lent(stitch& s) noexcept {
         live_bytes_ -= s.requested;
         lent_bytes_ -= s.bytes;
@@ -290,7 +324,7 @@ private:
     }
 
     const grid* grid_;
-    std::map<std::uintptr_t, stitch> all_;  // by the address of its range
+    stitches all_;  // by the address of its range
     std::size_t live_ = 0;
     std::size_t live_bytes_ = 0;  // requested bytes of the live ones
     std::size_t lent_bytes_ = 0;  // bytes of the live ones
