@@ -71,6 +71,9 @@ TEST_CASE("expandable_options are checked against the granule the pool will have
     set_option(options, "stitch", "true", std::size_t{2} << 20);
     CHECK(options.stitch);
     CHECK_THROWS_AS(set_option(options, "stitch", "2", std::size_t{2} << 20), std::invalid_argument);
+    set_option(options, "max_stitches", "8", std::size_t{2} << 20);
+    CHECK(options.max_stitches == 8);
+    CHECK_THROWS_AS(set_option(options, "max_stitches", "0", std::size_t{2} << 20), std::invalid_argument);
     // Every field of the table can be set from its own text (a flag from "true").
     for (const auto& field : text_options<expandable_options>()) {
         const std::string name = field.name;

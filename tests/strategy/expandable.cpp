@@ -785,7 +785,7 @@ TEST_CASE("at the most stitches a pool keeps, the free ones whose pieces were ta
     // first round's stitched block stays live.
     checked_memory memory{memory_options(std::size_t{4} << 30)};
     pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .mapping_bytes = 8 * MiB, .stitch = true}};
-    constexpr std::size_t most = detail::expandable_parts::stitching<checked_memory>::most;
+    const std::size_t most = expandable_options{}.max_stitches;
     std::vector<void*> blocks;
     for (std::size_t i = 0; i < 4 * (most + 2); ++i) blocks.push_back(pool.allocate(8 * MiB));
     std::vector<void*> fills;

@@ -344,7 +344,7 @@ private:
             }
             const std::size_t needed = found.where != nullptr ? found.unmapped * grid_.bytes : want;
             if (needed < want / stitch_least_share) return nullptr;
-            if (stitches_.size() >= stitches_.most && !(may_unmap() && stitches_.give_up_unusable(memory(), usable) > 0)) return nullptr;
+            if (stitches_.full() && !(may_unmap() && stitches_.give_up_unusable(memory(), usable) > 0)) return nullptr;
             std::size_t total = 0;
             std::vector<piece> pieces = stitches_.free_pieces(mapping_.cached(), want, total);
             const bool grew = total < want && found.where != nullptr && align_up(want - total, allocation) < needed &&
@@ -587,7 +587,7 @@ private:
     detail::expandable_parts::recent_live recent_live_;  // a shortcut into live_ for frees
     mapping_type mapping_{grid_};  // mapped granules, the cache, map and unmap calls
     // Stitched blocks; their pieces are live blocks of the spans (lent), not counted in live_bytes_.
-    stitching_type stitches_{grid_};
+    stitching_type stitches_{grid_, options_.max_stitches};
     std::size_t live_bytes_ = 0;
     std::size_t peak_live_bytes_ = 0;
 };

@@ -64,6 +64,10 @@ struct expandable_options {
     // (docs/virtual_memory.md, "Stitching"). Only over a virtual memory with alias(), as both
     // models have; over one without, the pool never stitches.
     bool stitch = true;
+    // The most stitches a pool keeps, live and free; each holds address space and its aliases
+    // until release(). At this many, a new stitch first gives up the free ones whose pieces other
+    // blocks took since, after one wait (docs/virtual_memory.md, "Stitching"). At least 1.
+    std::size_t max_stitches = 64;
 
     // Mapped memory following live memory as closely as the placement allows, whatever it costs
     // in driver calls: no slack, none raised, a physical allocation per granule
@@ -78,8 +82,8 @@ struct expandable_options {
 
     // Throws std::invalid_argument naming the option and its rule, for the memory's granularity:
     // rounding a power of two of at most a granule; cache_fraction finite and at least 0;
-    // peak_slack and max_peak_slack at least 0 or infinite; mapping_bytes 0 or a power of two; sizes
-    // at most 2^48 bytes.
+    // peak_slack and max_peak_slack at least 0 or infinite; mapping_bytes 0 or a power of two;
+    // max_stitches at least 1; sizes at most 2^48 bytes.
     void validate(std::size_t granularity) const {
         if (!is_power_of_two(rounding) || rounding > granularity) {
             throw std::invalid_argument("poolkit: expandable_options.rounding must be a power of two of at most a granule (" +
@@ -94,6 +98,7 @@ struct expandable_options {
                                             " must be at least 0, or infinity (nothing unmapped for new mappings)");
             }
         }
+        if (max_stitches == 0) throw std::invalid_argument("poolkit: expandable_options.max_stitches must be at least 1");
         if (mapping_bytes != 0 && !is_power_of_two(mapping_bytes)) {
             throw std::invalid_argument("poolkit: expandable_options.mapping_bytes must be 0 or a power of two");
         }

@@ -67,16 +67,15 @@ struct stitch {
 template <class Memory>
 class stitching {
 public:
-    // A pool keeps at most this many: each holds address space and aliases until release(), or
-    // until new ones need their room (give_up_unusable).
-    static constexpr std::size_t most = 64;
-
-    // `g`, the pool's granules, outlives this (the pool owns both).
-    explicit stitching(const grid& g) noexcept : grid_(&g) {}
+    // `g`, the pool's granules, outlives this (the pool owns both). At most `most` stitches are
+    // kept (expandable_options::max_stitches): each holds address space and aliases until
+    // release(), or until new ones need their room (give_up_unusable).
+    stitching(const grid& g, std::size_t most) noexcept : grid_(&g), most_(most) {}
     stitching(const stitching&) = delete;
     stitching& operator=(const stitching&) = delete;
 
     [[nodiscard]] std::size_t size() const noexcept { return all_.size(); }
+    [[nodiscard]] bool full() const noexcept { return all_.size() >= most_; }
     [[nodiscard]] std::size_t live() const noexcept { return live_; }
     [[nodiscard]] std::size_t live_bytes() const noexcept { return live_bytes_; }
     // The bytes and the pieces the live stitches hold (lent: live blocks of the pool's spans).
@@ -324,6 +323,7 @@ private:
     }
 
     const grid* grid_;
+    std::size_t most_;
     stitches all_;  // by the address of its range
     std::size_t live_ = 0;
     std::size_t live_bytes_ = 0;  // requested bytes of the live ones
