@@ -344,11 +344,13 @@ private:
             }
             const std::size_t needed = found.where != nullptr ? found.unmapped * grid_.bytes : want;
             if (needed < want / stitch_least_share) return nullptr;
-            if (stitches_.full() && !(may_unmap() && stitches_.give_up_unusable(memory(), usable) > 0)) return nullptr;
             std::size_t total = 0;
             std::vector<piece> pieces = stitches_.free_pieces(mapping_.cached(), want, total);
-            const bool grew = total < want && found.where != nullptr && align_up(want - total, allocation) < needed &&
-                              map_lacking(found, rounded, want - total);
+            const bool may_grow = total < want && found.where != nullptr && align_up(want - total, allocation) < needed;
+            if (total < want && !may_grow) return nullptr;
+            // At the cap, room is made only for a stitch that would be made.
+            if (stitches_.full() && !(may_unmap() && stitches_.give_up_unusable(memory(), usable) > 0)) return nullptr;
+            const bool grew = may_grow && map_lacking(found, rounded, want - total);
             if (grew) pieces = stitches_.free_pieces(mapping_.cached(), want, total);
             if (total >= want) {
                 const auto [at, made] = stitches_.make(memory(), std::move(pieces), total);
