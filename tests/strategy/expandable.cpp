@@ -826,6 +826,48 @@ TEST_CASE("at the most stitches a pool keeps, the free ones whose pieces were ta
     CHECK(memory.mapped_bytes() == 0);
 }
 
+TEST_CASE("at the most stitches a pool keeps, a free one whose pieces are all free stays for the next request of its size") {
+    checked_memory memory{memory_options()};
+    pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true, .max_stitches = 2}};
+    std::vector<void*> blocks;
+    for (int i = 0; i < 12; ++i) blocks.push_back(pool.allocate(8 * MiB));  // an allocation of 8 MiB each
+    for (int i : {8, 10}) pool.deallocate(blocks[i], 8 * MiB);
+    void* usable = pool.allocate(16 * MiB);  // stitched from the two holes
+    for (int i : {0, 2, 4}) pool.deallocate(blocks[i], 8 * MiB);
+    pool.deallocate(usable, 16 * MiB);  // its pieces, freed last, are the newest in the cache
+    void* taken = pool.allocate(24 * MiB);  // from the three older holes
+    REQUIRE(pool.stitches() == 2);
+    pool.deallocate(taken, 24 * MiB);
+    std::vector<void*> fills;
+    for (int i = 0; i < 3; ++i) fills.push_back(pool.allocate(8 * MiB));  // the lowest holes: the 24 MiB stitch's pieces
+    CHECK(fills[0] == blocks[0]);
+
+    // 32 MiB: the 16 MiB stitch's pieces and 16 MiB mapped for it. Room for it costs the stitch
+    // whose pieces were taken (three aliases), not the one that could serve a request at once.
+    const std::size_t unmaps = memory.unmap_calls();
+    memory.begin();
+    void* large = pool.allocate(32 * MiB);
+    CHECK(pool.stitched_blocks() == 1);
+    CHECK(pool.stitches() == 2);
+    CHECK(memory.unmap_calls() == unmaps + 3);
+    CHECK(memory.unsynchronized_unmaps == 0);
+    pool.deallocate(large, 32 * MiB);
+    const std::size_t maps = memory.map_calls();
+    void* mapped_for_it = pool.allocate(16 * MiB);  // the memory mapped for the large one, free now
+    void* again = pool.allocate(16 * MiB);
+    CHECK(again == usable);  // kept, its pieces free again: no driver call
+    CHECK(memory.map_calls() == maps);
+    pool.check_invariants();
+    memory.check_invariants();
+
+    pool.deallocate(again, 16 * MiB);
+    pool.deallocate(mapped_for_it, 16 * MiB);
+    for (void* p : fills) pool.deallocate(p, 8 * MiB);
+    for (int i : {1, 3, 5, 6, 7, 9, 11}) pool.deallocate(blocks[i], 8 * MiB);
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+}
+
 TEST_CASE("stitching leaves alone what it does not pay for: small requests, and those their placement maps little of") {
     checked_memory memory{memory_options()};
     pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true}};
