@@ -1183,6 +1183,34 @@ TEST_CASE("streams of stream_ordered share one expandable pool, release unmaps a
     pool.check_invariants();
 }
 
+TEST_CASE("under stream_ordered, stitches given up at the cap are unmapped only after the work that used them") {
+    checked_memory memory{memory_options()};
+    host_events events;
+    stream_ordered<ref<checked_memory>, lanes<expandable>, host_events> pool{
+        ref<checked_memory>(memory), {.mapping_bytes = 8 * MiB, .stitch = true, .max_stitches = 1}, events};
+    const stream_ref a = events.make_stream();
+    memory.work_done = [&] { return events.completed(a) == events.issued(a); };
+    std::vector<void*> blocks;
+    for (int i = 0; i < 12; ++i) blocks.push_back(pool.allocate_async(8 * MiB, 256, a));
+    for (int i : {8, 10}) pool.deallocate_async(blocks[i], 8 * MiB, 256, a);
+    void* stitched = pool.allocate_async(16 * MiB, 256, a);  // the one stitch a pool keeps here
+    events.submit(a);  // work on `a` uses it
+    pool.deallocate_async(stitched, 16 * MiB, 256, a);
+    void* fill_low = pool.allocate_async(8 * MiB, 256, a);  // its pieces taken
+    void* fill_high = pool.allocate_async(8 * MiB, 256, a);
+    for (int i : {0, 2}) pool.deallocate_async(blocks[i], 8 * MiB, 256, a);
+    REQUIRE(events.completed(a) < events.issued(a));
+    memory.begin();
+    void* next = pool.allocate_async(16 * MiB, 256, a);  // room made: the old stitch's aliases go
+    CHECK(memory.unmap_calls() == 2);
+    CHECK(memory.unsynchronized_unmaps == 0);  // the host waited for `a`'s work first
+    pool.check_invariants();
+    for (void* p : {next, fill_low, fill_high}) pool.deallocate_async(p, p == next ? 16 * MiB : 8 * MiB, 256, a);
+    for (int i : {1, 3, 4, 5, 6, 7, 9, 11}) pool.deallocate_async(blocks[i], 8 * MiB, 256, a);
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+}
+
 TEST_CASE("expandable_options::validate refuses what the pool cannot use, naming the option") {
     const auto refused = [](expandable_options options) {
         try {
@@ -1199,6 +1227,7 @@ TEST_CASE("expandable_options::validate refuses what the pool cannot use, naming
     CHECK(refused({.peak_slack = std::numeric_limits<double>::quiet_NaN()}).find("peak_slack") != std::string::npos);
     CHECK(refused({.max_peak_slack = -1}).find("max_peak_slack") != std::string::npos);
     CHECK(refused({.mapping_bytes = 3 * MiB}).find("mapping_bytes") != std::string::npos);
+    CHECK(refused({.max_stitches = 0}).find("max_stitches") != std::string::npos);
     CHECK(refused({.span_bytes = ~std::size_t{0}}).find("span_bytes") != std::string::npos);
     // The constructor applies the same rules: inf no longer maps gigabytes for a little live memory.
     simulated_vmm_resource memory{{.capacity = 64 * MiB, .granularity = granule}};
