@@ -868,7 +868,7 @@ TEST_CASE("at the most stitches a pool keeps, a free one whose pieces are all fr
     CHECK(memory.mapped_bytes() == 0);
 }
 
-TEST_CASE("stitching leaves alone what it does not pay for: small requests, and those their placement maps little of") {
+TEST_CASE("stitching leaves alone what it does not pay for: small requests, and growth where a placement maps little") {
     checked_memory memory{memory_options()};
     pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true}};
     std::vector<void*> blocks;
@@ -881,18 +881,29 @@ TEST_CASE("stitching leaves alone what it does not pay for: small requests, and 
     CHECK(second != first);
     CHECK(pool.stitches() == 2);
     pool.deallocate(second, 12 * MiB);
-    // The last block freed: a 10 MiB request there maps one granule, less than a quarter of it.
+    // The holes taken again, then the last block freed: a 10 MiB request there maps one granule,
+    // less than a quarter of it, and the only free whole allocation (the last) does not cover it.
+    std::vector<void*> refills;
+    for (int i = 0; i < 2; ++i) refills.push_back(pool.allocate(8 * MiB));
     pool.deallocate(blocks[59], 8 * MiB);
-    const std::size_t reserved = pool.reserved_bytes();
+    std::size_t reserved = pool.reserved_bytes();
     void* near_end = pool.allocate(10 * MiB);
     CHECK(near_end == blocks[59]);
     CHECK(pool.stitched_blocks() == 0);
     CHECK(pool.reserved_bytes() == reserved + granule);
+    for (void* p : refills) pool.deallocate(p, 8 * MiB);
     void* below = pool.allocate(6 * MiB);  // below one physical allocation: into a hole, never stitched
     CHECK(pool.stitched_blocks() == 0);
     CHECK(pool.reserved_bytes() == reserved + granule);
     pool.deallocate(below, 6 * MiB);
     pool.deallocate(near_end, 10 * MiB);
+    pool.check_invariants();
+    // Where free whole allocations cover such a request, they are stitched for it: nothing grows.
+    reserved = pool.reserved_bytes();
+    void* covered = pool.allocate(12 * MiB);  // the end's 10 MiB would map one granule more
+    CHECK(pool.stitched_blocks() == 1);
+    CHECK(pool.reserved_bytes() == reserved);
+    pool.deallocate(covered, 12 * MiB);
     pool.check_invariants();
     for (int i = 0; i < 59; ++i) {
         if (i != 0 && i != 2) pool.deallocate(blocks[i], 8 * MiB);

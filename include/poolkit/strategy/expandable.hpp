@@ -320,15 +320,35 @@ private:
 
     // Stitching (detail/expandable_stitches.hpp). A request of at least one physical allocation
     // whose placement would map memory takes a free stitch of its size (up to a quarter more)
-    // whose pieces are all free. Where its placement would map at least a quarter of it, a new
-    // stitch of free whole allocations, oldest freed first, and as much new memory as they lack,
-    // where that is less than the placement would map and the policy would unmap nothing for it
-    // (mapped at the low end of the placement's unmapped granules, where the request would have
-    // gone). Else nullptr: the placement maps as before. Stitching where a placement maps little
-    // takes holes that later requests then grow for (a training trace 1.033 -> 1.069 times its
-    // live peak, stitching at any share); docs/virtual_memory.md, "Stitching". `found` is found
-    // again where memory was mapped and no stitch made.
+    // whose pieces are all free; else a new stitch of free whole allocations, oldest freed first,
+    // where they cover it. Where its placement would map at least a quarter of it, a new stitch
+    // may also take as much new memory as they lack, where that is less than the placement would
+    // map and the policy would unmap nothing for it (mapped at the low end of the placement's
+    // unmapped granules, where the request would have gone). Else nullptr: the placement maps as
+    // before. Growing a stitch where a placement maps little takes holes that later requests then
+    // grow for (a training trace 1.033 -> 1.069 times its live peak, stitching at any share);
+    // docs/virtual_memory.md, "Stitching". `found` is found again where memory was mapped and no
+    // stitch made.
     static constexpr std::size_t stitch_least_share = 4;
+    // Where a placement maps little, free whole allocations are stitched for the request (rather
+    // than mapping a little more) at most this many times between two placements that map; each
+    // time the bound is reached the pool maps instead and the bound halves. Where work on other
+    // streams lags, the holes shift from step to step and such stitches would be made in every
+    // step, each a map call per piece (about 28 us): the halving makes the pool settle, as it does
+    // with no lag in its first step (docs/virtual_memory.md, "Stitching").
+    static constexpr std::size_t first_little_stitch_bound = 16;
+
+    [[nodiscard]] bool little_stitch_allowed() noexcept {
+        if (little_stitches_ < little_stitch_bound_) {
+            ++little_stitches_;
+            return true;
+        }
+        if (little_stitches_ == little_stitch_bound_) {  // reached: halved once until the next mapping
+            little_stitch_bound_ /= 2;
+            little_stitches_ = std::numeric_limits<std::size_t>::max();
+        }
+        return false;
+    }
 
     void* stitch(placement& found, std::size_t rounded, std::size_t alignment) {
         if constexpr (aliasing_virtual_memory<memory_type>) {
@@ -343,11 +363,12 @@ private:
                 if (void* lent = lend(again_at, *again, rounded)) return lent;
             }
             const std::size_t needed = found.where != nullptr ? found.unmapped * grid_.bytes : want;
-            if (needed < want / stitch_least_share) return nullptr;
             std::size_t total = 0;
             std::vector<piece> pieces = stitches_.free_pieces(mapping_.cached(), want, total);
-            const bool may_grow = total < want && found.where != nullptr && align_up(want - total, allocation) < needed;
+            const bool maps_little = needed < want / stitch_least_share;
+            const bool may_grow = !maps_little && total < want && found.where != nullptr && align_up(want - total, allocation) < needed;
             if (total < want && !may_grow) return nullptr;
+            if (maps_little && !little_stitch_allowed()) return nullptr;
             // At the cap, room is made only for a stitch that would be made.
             if (stitches_.full() && !(may_unmap() && stitches_.give_up_unusable(memory(), usable) > 0)) return nullptr;
             const bool grew = may_grow && map_lacking(found, rounded, want - total);
@@ -419,6 +440,7 @@ private:
     // A placement that needs mapping (or a new span): maps within the budget, trimming the cache
     // as the policy says, then carves. Strong guarantee.
     void* map_and_carve(placement found, std::size_t bytes, std::size_t rounded, std::size_t alignment) {
+        little_stitches_ = 0;
         if (found.where == nullptr) {
             block& fresh = claim_span(rounded, alignment);
             const std::uintptr_t start = align_up(fresh.address, alignment);
@@ -590,6 +612,10 @@ private:
     mapping_type mapping_{grid_};  // mapped granules, the cache, map and unmap calls
     // Stitched blocks; their pieces are live blocks of the spans (lent), not counted in live_bytes_.
     stitching_type stitches_{grid_, options_.max_stitches};
+    // Stitches where the placement mapped little, tried since the pool last mapped a placement,
+    // and how many it may try before it maps instead (little_stitch_allowed()).
+    std::size_t little_stitches_ = 0;
+    std::size_t little_stitch_bound_ = first_little_stitch_bound;
     std::size_t live_bytes_ = 0;
     std::size_t peak_live_bytes_ = 0;
 };
