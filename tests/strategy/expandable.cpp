@@ -912,6 +912,54 @@ TEST_CASE("stitching leaves alone what it does not pay for: small requests, and 
     CHECK(memory.mapped_bytes() == 0);
 }
 
+TEST_CASE("stitches where a placement maps little are bounded between mappings, the bound halving each time it is reached") {
+    checked_memory memory{memory_options(std::size_t{4} << 30)};
+    pool_type pool{memory, {.mapping_bytes = 16 * MiB, .stitch = true}};
+    std::vector<std::pair<void*, std::size_t>> live;
+    const auto take = [&](std::size_t bytes) {
+        live.emplace_back(pool.allocate(bytes), bytes);
+        return live.back().first;
+    };
+    std::vector<void*> holes;  // blocks of an allocation each, to be freed in turn
+    const auto fresh_end = [&](std::size_t blocks) {
+        holes.clear();
+        for (std::size_t i = 0; i < blocks; ++i) holes.push_back(pool.allocate(16 * MiB));
+        void* last = pool.allocate(16 * MiB);
+        pool.deallocate(last, 16 * MiB);
+        CHECK(take(2 * MiB) == last);  // 14 MiB mapped free after it, at the end
+    };
+    // An 18 MiB request fits no 16 MiB hole; at the end it maps 4 MiB, less than a quarter of it.
+    // Two holes freed for it each time cover it: stitched, nothing mapped, until the bound.
+    const auto stitch_until_mapped = [&] {
+        std::size_t next = 0;
+        for (int made = 0;; ++made) {
+            REQUIRE(next + 2 < holes.size());
+            pool.deallocate(holes[next], 16 * MiB);
+            pool.deallocate(holes[next + 2], 16 * MiB);
+            live.emplace_back(holes[next + 1], 16 * MiB);
+            live.emplace_back(holes[next + 3], 16 * MiB);
+            next += 4;
+            const std::size_t reserved = pool.reserved_bytes();
+            const std::size_t stitched = pool.stitched_blocks();
+            take(18 * MiB);
+            if (pool.reserved_bytes() != reserved) {
+                CHECK(pool.stitched_blocks() == stitched);
+                for (; next < holes.size(); ++next) live.emplace_back(holes[next], 16 * MiB);
+                return made;
+            }
+            CHECK(pool.stitched_blocks() == stitched + 1);
+        }
+    };
+    fresh_end(80);
+    CHECK(stitch_until_mapped() == 16);
+    fresh_end(48);
+    CHECK(stitch_until_mapped() == 8);
+    pool.check_invariants();
+    for (const auto& [p, bytes] : live) pool.deallocate(p, bytes);
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+}
+
 namespace {
 // checked_memory whose alias fails (the driver's refusal, a cuda_error) at the fail_at-th call.
 class refusing_alias_memory : public checked_memory {
