@@ -338,18 +338,6 @@ private:
     // with no lag in its first step (docs/virtual_memory.md, "Stitching").
     static constexpr std::size_t first_little_stitch_bound = 16;
 
-    [[nodiscard]] bool little_stitch_allowed() noexcept {
-        if (little_stitches_ < little_stitch_bound_) {
-            ++little_stitches_;
-            return true;
-        }
-        if (little_stitches_ == little_stitch_bound_) {  // reached: halved once until the next mapping
-            little_stitch_bound_ /= 2;
-            little_stitches_ = std::numeric_limits<std::size_t>::max();
-        }
-        return false;
-    }
-
     void* stitch(placement& found, std::size_t rounded, std::size_t alignment) {
         if constexpr (aliasing_virtual_memory<memory_type>) {
             const std::size_t allocation = grid_.per_allocation * grid_.bytes;
@@ -363,12 +351,13 @@ private:
                 if (void* lent = lend(again_at, *again, rounded)) return lent;
             }
             const std::size_t needed = found.where != nullptr ? found.unmapped * grid_.bytes : want;
+            const bool maps_little = needed < want / stitch_least_share;
+            if (maps_little && little_stitches_.spent()) return nullptr;
             std::size_t total = 0;
             std::vector<piece> pieces = stitches_.free_pieces(mapping_.cached(), want, total);
-            const bool maps_little = needed < want / stitch_least_share;
             const bool may_grow = !maps_little && total < want && found.where != nullptr && align_up(want - total, allocation) < needed;
             if (total < want && !may_grow) return nullptr;
-            if (maps_little && !little_stitch_allowed()) return nullptr;
+            if (maps_little && !little_stitches_.take()) return nullptr;
             // At the cap, room is made only for a stitch that would be made.
             if (stitches_.full() && !(may_unmap() && stitches_.give_up_unusable(memory(), usable) > 0)) return nullptr;
             const bool grew = may_grow && map_lacking(found, rounded, want - total);
@@ -440,7 +429,7 @@ private:
     // A placement that needs mapping (or a new span): maps within the budget, trimming the cache
     // as the policy says, then carves. Strong guarantee.
     void* map_and_carve(placement found, std::size_t bytes, std::size_t rounded, std::size_t alignment) {
-        little_stitches_ = 0;
+        little_stitches_.reset();
         if (found.where == nullptr) {
             block& fresh = claim_span(rounded, alignment);
             const std::uintptr_t start = align_up(fresh.address, alignment);
@@ -612,10 +601,8 @@ private:
     mapping_type mapping_{grid_};  // mapped granules, the cache, map and unmap calls
     // Stitched blocks; their pieces are live blocks of the spans (lent), not counted in live_bytes_.
     stitching_type stitches_{grid_, options_.max_stitches};
-    // Stitches where the placement mapped little, tried since the pool last mapped a placement,
-    // and how many it may try before it maps instead (little_stitch_allowed()).
-    std::size_t little_stitches_ = 0;
-    std::size_t little_stitch_bound_ = first_little_stitch_bound;
+    // Stitches tried where the placement mapped little, since the pool last mapped a placement.
+    detail::expandable_parts::halving_bound little_stitches_{first_little_stitch_bound};
     std::size_t live_bytes_ = 0;
     std::size_t peak_live_bytes_ = 0;
 };

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <new>
 #include <stdexcept>
@@ -63,6 +64,34 @@ struct stitch {
     }
     return candidate->free && candidate->address <= first && last <= candidate->end() ? candidate : nullptr;
 }
+
+// A count the pool keeps of stitches it made where a placement maps little (expandable::stitch):
+// at most `first` between two mappings; each time that many were made the next is refused, and
+// the bound halves, so that a pool whose holes shift from step to step stops making them.
+class halving_bound {
+public:
+    explicit constexpr halving_bound(std::size_t first) noexcept : bound_(first) {}
+    // Whether one more may be made now (then counted); at the bound, the bound halves.
+    [[nodiscard]] bool take() noexcept {
+        if (made_ < bound_) {
+            ++made_;
+            return true;
+        }
+        if (made_ == bound_) {  // reached: halved once until the next reset()
+            bound_ /= 2;
+            made_ = std::numeric_limits<std::size_t>::max();
+        }
+        return false;
+    }
+    // Whether take() would refuse without halving (halved already since the last reset()).
+    [[nodiscard]] bool spent() const noexcept { return made_ > bound_; }
+    // The pool mapped a placement: the count starts again under the bound as it is now.
+    void reset() noexcept { made_ = 0; }
+
+private:
+    std::size_t bound_;
+    std::size_t made_ = 0;
+};
 
 template <class Memory>
 class stitching {
