@@ -143,7 +143,7 @@ void capture_mode_exchange(benchmark::State& state) {
     });
 }
 
-// The same calls through the driver's entry points (cuda_events goes through the runtime).
+// The same calls through the driver's entry points (what cuda_events makes for created streams).
 void driver_event_record(benchmark::State& state) {
     static const auto record = entry<PFN_cuEventRecord_v2000>("cuEventRecord", 2000);
     over_idle_streams(
@@ -160,6 +160,16 @@ void driver_event_query_done(benchmark::State& state) {
             benchmark::DoNotOptimize(query(reinterpret_cast<CUevent>(s.event(i))));
         },
         query != nullptr);
+}
+void driver_stream_wait_event(benchmark::State& state) {
+    static const auto wait = entry<PFN_cuStreamWaitEvent_v3020>("cuStreamWaitEvent", 3020);
+    over_idle_streams(
+        state,
+        [](idle_streams& s, std::int64_t i) {
+            if (i < 1024) cudaEventRecord(s.event(i), s.stream(i));
+            wait(reinterpret_cast<CUstream>(s.stream(i + 1)), reinterpret_cast<CUevent>(s.event(i)), 0);
+        },
+        wait != nullptr);
 }
 void driver_stream_query_idle(benchmark::State& state) {
     static const auto query = entry<PFN_cuStreamQuery_v2000>("cuStreamQuery", 2000);
@@ -229,6 +239,7 @@ BENCHMARK(stream_is_capturing);
 BENCHMARK(capture_mode_exchange);
 BENCHMARK(driver_event_record);
 BENCHMARK(driver_event_query_done);
+BENCHMARK(driver_stream_wait_event);
 BENCHMARK(driver_stream_query_idle);
 BENCHMARK(driver_capture_mode_exchange);
 BENCHMARK(stream_query_idle_relaxed);

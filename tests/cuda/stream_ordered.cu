@@ -4,6 +4,7 @@
 #include "support.hpp"
 #include "late_kernels.cuh"
 
+#include <poolkit/adaptor/cuda_events.hpp>
 #include <poolkit/presets.hpp>
 #include <poolkit/strategy/best_fit.hpp>
 
@@ -230,6 +231,30 @@ TEST_CASE("cudaStreamPerThread: threads share the handle but not their stream re
     for (auto& thread : threads) thread.join();
     CHECK(bad.read() == 0);
     CHECK(pool.locked([](auto& p) { return p.streams(); }) == 4);
+}
+
+// cuda_events takes the driver's entry points for created streams and the runtime's for the
+// special handles: both must see the same work pending, and a wait must hold the waiter back.
+TEST_CASE("cuda_events answers alike through the driver and the runtime: created streams and the special handles") {
+    scoped_stream created, waiter;
+    cuda_events events;
+    std::uint32_t* data = nullptr;
+    REQUIRE(cudaMalloc(&data, 32 * sizeof *data) == cudaSuccess);
+    for (const cudaStream_t stream : {created.handle, cudaStream_t{}, cudaStreamLegacy, cudaStreamPerThread}) {
+        CAPTURE(reinterpret_cast<std::uintptr_t>(stream));
+        slow_fill<<<1, 32, 0, stream>>>(data, 32, 1, 20 * slow);  // about 20 ms: the host asks while it runs
+        const cuda_events::event_type event = events.record(stream_ref{stream});
+        events.wait(stream_ref{waiter.handle}, event);
+        CHECK_FALSE(cuda_events::idle(stream_ref{stream}));
+        CHECK_FALSE(events.done(event));
+        CHECK_FALSE(cuda_events::idle(waiter));
+        REQUIRE(cudaStreamSynchronize(waiter.handle) == cudaSuccess);
+        CHECK(events.done(event));
+        CHECK(cuda_events::idle(stream_ref{stream}));
+        CHECK(cuda_events::idle(waiter));
+        events.recycle(event);
+    }
+    REQUIRE(cudaFree(data) == cudaSuccess);
 }
 
 // Servers make a stream per request and destroy it as soon as the work is issued. Blocks freed on

@@ -4,11 +4,14 @@
 // creates one) and records it, recycle() puts it back. wait() is cudaStreamWaitEvent (no host
 // synchronization); done() is cudaEventQuery; synchronize() is cudaEventSynchronize; idle() is
 // cudaStreamQuery — those three with the thread's capture mode relaxed, so that a capture the pool
-// has not seen does not forbid them. An event is made on the device of the stream it is recorded
-// on (the context's, see device_of) and pooled per device, so one pool may serve streams of several
-// devices: pinned host memory used by all of them (cudaHostAllocPortable). synchronize_all() waits
-// for every device an event was recorded on. Not thread-safe (stream_ordered is not either;
-// synchronized<> guards both).
+// has not seen does not forbid them. The four calls made per free (record, wait, done, idle) go to
+// the driver's entry points for created streams: the runtime's wrap them at 20-25% more
+// (docs/costs.md). The runtime's serve the special handles and answer where the driver's did not,
+// so that failures are reported as cudaError_t. An event is made on the device of the stream it is
+// recorded on (the context's, see device_of) and pooled per device, so one pool may serve streams
+// of several devices: pinned host memory used by all of them (cudaHostAllocPortable).
+// synchronize_all() waits for every device an event was recorded on. Not thread-safe
+// (stream_ordered is not either; synchronized<> guards both).
 // cudaStreamPerThread — and the default stream 0 where this translation unit was compiled for the
 // per-thread default stream — names a different stream on each host thread: per_thread() says so,
 // and stream_ordered keeps such streams apart by thread.
@@ -23,6 +26,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -62,7 +66,8 @@ public:
             event = pool.back();
             pool.pop_back();
         }
-        const cudaError_t status = cudaEventRecord(event, stream.get());
+        const bool recorded = driver().record != nullptr && !special_handle(stream) && driver().record(event, stream.get()) == CUDA_SUCCESS;
+        const cudaError_t status = recorded ? cudaSuccess : cudaEventRecord(event, stream.get());
         if (status != cudaSuccess) {
             pool.push_back(event);
             detail::throw_cuda_error(status, "cudaEventRecord");
@@ -71,23 +76,22 @@ public:
     }
 
     void wait(stream_ref waiter, event_type event) {
+        if (driver().wait != nullptr && !special_handle(waiter) && driver().wait(waiter.get(), event.handle, 0) == CUDA_SUCCESS) return;
         detail::check_cuda(cudaStreamWaitEvent(waiter.get(), event.handle, 0), "cudaStreamWaitEvent");
     }
 
     [[nodiscard]] bool done(event_type event) {
-        const cudaError_t status = relaxed([&] { return cudaEventQuery(event.handle); });
-        if (status == cudaErrorNotReady) return false;
-        detail::check_cuda(status, "cudaEventQuery");
-        return true;
+        return answered(
+            driver().event_query != nullptr, [&] { return driver().event_query(event.handle); },
+            [&] { return cudaEventQuery(event.handle); }, "cudaEventQuery");
     }
 
     // Whether all work issued on `stream` so far is done (cudaStreamQuery: one driver call, about
     // what an event query costs, and no event to record first). Never asked of a stream in capture.
     [[nodiscard]] static bool idle(stream_ref stream) {
-        const cudaError_t status = relaxed([&] { return cudaStreamQuery(stream.get()); });
-        if (status == cudaErrorNotReady) return false;
-        detail::check_cuda(status, "cudaStreamQuery");
-        return true;
+        return answered(
+            driver().stream_query != nullptr && !special_handle(stream), [&] { return driver().stream_query(stream.get()); },
+            [&] { return cudaStreamQuery(stream.get()); }, "cudaStreamQuery");
     }
 
     void synchronize(event_type event) {
@@ -198,9 +202,7 @@ public:
     // fails there, and the failure invalidates the capture.
     [[nodiscard]] static std::uint64_t identity(stream_ref stream) noexcept {
         constexpr std::uint64_t special = std::uint64_t{1} << 63;
-        if (stream.get() == nullptr || stream.get() == cudaStreamLegacy || stream.get() == cudaStreamPerThread) {
-            return stream_id(stream) | special;
-        }
+        if (special_handle(stream)) return stream_id(stream) | special;
         unsigned long long id = 0;
         if (const auto get_id = driver_stream_get_id()) {
             if (get_id(stream.get(), &id) == CUDA_SUCCESS) return id;
@@ -254,20 +256,41 @@ private:
     // The driver's exchange, a seventh of the runtime's, which would double a query's cost
     // (docs/costs.md); the runtime's where the driver lacks it.
     template <class Call>
-    static cudaError_t relaxed(Call&& call) noexcept {
+    static std::invoke_result_t<Call> relaxed(Call&& call) noexcept {
         static const auto exchange = driver_entry<PFN_cuThreadExchangeStreamCaptureMode_v10010>("cuThreadExchangeStreamCaptureMode", 10010);
         if (exchange == nullptr) [[unlikely]] {
             cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
             const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
-            const cudaError_t status = std::forward<Call>(call)();
+            const auto status = std::forward<Call>(call)();
             if (exchanged) static_cast<void>(cudaThreadExchangeStreamCaptureMode(&mode));
             return status;
         }
         CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
         const bool exchanged = exchange(&mode) == CUDA_SUCCESS;
-        const cudaError_t status = std::forward<Call>(call)();
+        const auto status = std::forward<Call>(call)();
         if (exchanged) static_cast<void>(exchange(&mode));
         return status;
+    }
+
+    // A query's answer, relaxed: the driver's call where `use_driver`, and where it says done or not
+    // ready; else the runtime's, which throws cuda_error on failure.
+    template <class Driver, class Runtime>
+    static bool answered(bool use_driver, Driver&& by_driver, Runtime&& by_runtime, const char* call) {
+        if (use_driver) {
+            const CUresult answer = relaxed(std::forward<Driver>(by_driver));
+            if (answer == CUDA_SUCCESS) return true;
+            if (answer == CUDA_ERROR_NOT_READY) return false;
+        }
+        const cudaError_t status = relaxed(std::forward<Runtime>(by_runtime));
+        if (status == cudaErrorNotReady) return false;
+        detail::check_cuda(status, call);
+        return true;
+    }
+
+    // The handles that name no created stream: 0, cudaStreamLegacy, cudaStreamPerThread (the
+    // driver reads 0 as the legacy stream, where this translation unit may mean the per-thread one).
+    [[nodiscard]] static bool special_handle(stream_ref stream) noexcept {
+        return stream.get() == nullptr || stream.get() == cudaStreamLegacy || stream.get() == cudaStreamPerThread;
     }
 
     // What a graph's user object holds (on_graph_gone).
@@ -297,6 +320,17 @@ private:
         const auto found = detail::cuda_driver::lookup(symbol, version);
         if (found.function == nullptr) static_cast<void>(cudaGetLastError());
         return reinterpret_cast<Function>(found.function);
+    }
+    // The driver's entry points for the calls made per free, looked up once per process.
+    struct per_free_calls {
+        PFN_cuEventRecord_v2000 record = driver_entry<PFN_cuEventRecord_v2000>("cuEventRecord", 2000);
+        PFN_cuStreamWaitEvent_v3020 wait = driver_entry<PFN_cuStreamWaitEvent_v3020>("cuStreamWaitEvent", 3020);
+        PFN_cuEventQuery_v2000 event_query = driver_entry<PFN_cuEventQuery_v2000>("cuEventQuery", 2000);
+        PFN_cuStreamQuery_v2000 stream_query = driver_entry<PFN_cuStreamQuery_v2000>("cuStreamQuery", 2000);
+    };
+    static const per_free_calls& driver() noexcept {
+        static const per_free_calls calls;
+        return calls;
     }
     // cuStreamGetId and cuStreamIsCapturing, looked up once per process.
     static PFN_cuStreamGetId_v12000 driver_stream_get_id() noexcept {
