@@ -5,7 +5,7 @@
 // synchronization); done() is cudaEventQuery; synchronize() is cudaEventSynchronize; idle() is
 // cudaStreamQuery — those three with the thread's capture mode relaxed, so that a capture the pool
 // has not seen does not forbid them. The four calls made per free (record, wait, done, idle) go to
-// the driver's entry points for created streams: the runtime's wrap them at 20-25% more
+// the driver's entry points for created streams: the runtime's wrap them at 18-37% more
 // (docs/costs.md). The runtime's serve the special handles and answer where the driver's did not,
 // so that failures are reported as cudaError_t. An event is made on the device of the stream it is
 // recorded on (the context's, see device_of) and pooled per device, so one pool may serve streams
