@@ -51,9 +51,9 @@ namespace poolkit {
 //
 // aliasing_virtual_memory adds v.alias(at, from, bytes): [at, at + bytes), unmapped, maps the
 // physical memory already mapped at [from, from + bytes) — whole physical allocations (the driver
-// maps no part of one), not an alias — so that one memory has two addresses (what lets a pool serve a large request from free pieces
-// of memory that are not contiguous: GMLake's stitching). It adds no physical memory
-// (mapped_bytes() does not move) and counts one map call; unmap(at, bytes) takes the alias back,
+// maps no part of one), not an alias — so that one memory has two addresses (what lets a pool
+// serve a large request from free pieces of memory that are not contiguous: GMLake's stitching).
+// It adds no physical memory (mapped_bytes() does not move) and counts one map call; unmap(at, bytes) takes the alias back,
 // whole and alone, and until then the allocations under `from` may not be unmapped (asserted, like
 // any unmap that breaks a rule). Bad ranges throw std::invalid_argument, as map's do.
 template <class V>
