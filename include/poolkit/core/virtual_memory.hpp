@@ -53,9 +53,10 @@ namespace poolkit {
 // physical memory already mapped at [from, from + bytes) — whole physical allocations (the driver
 // maps no part of one), not an alias — so that one memory has two addresses (what lets a pool
 // serve a large request from free pieces of memory that are not contiguous: GMLake's stitching).
-// It adds no physical memory (mapped_bytes() does not move) and counts one map call; unmap(at, bytes) takes the alias back,
-// whole and alone, and until then the allocations under `from` may not be unmapped (asserted, like
-// any unmap that breaks a rule). Bad ranges throw std::invalid_argument, as map's do.
+// It adds no physical memory (mapped_bytes() does not move) and counts one map call; unmap(at,
+// bytes) takes the alias back, whole and alone, and until then the allocations under `from` may
+// not be unmapped (asserted, like any unmap that breaks a rule). Bad ranges throw
+// std::invalid_argument, as map's do.
 template <class V>
 concept virtual_memory = requires(V& v, const V& cv, void* at, const void* pointer, std::size_t bytes) {
     { cv.base() } noexcept -> std::same_as<std::byte*>;
