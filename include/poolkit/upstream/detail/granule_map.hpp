@@ -232,9 +232,9 @@ public:
     // Throws std::invalid_argument, naming `source`, unless [at, at + bytes) may alias [from, from +
     // bytes): at unmapped as check_map asks, from a run of whole granules inside the range, mapped,
     // not itself an alias, and made of whole physical allocations (no mapping made whole reaches
-    // past either end): the driver maps an allocation whole or not at all (with driver 580, on an
-    // H100 and an H200, cuMemMap answers CUDA_ERROR_NOT_SUPPORTED to an offset into one and to
-    // fewer bytes than it holds, though its documentation describes both).
+    // past either end): the driver maps an allocation whole or not at all (with driver 580 cuMemMap
+    // answered CUDA_ERROR_NOT_SUPPORTED to an offset into one and to fewer bytes than it holds on
+    // an H100, and to fewer bytes on an H200, though its documentation describes both).
     void check_alias(std::uintptr_t at, std::uintptr_t from, std::size_t bytes, const char* source) const {
         check_map(at, bytes, source);
         check_in_range(from, bytes, source, "alias");
