@@ -104,6 +104,16 @@ def figures(name):
             "consistency": consistency(stats, poolkit.torch.snapshot())}
 
 
+def device_allocations(name):
+    """The allocator's device allocations so far (num_device_alloc: cudaMalloc calls, or map calls
+    of virtual memory, aliases among them)."""
+    import torch
+    if ALLOCATORS[name][1] is None:
+        return torch.cuda.memory_stats().get("num_device_alloc", 0)
+    import poolkit.torch
+    return poolkit.torch.memory_stats().get("num_device_alloc", 0)
+
+
 def consistency(stats, snapshot):
     """Statements about poolkit's stats and snapshot that must all hold; returns those that do not."""
     segments = snapshot["segments"]
@@ -163,13 +173,17 @@ def mib(count):
 
 def table(runs):
     """Peak allocated, peak reserved, their ratio, the step time and the device allocations (cudaMalloc
-    calls, or map calls of virtual memory: num_device_alloc) of each run."""
-    lines = [f"{'allocator':30} {'peak allocated':>15} {'peak reserved':>15} {'ratio':>7} {'ms/step':>9} {'device allocs':>13}"]
+    calls, or map calls of virtual memory: num_device_alloc) of each run; where a run counted them
+    per step (step_allocs), also those of its second half: an allocator that has settled makes none."""
+    lines = [f"{'allocator':30} {'peak allocated':>15} {'peak reserved':>15} {'ratio':>7} {'ms/step':>9} {'device allocs':>13}"
+             f" {'in 2nd half':>11}"]
     for name, run in runs.items():
         f = run["figures"]
+        counts = run.get("step_allocs", [])
+        late = f"{counts[-1] - counts[len(counts) // 2 - 1]:11,}" if len(counts) >= 2 else f"{'':11}"
         lines.append(f"{name:30} {mib(f['peak_allocated']):>15} {mib(f['peak_reserved']):>15} "
                      f"{f['peak_reserved'] / max(f['peak_allocated'], 1):7.3f} {run['ms_per_step']:9.2f} "
-                     f"{f.get('device_allocations', 0):13,}")
+                     f"{f.get('device_allocations', 0):13,} {late}")
     return "\n".join(lines)
 
 

@@ -51,6 +51,8 @@ def _deterministic():
 # In a child run with --lockstep: says "lockstep ready" once its program is built, then runs each
 # step when the parent writes "go", and says "lockstep step MS" after it (lockstep_round).
 _lockstep = False
+# After each step, outside its time: the allocator's device allocations so far (child sets it).
+_device_allocations = None
 
 
 def _say(line):
@@ -58,10 +60,10 @@ def _say(line):
 
 
 def _timed(step, steps):
-    """Runs step(i) for each i; returns its results, the median milliseconds after two steps and
-    every step's milliseconds."""
+    """Runs step(i) for each i; returns its results, the median milliseconds after two steps,
+    every step's milliseconds and the device allocations made by the end of each step."""
     import torch
-    results, times = [], []
+    results, times, allocs = [], [], []
     if _lockstep:
         torch.cuda.synchronize()
         _say("lockstep ready")
@@ -73,12 +75,13 @@ def _timed(step, steps):
         results.append(step(i))
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
+        allocs.append(_device_allocations() if _device_allocations else 0)
         if _lockstep:
             _say(f"lockstep step {1e3 * times[-1]:.3f}")
-    return results, 1e3 * statistics.median(times[2:] or times), [round(1e3 * t, 3) for t in times]
+    return results, 1e3 * statistics.median(times[2:] or times), [round(1e3 * t, 3) for t in times], allocs
 
 
-def _resnet_train(steps, sizes):
+def _resnet_train(sizes):
     import torch
     import torchvision
     model = torchvision.models.resnet18(num_classes=10).cuda()
@@ -96,7 +99,7 @@ def _resnet_train(steps, sizes):
         optimizer.step()
         return loss.item()
 
-    return _timed(step, steps)
+    return step
 
 
 def _gpt():
@@ -105,15 +108,15 @@ def _gpt():
     return transformers.GPT2LMHeadModel(config).cuda()
 
 
-def resnet18_train(steps):
-    return _resnet_train(steps, [224])
+def resnet18_train():
+    return _resnet_train([224])
 
 
-def multiscale_train(steps):
-    return _resnet_train(steps, [160, 192, 224, 256, 288, 320])
+def multiscale_train():
+    return _resnet_train([160, 192, 224, 256, 288, 320])
 
 
-def varlen_train(steps):
+def varlen_train():
     import torch
     model = _gpt()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -130,10 +133,10 @@ def varlen_train(steps):
         optimizer.step()
         return loss.item()
 
-    return _timed(step, steps)
+    return step
 
 
-def generate(steps):
+def generate():
     import torch
     model = _gpt().eval()
     generator = torch.Generator(device="cuda").manual_seed(1)
@@ -147,7 +150,7 @@ def generate(steps):
                              do_sample=False, pad_token_id=0)
         return int(out[:, prompt:].sum().item())
 
-    return _timed(step, steps)
+    return step
 
 
 def alloc_free_sizes():
@@ -156,7 +159,7 @@ def alloc_free_sizes():
     return [draw.choice([512, 4096, 65536, 1 << 20, 8 << 20]) + 512 * draw.randrange(8) for _ in range(10000)]
 
 
-def alloc_free(steps):
+def alloc_free():
     import torch
     sizes = alloc_free_sizes()
 
@@ -166,9 +169,10 @@ def alloc_free(steps):
             alive[i % 16] = torch.empty(size, dtype=torch.uint8, device="cuda")
         return len(sizes)
 
-    return _timed(step, steps)
+    return step
 
 
+# Each builds its program on the GPU and returns its step: step(i) runs step i and returns its result.
 PROGRAMS = {f.__name__: f for f in (resnet18_train, multiscale_train, varlen_train, generate, alloc_free)}
 NEEDS = {"resnet18_train": "torchvision", "multiscale_train": "torchvision", "varlen_train": "transformers",
          "generate": "transformers", "alloc_free": "torch"}
@@ -240,12 +244,14 @@ def lockstep_round(script, program, names, steps, round_index=0):
 
 
 def child(name, program, steps, lockstep=False):
-    global _lockstep
+    global _lockstep, _device_allocations
     _lockstep = lockstep
+    _device_allocations = lambda: allocators.device_allocations(name)  # noqa: E731
     allocators.install(name)
     _deterministic()
-    results, ms_per_step, step_ms = PROGRAMS[program](steps)
-    print(json.dumps({"losses": results, "ms_per_step": ms_per_step, "step_ms": step_ms, "figures": allocators.figures(name)}))
+    results, ms_per_step, step_ms, step_allocs = _timed(PROGRAMS[program](), steps)
+    print(json.dumps({"losses": results, "ms_per_step": ms_per_step, "step_ms": step_ms, "step_allocs": step_allocs,
+                      "figures": allocators.figures(name)}))
 
 
 def main():

@@ -1,12 +1,13 @@
-"""Where a training step's time goes under each allocator: ResNet-18 training steps (batch 64,
-224x224) under torch.profiler, each allocator in a process of its own. Prints per allocator the
+"""Where a step's time goes under each allocator: a program of programs.py (default: ResNet-18
+training, batch 64 at 224x224) under torch.profiler, each allocator in a process of its own.
+Prints per allocator the
 median step time, the GPU's kernel time per step, the host's time in the CUDA calls that wait
 (synchronize, event and stream waits) and in the runtime's allocation and event calls, and how
 many of each per step. torch.profiler records runtime API calls only: the driver calls that
 map virtual memory (cuMemMap, cuMemCreate, ...) are not among them, so they show as host time
 between the recorded calls, not in these columns.
 
-    PYTHONPATH=<site>:python/checks python3 python/checks/step_profile.py [--allocators A,B] [--steps N]
+    PYTHONPATH=<site>:python/checks python3 python/checks/step_profile.py [PROGRAM] [--allocators A,B] [--steps N]
 
 A step slower under one allocator with the same kernel time is slower on the host (allocator
 calls, waits); with more kernel time, on the device (where blocks lie). Exits 1 when a child fails.
@@ -18,25 +19,26 @@ import sys
 import time
 
 import allocators
+import programs
 
 WAITS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaStreamWaitEvent")
 ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "cudaEventRecord", "cudaEventQuery", "cudaMallocAsync", "cudaFreeAsync")
 
 
-def child(name, steps):
+def child(name, program, steps):
     allocators.install(name)
     import torch
-    torch.manual_seed(0)
-    step = allocators.resnet18_step(64, num_classes=10, seed=1)
-    for _ in range(3):
-        step()
+    programs._deterministic()
+    step = programs.PROGRAMS[program]()
+    for i in range(3):
+        step(i)
     torch.cuda.synchronize()
     times = []
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.profiler.profile(activities=activities) as profiler:
-        for _ in range(steps):
+        for i in range(3, 3 + steps):
             start = time.perf_counter()
-            step()
+            step(i)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
     kernel_us = waits_us = calls_us = 0.0
@@ -56,17 +58,18 @@ def child(name, steps):
 
 
 def main():
-    if len(sys.argv) >= 4 and sys.argv[1] == "--child":
-        child(sys.argv[2], int(sys.argv[3]))
+    if len(sys.argv) >= 5 and sys.argv[1] == "--child":
+        child(sys.argv[2], sys.argv[3], int(sys.argv[4]))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("program", nargs="?", default="resnet18_train", choices=list(programs.PROGRAMS))
     parser.add_argument("--allocators", help="comma-separated names of allocators.py's (default: all but the no-hooks run)")
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
     names = args.allocators.split(",") if args.allocators else [n for n in allocators.ALLOCATORS if "no hooks" not in n]
     print(f"{'allocator':32} {'ms/step':>8} {'kernel ms':>10} {'waits ms':>9} {'alloc calls ms':>15}  calls per step")
     for name in names:
-        run = allocators.run_child(__file__, name, [str(args.steps)])
+        run = allocators.run_child(__file__, name, [args.program, str(args.steps)])
         calls = ", ".join(f"{k} {v:g}" for k, v in run["per_step"].items())
         print(f"{name:32} {run['ms_per_step']:8.2f} {run['kernel_ms']:10.2f} {run['wait_ms']:9.3f} {run['allocator_call_ms']:15.3f}  {calls}")
     return 0

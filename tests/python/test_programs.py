@@ -32,6 +32,17 @@ class Rounds(unittest.TestCase):
         runs = {"pytorch": {"figures": {"allocations": 2400}}, "a": {"figures": {"allocations": 2424}}, "old": {"figures": {}}}
         self.assertEqual(programs.allocations_per_step(runs, 24), {"pytorch": 100.0, "a": 101.0, "old": 0.0})
 
+    def test_the_table_counts_device_allocations_of_the_second_half(self):
+        figures = {"peak_allocated": 1 << 30, "peak_reserved": 1 << 30, "device_allocations": 9}
+        runs = {"settled": {"ms_per_step": 10.0, "figures": figures, "step_allocs": [5, 9, 9, 9]},
+                "growing": {"ms_per_step": 10.0, "figures": figures, "step_allocs": [5, 6, 8, 9]},
+                "uncounted": {"ms_per_step": 10.0, "figures": figures}}
+        lines = programs.allocators.table(runs).splitlines()
+        self.assertEqual(lines[0].split()[-3:], ["in", "2nd", "half"])
+        self.assertEqual(lines[1].split()[-2:], ["9", "0"])  # steps 3 and 4 made none
+        self.assertEqual(lines[2].split()[-2:], ["9", "3"])
+        self.assertEqual(lines[3].split()[-1], "9")
+
 
 class CallTable(unittest.TestCase):
     def test_each_path_is_paired_with_the_reference_of_its_round(self):
