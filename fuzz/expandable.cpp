@@ -44,6 +44,7 @@ void run(const std::uint8_t* data, std::size_t size) {
              .mapping_bytes = size % 3 == 0 ? 0 : granule << (size % 4),
              .max_cached_bytes = size % 5 == 0 ? granule * 4 : ~std::size_t{0},
              .stitch = (size / 2) % 2 == 0,
+             .min_stitch_bytes = size % 13 == 0 ? granule * 8 : 0,  // 0: from one allocation on
              .max_stitches = 1 + size % 3}};  // few: new stitches often give up old ones
         poolkit::fuzz::run(pool, data, size, 128, poolkit::fuzz::default_check_every, 64);
         if (pool.live_bytes() != 0 || pool.reserved_bytes() != 0) std::abort();

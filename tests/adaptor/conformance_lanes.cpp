@@ -62,7 +62,8 @@ struct expandable_lanes_fixture_of : test::no_touch {
         return {.span_bytes = std::size_t{256} << 20,
                 .small_size = std::size_t{16} << 10,
                 .mapping_bytes = std::size_t{128} << 10,
-                .stitch = true};
+                .stitch = true,
+                .min_stitch_bytes = 0};
     }
     simulated_vmm_resource memory_{{.capacity = std::size_t{16} << 30,
                                     .granularity = Stitch ? std::size_t{64} << 10 : std::size_t{2} << 20,

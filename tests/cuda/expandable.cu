@@ -36,7 +36,7 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
     bool must_stitch = false;  // stitching is on by default, but only this traffic is sure to stitch
     SUBCASE("a physical allocation per granule") {}
     SUBCASE("physical allocations of 8 MiB, unmapped only whole") { options.mapping_bytes = 8 * MiB; }
-    SUBCASE("following live memory: a rising slack and 32 MiB physical allocations (peak_slack 0)") {
+    SUBCASE("following live memory: a rising slack and the default physical allocations (peak_slack 0)") {
         options.max_peak_slack = expandable_options{}.max_peak_slack;
         options.mapping_bytes = expandable_options{}.mapping_bytes;
     }
@@ -53,7 +53,7 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
         options.mapping_bytes = defaults.mapping_bytes;
         options.max_cached_bytes = defaults.max_cached_bytes;
         options.stitch = true;
-        // Up to 64 MiB, two physical allocations: this traffic then stitches (at 48 MiB it need not;
+        // Up to 64 MiB, four physical allocations: this traffic then stitches (at 48 MiB it need not;
         // the simulated model, which makes the same choices, shows which).
         large_words = 16 * MiB;
         must_stitch = true;
@@ -117,7 +117,7 @@ TEST_CASE("expandable preset, stitching: a block of free allocations aliased tog
     streams lanes(1);
     cudaStream_t stream = lanes.handles[0];
     counter bad;
-    constexpr std::size_t piece = std::size_t{8} << 20;  // 32 MiB of 4-byte words: one physical allocation
+    constexpr std::size_t piece = std::size_t{8} << 20;  // 32 MiB of 4-byte words: whole physical allocations
     const auto take = [&](std::size_t count) {
         return static_cast<std::uint32_t*>(pool.allocate_async(count * 4, 256, stream_ref{stream}));
     };

@@ -71,6 +71,8 @@ TEST_CASE("expandable_options are checked against the granule the pool will have
     set_option(options, "stitch", "true", std::size_t{2} << 20);
     CHECK(options.stitch);
     CHECK_THROWS_AS(set_option(options, "stitch", "2", std::size_t{2} << 20), std::invalid_argument);
+    set_option(options, "min_stitch_bytes", "67108864", std::size_t{2} << 20);
+    CHECK(options.min_stitch_bytes == std::size_t{64} << 20);
     set_option(options, "max_stitches", "8", std::size_t{2} << 20);
     CHECK(options.max_stitches == 8);
     CHECK_THROWS_AS(set_option(options, "max_stitches", "0", std::size_t{2} << 20), std::invalid_argument);

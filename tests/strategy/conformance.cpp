@@ -147,6 +147,7 @@ struct expandable_fixture_of : no_touch {
         if (Stitch) {
             o.small_size = std::size_t{16} << 10;
             o.mapping_bytes = std::size_t{128} << 10;
+            o.min_stitch_bytes = 0;
         }
         return o;
     }

@@ -722,7 +722,7 @@ TEST_CASE("mapping_bytes: a large block maps in few physical allocations, each u
 
 TEST_CASE("stitching serves a large request from free allocations scattered through the pool, mapping nothing new") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.stitch = true}};
+    pool_type pool{memory, {.mapping_bytes = 32 * MiB, .stitch = true}};
     std::vector<void*> blocks;
     for (int i = 0; i < 6; ++i) blocks.push_back(pool.allocate(32 * MiB));  // an allocation of 32 MiB each
     for (int i : {0, 2, 4}) pool.deallocate(blocks[i], 32 * MiB);
@@ -784,7 +784,7 @@ TEST_CASE("at the most stitches a pool keeps, the free ones whose pieces were ta
     // holes again, so that its stitch stays free but can serve nothing: a layout that shifts. The
     // first round's stitched block stays live.
     checked_memory memory{memory_options(std::size_t{4} << 30)};
-    pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .mapping_bytes = 8 * MiB, .stitch = true}};
+    pool_type pool{memory, {.span_bytes = std::size_t{4} << 30, .mapping_bytes = 8 * MiB, .stitch = true, .min_stitch_bytes = 0}};
     const std::size_t most = expandable_options{}.max_stitches;
     std::vector<void*> blocks;
     for (std::size_t i = 0; i < 4 * (most + 2); ++i) blocks.push_back(pool.allocate(8 * MiB));
@@ -828,7 +828,7 @@ TEST_CASE("at the most stitches a pool keeps, the free ones whose pieces were ta
 
 TEST_CASE("at the most stitches a pool keeps, a free one whose pieces are all free stays for the next request of its size") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true, .max_stitches = 2}};
+    pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true, .min_stitch_bytes = 0, .max_stitches = 2}};
     std::vector<void*> blocks;
     for (int i = 0; i < 12; ++i) blocks.push_back(pool.allocate(8 * MiB));  // an allocation of 8 MiB each
     for (int i : {8, 10}) pool.deallocate(blocks[i], 8 * MiB);
@@ -870,7 +870,7 @@ TEST_CASE("at the most stitches a pool keeps, a free one whose pieces are all fr
 
 TEST_CASE("stitching leaves alone what it does not pay for: small requests, and growth where a placement maps little") {
     checked_memory memory{memory_options()};
-    pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true}};
+    pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true, .min_stitch_bytes = 0}};
     std::vector<void*> blocks;
     for (int i = 0; i < 60; ++i) blocks.push_back(pool.allocate(8 * MiB));  // an allocation of 8 MiB each
     for (int i : {0, 2}) pool.deallocate(blocks[i], 8 * MiB);
@@ -912,9 +912,31 @@ TEST_CASE("stitching leaves alone what it does not pay for: small requests, and 
     CHECK(memory.mapped_bytes() == 0);
 }
 
+TEST_CASE("requests below min_stitch_bytes never stitch, whatever holes would cover them") {
+    checked_memory memory{memory_options()};
+    REQUIRE(expandable_options{}.min_stitch_bytes == 32 * MiB);
+    pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true}};
+    std::vector<void*> blocks;
+    for (int i = 0; i < 16; ++i) blocks.push_back(pool.allocate(8 * MiB));  // an allocation of 8 MiB each
+    for (int i : {0, 2, 4, 6, 8}) pool.deallocate(blocks[i], 8 * MiB);      // five holes, apart
+    const std::size_t reserved = pool.reserved_bytes();
+    void* below = pool.allocate(24 * MiB);  // three holes would cover it: mapped at the end instead
+    CHECK(pool.stitched_blocks() == 0);
+    CHECK(pool.reserved_bytes() == reserved + 24 * MiB);
+    void* at_least = pool.allocate(32 * MiB);  // four holes cover it: stitched, nothing mapped
+    CHECK(pool.stitched_blocks() == 1);
+    CHECK(pool.reserved_bytes() == reserved + 24 * MiB);
+    pool.check_invariants();
+    pool.deallocate(at_least, 32 * MiB);
+    pool.deallocate(below, 24 * MiB);
+    for (int i : {1, 3, 5, 7, 9, 10, 11, 12, 13, 14, 15}) pool.deallocate(blocks[i], 8 * MiB);
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+}
+
 TEST_CASE("stitches where a placement maps little are bounded between mappings, the bound halving each time it is reached") {
     checked_memory memory{memory_options(std::size_t{4} << 30)};
-    pool_type pool{memory, {.mapping_bytes = 16 * MiB, .stitch = true}};
+    pool_type pool{memory, {.mapping_bytes = 16 * MiB, .stitch = true, .min_stitch_bytes = 0}};
     std::vector<std::pair<void*, std::size_t>> live;
     const auto take = [&](std::size_t bytes) {
         live.emplace_back(pool.allocate(bytes), bytes);
@@ -1003,7 +1025,7 @@ static_assert(virtual_memory<plain_memory> && !aliasing_virtual_memory<plain_mem
 TEST_CASE("a stitch the driver refuses is undone, and the request maps as it would have") {
     refusing_alias_memory memory{memory_options()};
     memory.fail_at = 2;  // the second of three aliases
-    expandable<ref<refusing_alias_memory>> pool{memory, {.stitch = true}};
+    expandable<ref<refusing_alias_memory>> pool{memory, {.mapping_bytes = 32 * MiB, .stitch = true}};
     std::vector<void*> blocks;
     for (int i = 0; i < 6; ++i) blocks.push_back(pool.allocate(32 * MiB));
     for (int i : {0, 2, 4}) pool.deallocate(blocks[i], 32 * MiB);
@@ -1043,7 +1065,7 @@ TEST_CASE("a pool destroyed with a stitched block still live unmaps its aliases 
     const auto outcome = test::run_in_child([] {
         simulated_vmm_resource memory{memory_options()};
         {
-            expandable<ref<simulated_vmm_resource>> pool{memory, {.stitch = true}};
+            expandable<ref<simulated_vmm_resource>> pool{memory, {.mapping_bytes = 32 * MiB, .stitch = true}};
             void* a = pool.allocate(32 * MiB);
             void* b = pool.allocate(32 * MiB);
             void* c = pool.allocate(32 * MiB);
@@ -1138,7 +1160,8 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
                     .cache_fraction = fraction,
                     .peak_slack = slack,
                     .mapping_bytes = mapping,
-                    .stitch = stitch}};
+                    .stitch = stitch,
+                    .min_stitch_bytes = mapping}};
     std::mt19937_64 random(42);
     struct live_block {
         std::size_t bytes, alignment;
@@ -1246,7 +1269,7 @@ TEST_CASE("under stream_ordered, stitches given up at the cap are unmapped only 
     checked_memory memory{memory_options()};
     host_events events;
     stream_ordered<ref<checked_memory>, lanes<expandable>, host_events> pool{
-        ref<checked_memory>(memory), {.mapping_bytes = 8 * MiB, .stitch = true, .max_stitches = 1}, events};
+        ref<checked_memory>(memory), {.mapping_bytes = 8 * MiB, .stitch = true, .min_stitch_bytes = 0, .max_stitches = 1}, events};
     const stream_ref a = events.make_stream();
     memory.work_done = [&] { return events.completed(a) == events.issued(a); };
     std::vector<void*> blocks;

@@ -26,11 +26,11 @@
 //   - at a free, while the cache exceeds the policy's most_cached_bytes();
 //   - all of them on release(), and whatever the policy says, as many as the upstream's physical
 //     limit needs before a map, and all of them when a map fails (then the map is tried again).
-// A large span maps in physical allocations of options.mapping_bytes (32 MiB by default: the
-// driver's cost per GiB falls more than tenfold against 2 MiB, docs/costs.md; the map and unmap
-// calls and the cache's bookkeeping: detail/expandable_mapping.hpp), and only
-// allocations wholly inside a free block are cached and unmapped: a live block pins every
-// allocation it touches. Small spans, any span near the physical limit, and mapping_bytes of at
+// A large span maps in physical allocations of options.mapping_bytes (16 MiB by default: the
+// driver's cost per GiB mapped falls from 26.9 ms at 2 MiB to 7.0 at 8 MiB and 2.0 at 32 MiB,
+// docs/costs.md; the map and unmap calls and the cache's bookkeeping:
+// detail/expandable_mapping.hpp), and only allocations wholly inside a free block are cached and
+// unmapped: a live block pins every allocation it touches. Small spans, any span near the physical limit, and mapping_bytes of at
 // most a granule (expandable_options::exact_follow()) map a physical allocation per granule, so
 // that any wholly free granule can be unmapped.
 // With options.stitch (the default; over memory that can alias), a large request whose placement
@@ -319,7 +319,7 @@ private:
     }
 
     // Stitching (detail/expandable_stitches.hpp). A request of at least one physical allocation
-    // whose placement would map memory takes a free stitch of its size (up to a quarter more)
+    // and min_stitch_bytes whose placement would map memory takes a free stitch of its size (up to a quarter more)
     // whose pieces are all free; else a new stitch of free whole allocations, oldest freed first,
     // where they cover it. Where its placement would map at least a quarter of it, a new stitch
     // may also take as much new memory as they lack, where that is less than the placement would
@@ -341,7 +341,8 @@ private:
     void* stitch(placement& found, std::size_t rounded, std::size_t alignment) {
         if constexpr (aliasing_virtual_memory<memory_type>) {
             const std::size_t allocation = grid_.per_allocation * grid_.bytes;
-            if (!options_.stitch || is_small(rounded) || grid_.per_allocation == 1 || alignment > grid_.bytes || rounded < allocation) {
+            if (!options_.stitch || is_small(rounded) || grid_.per_allocation == 1 || alignment > grid_.bytes ||
+                rounded < std::max(allocation, options_.min_stitch_bytes)) {
                 return nullptr;
             }
             const std::size_t want = align_up(rounded, grid_.bytes);

@@ -49,10 +49,12 @@ struct expandable_options {
     // Bytes of each physical allocation of a large span, aligned to it within the span: 0 or a
     // power of two; at most a granule means a granule. The driver charges per allocation mapped
     // and unmapped, whatever its size, so larger ones cut the cost of remapping many times over
-    // (docs/costs.md), but an allocation is unmapped only when all of it is free: a live block
-    // pins every allocation it touches. Larger pays where the peak slack leaves room for that
-    // (docs/virtual_memory.md). Small spans map a granule per allocation whatever this says.
-    std::size_t mapping_bytes = std::size_t{32} << 20;
+    // (docs/costs.md), but an allocation is unmapped, or stitched, only when all of it is free: a
+    // live block pins every allocation it touches. 16 MiB: a hole between live blocks holds more
+    // whole allocations for stitches than at 32 MiB (30 traces of 77 lower, 5 higher,
+    // docs/virtual_memory.md, "Stitching"), at twice the map calls while the pool grows. Small
+    // spans map a granule per allocation whatever this says.
+    std::size_t mapping_bytes = std::size_t{16} << 20;
     // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
     std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
     // Free blocks for small requests (best fit first, at most 64) compared for a placement that
@@ -64,6 +66,10 @@ struct expandable_options {
     // (docs/virtual_memory.md, "Stitching"). Only over a virtual memory with alias(), as both
     // models have; over one without, the pool never stitches.
     bool stitch = true;
+    // Requests of fewer bytes (or of less than one physical allocation) never stitch: a stitch
+    // lends pieces of holes that smaller, growing requests would otherwise fill (generation and
+    // KV-cache traces rose above PyTorch ES with 8 or 16 MiB stitches).
+    std::size_t min_stitch_bytes = std::size_t{32} << 20;
     // The most stitches a pool keeps, live and free; each holds address space and its aliases
     // until release(). At this many, a new stitch first gives up the free ones whose pieces other
     // blocks took since, after one wait (docs/virtual_memory.md, "Stitching"). At least 1.
@@ -104,7 +110,8 @@ struct expandable_options {
         }
         constexpr std::size_t most_address_bytes = std::size_t{1} << 48;
         for (const auto& [name, value] : {std::pair{"span_bytes", span_bytes}, std::pair{"small_span_bytes", small_span_bytes},
-                                          std::pair{"small_size", small_size}, std::pair{"mapping_bytes", mapping_bytes}}) {
+                                          std::pair{"small_size", small_size}, std::pair{"mapping_bytes", mapping_bytes},
+                                          std::pair{"min_stitch_bytes", min_stitch_bytes}}) {
             if (value > most_address_bytes) {
                 throw std::invalid_argument(std::string("poolkit: expandable_options.") + name + " must be at most 2^48 bytes (256 TiB)");
             }

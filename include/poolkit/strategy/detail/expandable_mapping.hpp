@@ -67,7 +67,7 @@ public:
         const std::size_t mapped = m.mapped_bytes();
         return limit > mapped ? limit - mapped : 0;
     }
-    // Within 64 allocations of the physical limit (2 GiB at 32 MiB), large spans map a granule per
+    // Within 64 allocations of the physical limit (1 GiB at 16 MiB), large spans map a granule per
     // allocation too: a live block pins the allocations it touches whole, so what is mapped from
     // there on can all be given back once free (what was mapped in larger allocations before stays
     // as it was). Under a limit that low, per_allocation never applies.
