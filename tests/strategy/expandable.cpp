@@ -918,7 +918,7 @@ TEST_CASE("requests below min_stitch_bytes never stitch, whatever holes would co
     pool_type pool{memory, {.mapping_bytes = 8 * MiB, .stitch = true}};
     std::vector<void*> blocks;
     for (int i = 0; i < 16; ++i) blocks.push_back(pool.allocate(8 * MiB));  // an allocation of 8 MiB each
-    for (int i : {0, 2, 4, 6, 8}) pool.deallocate(blocks[i], 8 * MiB);      // five holes, apart
+    for (int i : {0, 2, 4, 6, 8}) pool.deallocate(blocks[i], 8 * MiB);  // five holes, apart
     const std::size_t reserved = pool.reserved_bytes();
     void* below = pool.allocate(24 * MiB);  // three holes would cover it: mapped at the end instead
     CHECK(pool.stitched_blocks() == 0);

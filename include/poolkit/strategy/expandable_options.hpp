@@ -109,9 +109,9 @@ struct expandable_options {
             throw std::invalid_argument("poolkit: expandable_options.mapping_bytes must be 0 or a power of two");
         }
         constexpr std::size_t most_address_bytes = std::size_t{1} << 48;
-        for (const auto& [name, value] : {std::pair{"span_bytes", span_bytes}, std::pair{"small_span_bytes", small_span_bytes},
-                                          std::pair{"small_size", small_size}, std::pair{"mapping_bytes", mapping_bytes},
-                                          std::pair{"min_stitch_bytes", min_stitch_bytes}}) {
+        for (const auto& [name, value] :
+             {std::pair{"span_bytes", span_bytes}, std::pair{"small_span_bytes", small_span_bytes}, std::pair{"small_size", small_size},
+              std::pair{"mapping_bytes", mapping_bytes}, std::pair{"min_stitch_bytes", min_stitch_bytes}}) {
             if (value > most_address_bytes) {
                 throw std::invalid_argument(std::string("poolkit: expandable_options.") + name + " must be at most 2^48 bytes (256 TiB)");
             }
