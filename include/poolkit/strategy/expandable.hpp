@@ -30,9 +30,9 @@
 // driver's cost per GiB mapped falls from 26.9 ms at 2 MiB to 7.0 at 8 MiB and 2.0 at 32 MiB,
 // docs/costs.md; the map and unmap calls and the cache's bookkeeping:
 // detail/expandable_mapping.hpp), and only allocations wholly inside a free block are cached and
-// unmapped: a live block pins every allocation it touches. Small spans, any span near the physical limit, and mapping_bytes of at
-// most a granule (expandable_options::exact_follow()) map a physical allocation per granule, so
-// that any wholly free granule can be unmapped.
+// unmapped: a live block pins every allocation it touches. Small spans, any span near the
+// physical limit, and mapping_bytes of at most a granule (expandable_options::exact_follow()) map
+// a physical allocation per granule, so that any wholly free granule can be unmapped.
 // With options.stitch (the default; over memory that can alias), a large request whose placement
 // would map memory is served instead from free whole allocations scattered through the pool,
 // aliased side by side into an address range of its own and lent to it until it is freed, mapping
@@ -319,13 +319,13 @@ private:
     }
 
     // Stitching (detail/expandable_stitches.hpp). A request of at least one physical allocation
-    // and min_stitch_bytes whose placement would map memory takes a free stitch of its size (up to a quarter more)
-    // whose pieces are all free; else a new stitch of free whole allocations, oldest freed first,
-    // where they cover it. Where its placement would map at least a quarter of it, a new stitch
-    // may also take as much new memory as they lack, where that is less than the placement would
-    // map and the policy would unmap nothing for it (mapped at the low end of the placement's
-    // unmapped granules, where the request would have gone). Else nullptr: the placement maps as
-    // before. Growing a stitch where a placement maps little takes holes that later requests then
+    // and min_stitch_bytes whose placement would map memory takes a free stitch of its size (up
+    // to a quarter more) whose pieces are all free; else a new stitch of free whole allocations,
+    // oldest freed first, where they cover it. Where its placement would map at least a quarter
+    // of it, a new stitch may also take as much new memory as they lack, where that is less than
+    // the placement would map and the policy would unmap nothing for it (mapped at the low end of
+    // the placement's unmapped granules, where the request would have gone). Else nullptr: the
+    // placement maps as before. Growing a stitch where a placement maps little takes holes that later requests then
     // grow for (a training trace 1.033 -> 1.069 times its live peak, stitching at any share);
     // docs/virtual_memory.md, "Stitching". `found` is found again where memory was mapped and no
     // stitch made.

@@ -52,8 +52,8 @@ struct expandable_options {
     // (docs/costs.md), but an allocation is unmapped, or stitched, only when all of it is free: a
     // live block pins every allocation it touches. 16 MiB: a hole between live blocks holds more
     // whole allocations for stitches than at 32 MiB (30 traces of 77 lower, 5 higher,
-    // docs/virtual_memory.md, "Stitching"), at twice the map calls while the pool grows. Small
-    // spans map a granule per allocation whatever this says.
+    // docs/virtual_memory.md, "Stitching"), for half again as many physical allocations created
+    // while the pool grows. Small spans map a granule per allocation whatever this says.
     std::size_t mapping_bytes = std::size_t{16} << 20;
     // Most bytes of cached granules at any time; past it a free unmaps the oldest cache.
     std::size_t max_cached_bytes = std::numeric_limits<std::size_t>::max();
@@ -68,7 +68,7 @@ struct expandable_options {
     bool stitch = true;
     // Requests of fewer bytes (or of less than one physical allocation) never stitch: a stitch
     // lends pieces of holes that smaller, growing requests would otherwise fill (generation and
-    // KV-cache traces rose above PyTorch ES with 8 or 16 MiB stitches).
+    // KV-cache traces rose above the best peer's footprint with stitches from 8 or 16 MiB).
     std::size_t min_stitch_bytes = std::size_t{32} << 20;
     // The most stitches a pool keeps, live and free; each holds address space and its aliases
     // until release(). At this many, a new stitch first gives up the free ones whose pieces other
