@@ -41,7 +41,7 @@ import time
 import allocators
 
 
-def _deterministic():
+def deterministic():
     import torch
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
@@ -51,17 +51,15 @@ def _deterministic():
 # In a child run with --lockstep: says "lockstep ready" once its program is built, then runs each
 # step when the parent writes "go", and says "lockstep step MS" after it (lockstep_round).
 _lockstep = False
-# After each step, outside its time: the allocator's device allocations so far (child sets it).
-_device_allocations = None
 
 
 def _say(line):
     print(line, flush=True)
 
 
-def _timed(step, steps):
+def _timed(step, steps, device_allocations):
     """Runs step(i) for each i; returns its results, the median milliseconds after two steps,
-    every step's milliseconds and the device allocations made by the end of each step."""
+    every step's milliseconds and device_allocations() after each step (outside its time)."""
     import torch
     results, times, allocs = [], [], []
     if _lockstep:
@@ -75,7 +73,7 @@ def _timed(step, steps):
         results.append(step(i))
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-        allocs.append(_device_allocations() if _device_allocations else 0)
+        allocs.append(device_allocations())
         if _lockstep:
             _say(f"lockstep step {1e3 * times[-1]:.3f}")
     return results, 1e3 * statistics.median(times[2:] or times), [round(1e3 * t, 3) for t in times], allocs
@@ -244,12 +242,11 @@ def lockstep_round(script, program, names, steps, round_index=0):
 
 
 def child(name, program, steps, lockstep=False):
-    global _lockstep, _device_allocations
+    global _lockstep
     _lockstep = lockstep
-    _device_allocations = lambda: allocators.device_allocations(name)  # noqa: E731
     allocators.install(name)
-    _deterministic()
-    results, ms_per_step, step_ms, step_allocs = _timed(PROGRAMS[program](), steps)
+    deterministic()
+    results, ms_per_step, step_ms, step_allocs = _timed(PROGRAMS[program](), steps, lambda: allocators.device_allocations(name))
     print(json.dumps({"losses": results, "ms_per_step": ms_per_step, "step_ms": step_ms, "step_allocs": step_allocs,
                       "figures": allocators.figures(name)}))
 

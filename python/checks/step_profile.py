@@ -1,9 +1,8 @@
 """Where a step's time goes under each allocator: a program of programs.py (default: ResNet-18
 training, batch 64 at 224x224) under torch.profiler, each allocator in a process of its own.
-Prints per allocator the
-median step time, the GPU's kernel time per step, the host's time in the CUDA calls that wait
-(synchronize, event and stream waits) and in the runtime's allocation and event calls, and how
-many of each per step. torch.profiler records runtime API calls only: the driver calls that
+Prints per allocator the median step time, the GPU's kernel time per step, the host's time in
+the CUDA calls that wait (synchronize, event and stream waits) and in the runtime's allocation
+and event calls, and how many of each per step. torch.profiler records runtime API calls only: the driver calls that
 map virtual memory (cuMemMap, cuMemCreate, ...) are not among them, so they show as host time
 between the recorded calls, not in these columns.
 
@@ -28,7 +27,7 @@ ALLOCATOR_CALLS = ("cudaMalloc", "cudaFree", "cudaEventRecord", "cudaEventQuery"
 def child(name, program, steps):
     allocators.install(name)
     import torch
-    programs._deterministic()
+    programs.deterministic()
     step = programs.PROGRAMS[program]()
     for i in range(3):
         step(i)

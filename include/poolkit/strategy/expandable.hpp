@@ -325,10 +325,10 @@ private:
     // of it, a new stitch may also take as much new memory as they lack, where that is less than
     // the placement would map and the policy would unmap nothing for it (mapped at the low end of
     // the placement's unmapped granules, where the request would have gone). Else nullptr: the
-    // placement maps as before. Growing a stitch where a placement maps little takes holes that later requests then
-    // grow for (a training trace 1.033 -> 1.069 times its live peak, stitching at any share);
-    // docs/virtual_memory.md, "Stitching". `found` is found again where memory was mapped and no
-    // stitch made.
+    // placement maps as before. Growing a stitch where a placement maps little takes holes that
+    // later requests then grow for (a training trace 1.033 -> 1.069 times its live peak,
+    // stitching at any share); docs/virtual_memory.md, "Stitching". `found` is found again where
+    // memory was mapped and no stitch made.
     static constexpr std::size_t stitch_least_share = 4;
     // Where a placement maps little, free whole allocations are stitched for the request (rather
     // than mapping a little more) at most this many times between two placements that map; each
