@@ -1142,14 +1142,17 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
     SUBCASE("following live memory, a physical allocation per granule") {}
     SUBCASE("following live memory, physical allocations of 8 MiB in large spans") { mapping = 8 * MiB; }
     bool stitch = false;
-    SUBCASE("the defaults: nothing unmapped for new mappings, 32 MiB allocations") {
+    std::size_t min_stitch = 0;
+    SUBCASE("nothing unmapped for new mappings, 32 MiB allocations") {
         slack = std::numeric_limits<double>::infinity();
         mapping = 32 * MiB;
     }
-    SUBCASE("the defaults, stitching") {
-        slack = std::numeric_limits<double>::infinity();
-        mapping = 32 * MiB;
-        stitch = true;
+    SUBCASE("the defaults: nothing unmapped for new mappings, 16 MiB allocations, stitching from 32 MiB") {
+        const expandable_options defaults;
+        slack = defaults.peak_slack;
+        mapping = defaults.mapping_bytes;
+        stitch = defaults.stitch;
+        min_stitch = defaults.min_stitch_bytes;
     }
     SUBCASE("following live memory in 8 MiB allocations, stitching: trims give the free stitches up") {
         mapping = 8 * MiB;
@@ -1161,7 +1164,7 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
                     .peak_slack = slack,
                     .mapping_bytes = mapping,
                     .stitch = stitch,
-                    .min_stitch_bytes = mapping}};
+                    .min_stitch_bytes = min_stitch}};
     std::mt19937_64 random(42);
     struct live_block {
         std::size_t bytes, alignment;

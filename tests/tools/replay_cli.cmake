@@ -73,7 +73,7 @@ expect_run("--lag in JSON" 0 "\"event_calls\":{\"records\":" good.csv --json --c
 expect_run("--lag 0" 2 "--lag: Value 0 not in range" good.csv --lag=0)
 expect_run("--lag over real streams" 2 "--lag simulates streams over the simulated upstream" good.csv --upstream=cuda --lag=4)
 # --expandable-option sets a field on every expandable composition: a 4 MiB block is one physical
-# allocation of the default 32 MiB, two granules of their own with mapping_bytes=0.
+# allocation of the default 16 MiB, two granules of their own with mapping_bytes=0.
 trace_file(four_mib.csv "${header}0,00:00:00.000001,allocate,0x1,4194304,0\n0,00:00:00.000002,free,0x1,4194304,0\n")
 expect_run("expandable's defaults" 0 "\"creates\":[1,0]" four_mib.csv --json --composition=expandable)
 expect_run("--expandable-option" 0 "\"creates\":[2,0]" four_mib.csv --json --composition=expandable
