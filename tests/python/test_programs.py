@@ -8,7 +8,8 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python", "checks"))
 import allocator_calls  # noqa: E402
-import programs  # noqa: E402  (neither imports torch at module level)
+import program_trace  # noqa: E402
+import programs  # noqa: E402  (none imports torch at module level)
 
 
 class Rounds(unittest.TestCase):
@@ -87,6 +88,28 @@ class Lockstep(unittest.TestCase):
         with self.assertRaises(SystemExit) as stopped:
             self.run_round(3, 0, fail="poolkit caching:1")
         self.assertIn("poolkit caching", str(stopped.exception))
+
+
+class ProgramTrace(unittest.TestCase):
+    def test_a_trace_counts_its_events_and_streams(self):
+        import gzip
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "t.csv.gz")
+            with gzip.open(path, "wt") as f:
+                f.write("Thread,Time,Action,Pointer,Size,Stream\n")
+                f.write("0,1,allocate,0x10,512,0\n0,2,allocate,0x20,512,0x7\n0,3,free,0x10,512,0\n")
+            self.assertEqual(program_trace.trace_figures(path), (3, 2))
+
+    def test_an_unknown_program_is_refused_before_torch_is_imported(self):
+        argv, had_torch = sys.argv, "torch" in sys.modules
+        sys.argv = ["program_trace.py", "no_such_program", "out.csv.gz"]
+        try:
+            with self.assertRaises(SystemExit) as refused:
+                program_trace.main()
+        finally:
+            sys.argv = argv
+        self.assertEqual(refused.exception.code, 2)
+        self.assertEqual("torch" in sys.modules, had_torch)
 
 
 if __name__ == "__main__":
