@@ -232,25 +232,25 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                                return figures;
                            }};
     };
-    return {
-        make("expandable",
-             "stream-ordered, one expandable pool (poolkit/presets.hpp): best fit over virtual address space, granules "
-             "mapped as blocks need them and kept mapped until empty_cache or the physical limit (PyTorch "
-             "expandable_segments' policy), large blocks in 16 MiB physical allocations, a large request of 32 MiB or more that would map "
-             "served from free ones aliased side by side (stitching; reserved: peak mapped; upstream calls: map calls)",
-             expandable_options{}),
-        make("expandable/unstitched",
-             "the expandable preset without stitching (expandable_options::stitch false): a large request that no free "
-             "block holds maps new memory",
-             expandable_options{.stitch = false}),
-        make("expandable/follow",
-             "the expandable preset with mapped memory following live memory (peak_slack 0): the cache unmapped for new "
-             "mappings down to the peak of live memory, up to 20% more kept where that remaps often",
-             expandable_options{.peak_slack = 0}),
-        make("expandable/exact",
-             "the expandable preset following live memory whatever it costs (expandable_options::exact_follow()): "
-             "no slack raised, a physical allocation per granule",
-             expandable_options::exact_follow())};
+    return {make("expandable",
+                 "stream-ordered, one expandable pool (poolkit/presets.hpp): best fit over virtual address space, granules "
+                 "mapped as blocks need them and kept mapped until empty_cache or the physical limit (PyTorch "
+                 "expandable_segments' policy), large blocks in 16 MiB physical allocations, a large request of 32 MiB "
+                 "or more that would map served from free ones aliased side by side (stitching; reserved: peak mapped; "
+                 "upstream calls: map calls)",
+                 expandable_options{}),
+            make("expandable/unstitched",
+                 "the expandable preset without stitching (expandable_options::stitch false): a large request that no free "
+                 "block holds maps new memory",
+                 expandable_options{.stitch = false}),
+            make("expandable/follow",
+                 "the expandable preset with mapped memory following live memory (peak_slack 0): the cache unmapped for new "
+                 "mappings down to the peak of live memory, up to 20% more kept where that remaps often",
+                 expandable_options{.peak_slack = 0}),
+            make("expandable/exact",
+                 "the expandable preset following live memory whatever it costs (expandable_options::exact_follow()): "
+                 "no slack raised, a physical allocation per granule",
+                 expandable_options::exact_follow())};
 }
 
 // Every composition over the upstream that `make_upstream()` returns (as a unique_ptr), in the
