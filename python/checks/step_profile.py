@@ -2,9 +2,9 @@
 training, batch 64 at 224x224) under torch.profiler, each allocator in a process of its own.
 Prints per allocator the median step time, the GPU's kernel time per step, the host's time in
 the CUDA calls that wait (synchronize, event and stream waits) and in the runtime's allocation
-and event calls, and how many of each per step. torch.profiler records runtime API calls only: the driver calls that
-map virtual memory (cuMemMap, cuMemCreate, ...) are not among them, so they show as host time
-between the recorded calls, not in these columns.
+and event calls, and how many of each per step. torch.profiler records runtime API calls only:
+the driver calls that map virtual memory (cuMemMap, cuMemCreate, ...) are not among them, so they
+show as host time between the recorded calls, not in these columns.
 
     PYTHONPATH=<site>:python/checks python3 python/checks/step_profile.py [PROGRAM] [--allocators A,B] [--steps N]
 

@@ -1314,6 +1314,7 @@ TEST_CASE("expandable_options::validate refuses what the pool cannot use, naming
     CHECK(refused({.mapping_bytes = 3 * MiB}).find("mapping_bytes") != std::string::npos);
     CHECK(refused({.max_stitches = 0}).find("max_stitches") != std::string::npos);
     CHECK(refused({.span_bytes = ~std::size_t{0}}).find("span_bytes") != std::string::npos);
+    CHECK(refused({.min_stitch_bytes = ~std::size_t{0}}).find("min_stitch_bytes") != std::string::npos);
     // The constructor applies the same rules: inf no longer maps gigabytes for a little live memory.
     simulated_vmm_resource memory{{.capacity = 64 * MiB, .granularity = granule}};
     CHECK_THROWS_AS(expandable<ref<simulated_vmm_resource>>(ref<simulated_vmm_resource>{memory},
