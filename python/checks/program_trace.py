@@ -12,7 +12,6 @@ and its streams. Exit status 2 for an unknown program.
 """
 import argparse
 import gzip
-import os
 import sys
 import tempfile
 
@@ -38,20 +37,19 @@ def main():
 
     import torch
     import poolkit.replay
+    import snapshots
 
     programs.deterministic()
     step = programs.PROGRAMS[args.program]()
     for i in range(2):
         step(i)
-    torch.cuda.synchronize()
-    torch.cuda.memory._record_memory_history(enabled="all", context=None, max_entries=10_000_000)
-    for i in range(2, 2 + args.steps):
-        step(i)
-    torch.cuda.synchronize()
+
+    def recorded():
+        for i in range(2, 2 + args.steps):
+            step(i)
+
     with tempfile.TemporaryDirectory() as folder:
-        snapshot = os.path.join(folder, "snapshot.pickle")
-        torch.cuda.memory._dump_snapshot(snapshot)
-        torch.cuda.memory._record_memory_history(enabled=None)
+        snapshot, _ = snapshots.record(torch, "snapshot", folder, recorded, context=None, max_entries=10_000_000)
         status = poolkit.replay.main([snapshot, "--convert", args.out])
     if status != 0:
         return status
