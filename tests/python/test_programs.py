@@ -55,6 +55,41 @@ class CallTable(unittest.TestCase):
         self.assertEqual(lines[2].split()[1:], ["825", "1.100", "(1.100", "-", "1.100)", "640", "1.050", "(1.000", "-", "1.100)"])
         self.assertEqual(lines[1].split()[2], "1.000")
 
+    def test_the_columns_are_the_rounds_paths(self):
+        paths = dict.fromkeys(allocator_calls.TRACE_PATHS, 300.0)
+        rounds = [{"pytorch": paths, "a": {k: 2 * v for k, v in paths.items()}}]
+        lines = allocator_calls.table(rounds, ["pytorch", "a"]).splitlines()
+        self.assertEqual(lines[0].count("ns"), len(allocator_calls.TRACE_PATHS))
+        self.assertEqual(lines[2].split()[1:3], ["600", "2.000"])
+
+    def test_a_trace_becomes_slots_reused_once_freed(self):
+        import gzip
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "t.csv.gz")
+            with gzip.open(path, "wt") as f:
+                f.write("Thread,Time,Action,Pointer,Size,Stream\n")
+                f.write("0,1,free,0x90,512,0\n")  # allocated before the trace began: left out
+                f.write("0,2,allocate,0x10,512,0\n0,3,allocate,0x20,1024,0\n0,4,free,0x10,512,0\n")
+                f.write("0,5,allocate,0x10,2048,0\n0,6,allocate,0x30,4096,0\n")  # 0x10 again: a new block
+            slots, sizes, count = allocator_calls.trace_calls(path)
+        self.assertEqual(sizes, [512, 1024, -1, 2048, 4096])
+        self.assertEqual(slots, [0, 1, 0, 0, 2])
+        self.assertEqual(count, 3)
+
+    def test_a_trace_that_is_not_one_is_refused_before_any_child(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "t.csv")
+            with open(path, "w") as f:
+                f.write("not,a,trace\n1,2,3\n")
+            argv = sys.argv
+            sys.argv = ["allocator_calls.py", "--trace", path]
+            try:
+                with self.assertRaises(SystemExit) as refused:
+                    allocator_calls.main()
+            finally:
+                sys.argv = argv
+        self.assertEqual(refused.exception.code, 2)
+
     def test_the_sizes_are_alloc_free_s(self):
         sizes = programs.alloc_free_sizes()
         self.assertEqual(len(sizes), 10000)
