@@ -6,6 +6,7 @@ A check script calls compare(__file__, args) in its main process; each child run
 `script --child NAME ...`, calls install(NAME) first thing, does its work and prints one JSON
 line of results.
 """
+import importlib
 import json
 import os
 import statistics
@@ -33,10 +34,25 @@ ALLOCATORS = {
     "poolkit caching, no hooks": ({"POOLKIT_TORCH_HOOKS": "0"}, "caching", {}),
 }
 
+# Controls, named only on purpose (programs.py --allocators): PyTorch's own allocator in a process
+# that also does one more thing that poolkit.torch.use() does, to tell where in the process a
+# step-time difference comes from. name: (environment, None, {}, module imported first)
+CONTROLS = {
+    # use() imports it to turn cudagraph trees off for torch.compile(mode="reduce-overhead")
+    "pytorch with torch._inductor.config imported": ({}, None, {}, "torch._inductor.config"),
+}
+
+
+def spec(name):
+    """(environment, poolkit preset or None, options) of an allocator or a control."""
+    return ALLOCATORS[name] if name in ALLOCATORS else CONTROLS[name][:3]
+
 
 def install(name):
     """In a child, before anything touches CUDA: makes the named allocator PyTorch's."""
-    _, preset, options = ALLOCATORS[name]
+    _, preset, options = spec(name)
+    if name in CONTROLS:
+        importlib.import_module(CONTROLS[name][3])
     if preset is not None:
         import poolkit.torch
         poolkit.torch.use(preset, **options)
@@ -92,7 +108,7 @@ def figures(name):
     allocations it served (allocation.all.allocated), from PyTorch's statistics or poolkit's, and
     for poolkit the checks of its statistics against its snapshot."""
     import torch
-    if ALLOCATORS[name][1] is None:
+    if spec(name)[1] is None:
         stats = torch.cuda.memory_stats()
         return {"peak_allocated": stats["allocated_bytes.all.peak"], "peak_reserved": stats["reserved_bytes.all.peak"],
                 "device_allocations": stats.get("num_device_alloc", 0), "allocations": stats.get("allocation.all.allocated", 0)}
@@ -108,7 +124,7 @@ def device_allocations(name):
     """The allocator's device allocations so far (num_device_alloc: cudaMalloc calls, or map calls
     of virtual memory, aliases among them)."""
     import torch
-    if ALLOCATORS[name][1] is None:
+    if spec(name)[1] is None:
         return torch.cuda.memory_stats().get("num_device_alloc", 0)
     import poolkit.torch
     return poolkit.torch.memory_stats().get("num_device_alloc", 0)
@@ -139,7 +155,7 @@ def start_child(script, name, arguments):
     """Starts `script --child NAME ...` with NAME's environment; its stdin and stdout are pipes
     (text, line-buffered on our side), its stderr a temporary file that finish_child shows on failure."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF",)}
-    env.update(ALLOCATORS[name][0])
+    env.update(spec(name)[0])
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     errors = tempfile.TemporaryFile(mode="w+")
     child = subprocess.Popen([sys.executable, script, "--child", name, *arguments], env=env, stdin=subprocess.PIPE,

@@ -257,7 +257,7 @@ def main():
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("programs", nargs="*", default=[], help=f"of {', '.join(PROGRAMS)} (default: all)")
-    parser.add_argument("--allocators", help="comma-separated names of allocators.py's (default: all but the no-hooks run)")
+    parser.add_argument("--allocators", help="comma-separated names of allocators.py's ALLOCATORS or CONTROLS (default: all allocators but the no-hooks run)")
     parser.add_argument("--steps", type=int, default=24, help="steps per program (default 24; the median skips two)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each allocator, interleaved (default 1)")
     parser.add_argument("--lockstep", action="store_true",
@@ -266,7 +266,7 @@ def main():
     args = parser.parse_args()
     unknown = [p for p in args.programs if p not in PROGRAMS]
     names = args.allocators.split(",") if args.allocators else [n for n in allocators.ALLOCATORS if "no hooks" not in n]
-    unknown += [n for n in names if n not in allocators.ALLOCATORS]
+    unknown += [n for n in names if n not in allocators.ALLOCATORS and n not in allocators.CONTROLS]
     if unknown or "pytorch" not in names:
         parser.error(f"unknown: {', '.join(unknown)}" if unknown else "the pytorch run is the reference: keep it")
     failures, everything = [], {}

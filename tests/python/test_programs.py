@@ -45,6 +45,20 @@ class Rounds(unittest.TestCase):
         self.assertEqual(lines[3].split()[-1], "9")
 
 
+class Controls(unittest.TestCase):
+    def test_a_control_runs_pytorchs_allocator_after_its_import(self):
+        from unittest import mock
+        name = "pytorch with torch._inductor.config imported"
+        self.assertEqual(programs.allocators.spec(name), ({}, None, {}))
+        with mock.patch.object(programs.allocators.importlib, "import_module") as imported:
+            programs.allocators.install(name)  # no poolkit: the preset is None
+        imported.assert_called_once_with("torch._inductor.config")
+
+    def test_every_name_is_an_allocator_or_a_control_not_both(self):
+        self.assertFalse(set(programs.allocators.ALLOCATORS) & set(programs.allocators.CONTROLS))
+        self.assertEqual(programs.allocators.spec("pytorch"), programs.allocators.ALLOCATORS["pytorch"])
+
+
 class CallTable(unittest.TestCase):
     def test_each_path_is_paired_with_the_reference_of_its_round(self):
         # The second round's host was slower for both: the ratios do not see it, the ns do.
