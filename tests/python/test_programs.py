@@ -90,6 +90,51 @@ class CallTable(unittest.TestCase):
         self.assertEqual(slots, [0, 1, 0, 0, 2])
         self.assertEqual(count, 3)
 
+    def test_a_trace_child_times_each_path_on_its_stream(self):
+        # The child's own steps with a stand-in for torch (no GPU here): every path timed, each on
+        # its stream, the busy ones behind a kernel on that stream.
+        import contextlib
+        import io
+        import json
+        import types
+        from unittest import mock
+        calls = []
+        current = ["current"]
+
+        @contextlib.contextmanager
+        def on(stream):
+            before, current[0] = current[0], stream
+            yield
+            current[0] = before
+
+        def trace_events(slots, sizes, count, repeats):
+            calls.append(("events", current[0], len(slots), count, repeats))
+            return 100.0 + repeats
+
+        cuda = types.SimpleNamespace(
+            Stream=lambda: "side", stream=on, current_stream=lambda: "current", synchronize=lambda: None,
+            _sleep=lambda cycles: calls.append(("sleep", current[0], cycles)),
+            memory_stats=lambda: {"allocated_bytes.all.peak": 1, "reserved_bytes.all.peak": 2})
+        cpp = types.SimpleNamespace(load_inline=lambda **_: types.SimpleNamespace(trace_events=trace_events))
+        torch = types.SimpleNamespace(cuda=cuda, empty=lambda *a, **k: None,
+                                      utils=types.SimpleNamespace(cpp_extension=cpp))
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "t.csv")
+            with open(path, "w") as f:
+                f.write("Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x10,512,0\n0,2,free,0x10,512,0\n")
+            out = io.StringIO()
+            with mock.patch.dict(sys.modules, {"torch": torch, "torch.utils": torch.utils, "torch.utils.cpp_extension": cpp}), \
+                    contextlib.redirect_stdout(out):
+                allocator_calls.child("pytorch", path)
+        figures = json.loads(out.getvalue().splitlines()[-1])["ns_per_pair"]
+        self.assertEqual(list(figures), list(allocator_calls.TRACE_PATHS))
+        self.assertEqual(set(figures.values()), {100.0 + allocator_calls.TRACE_REPEATS})
+        timed = [c for c in calls if c[0] == "events" and c[4] == allocator_calls.TRACE_REPEATS]
+        self.assertEqual([c[1] for c in timed], ["current"] * 10 + ["side"] * 10)
+        self.assertEqual({c[2:4] for c in timed}, {(2, 1)})
+        sleeps = [c[1] for c in calls if c[0] == "sleep"]
+        self.assertEqual(sleeps, ["current"] * 5 + ["side"] * 5)  # five timings of each busy path
+
     def test_a_trace_that_is_not_one_is_refused_before_any_child(self):
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "t.csv")
