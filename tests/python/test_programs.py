@@ -12,6 +12,18 @@ import program_trace  # noqa: E402
 import programs  # noqa: E402  (none imports torch at module level)
 
 
+def exit_status(main, argv):
+    """The status a script's main() exits with for the command line `argv` (SystemExit's code)."""
+    saved, sys.argv = sys.argv, argv
+    try:
+        main()
+    except SystemExit as stopped:
+        return stopped.code
+    finally:
+        sys.argv = saved
+    return None
+
+
 class Rounds(unittest.TestCase):
     def test_each_round_starts_one_further_along(self):
         names = ["pytorch", "a", "b"]
@@ -140,14 +152,7 @@ class CallTable(unittest.TestCase):
             path = os.path.join(folder, "t.csv")
             with open(path, "w") as f:
                 f.write("not,a,trace\n1,2,3\n")
-            argv = sys.argv
-            sys.argv = ["allocator_calls.py", "--trace", path]
-            try:
-                with self.assertRaises(SystemExit) as refused:
-                    allocator_calls.main()
-            finally:
-                sys.argv = argv
-        self.assertEqual(refused.exception.code, 2)
+            self.assertEqual(exit_status(allocator_calls.main, ["allocator_calls.py", "--trace", path]), 2)
 
     def test_the_sizes_are_alloc_free_s(self):
         sizes = programs.alloc_free_sizes()
@@ -195,14 +200,8 @@ class ProgramTrace(unittest.TestCase):
             self.assertEqual(program_trace.trace_figures(path), (3, 2))
 
     def test_an_unknown_program_is_refused_before_torch_is_imported(self):
-        argv, had_torch = sys.argv, "torch" in sys.modules
-        sys.argv = ["program_trace.py", "no_such_program", "out.csv.gz"]
-        try:
-            with self.assertRaises(SystemExit) as refused:
-                program_trace.main()
-        finally:
-            sys.argv = argv
-        self.assertEqual(refused.exception.code, 2)
+        had_torch = "torch" in sys.modules
+        self.assertEqual(exit_status(program_trace.main, ["program_trace.py", "no_such_program", "out.csv.gz"]), 2)
         self.assertEqual("torch" in sys.modules, had_torch)
 
 
