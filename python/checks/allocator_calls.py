@@ -22,12 +22,12 @@ when a child fails.
 """
 import argparse
 import csv
-import gzip
 import json
 import statistics
 import sys
 
 import allocators
+import program_trace
 import programs
 
 _SOURCE = r"""
@@ -100,24 +100,22 @@ def trace_calls(path):
     """A trace's allocates and frees as (slots, sizes, slot_count): event i allocates sizes[i]
     bytes into slots[i], or frees that slot's block where sizes[i] is -1. A slot is reused once
     freed; frees of blocks allocated before the trace began are left out."""
-    opener = gzip.open if path.endswith(".gz") else open
     slots, sizes, live, vacant = [], [], {}, []
     count = 0
-    with opener(path, "rt", newline="") as f:
-        for row in csv.DictReader(f):
-            if row["Action"] == "allocate":
-                if vacant:
-                    slot = vacant.pop()
-                else:
-                    slot, count = count, count + 1
-                live[row["Pointer"]] = slot
-                slots.append(slot)
-                sizes.append(int(row["Size"]))
-            elif row["Pointer"] in live:
-                slot = live.pop(row["Pointer"])
-                vacant.append(slot)
-                slots.append(slot)
-                sizes.append(-1)
+    for row in program_trace.trace_rows(path):
+        if row["Action"] == "allocate":
+            if vacant:
+                slot = vacant.pop()
+            else:
+                slot, count = count, count + 1
+            live[row["Pointer"]] = slot
+            slots.append(slot)
+            sizes.append(int(row["Size"]))
+        elif row["Pointer"] in live:
+            slot = live.pop(row["Pointer"])
+            vacant.append(slot)
+            slots.append(slot)
+            sizes.append(-1)
     return slots, sizes, count
 
 

@@ -11,6 +11,7 @@ program's are), then N steps (default 4) with the history recorded; the trace is
 and its streams. Exit status 2 for an unknown program.
 """
 import argparse
+import csv
 import gzip
 import sys
 import tempfile
@@ -18,11 +19,17 @@ import tempfile
 import programs
 
 
-def trace_figures(path):
-    """The events and the distinct streams of a trace file (poolkit's CSV, gzipped or not)."""
+def trace_rows(path):
+    """The events of a trace file (poolkit's CSV, gzipped or not), each a dict by the header's
+    names (Thread, Time, Action, Pointer, Size, Stream)."""
     opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as f:
-        streams = [line.rsplit(",", 1)[-1].strip() for line in f][1:]
+    with opener(path, "rt", newline="") as f:
+        yield from csv.DictReader(f)
+
+
+def trace_figures(path):
+    """The events and the distinct streams of a trace file."""
+    streams = [row["Stream"] for row in trace_rows(path)]
     return len(streams), len(set(streams))
 
 
