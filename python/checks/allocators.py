@@ -38,7 +38,8 @@ ALLOCATORS = {
 # that also does one more thing that poolkit.torch.use() does, to tell where in the process a
 # step-time difference comes from. name: (environment, None, {}, module imported first)
 CONTROLS = {
-    # use() imports it to turn cudagraph trees off for torch.compile(mode="reduce-overhead")
+    # use() imported it to turn cudagraph trees off for torch.compile(mode="reduce-overhead");
+    # it now sets that once something else imports it (poolkit/_imports.py)
     "pytorch with torch._inductor.config imported": ({}, None, {}, "torch._inductor.config"),
 }
 

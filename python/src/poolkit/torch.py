@@ -26,7 +26,7 @@ trace_plot); with the extension each event carries its Python and C++ call stack
 import os
 import threading
 
-from . import PRESETS, _frontend, _plugin, _torch_hooks
+from . import PRESETS, _frontend, _imports, _plugin, _torch_hooks
 from ._plugin import PoolkitError
 
 _lock = threading.Lock()
@@ -109,12 +109,14 @@ def _compile_without_cudagraph_trees():
     """torch.compile(mode="reduce-overhead") captures its CUDA graphs as torch.cuda.graph does
     (whose pools poolkit serves) instead of through cudagraph trees, which checkpoint and check the
     state of PyTorch's own allocator's private pools (a pluggable allocator's functions for those
-    only raise), as under PyTorch's cudaMallocAsync backend."""
-    try:
-        import torch._inductor.config as inductor
-        inductor.triton.cudagraph_trees = False
-    except Exception:  # a torch without inductor: nothing to configure
-        pass
+    only raise), as under PyTorch's cudaMallocAsync backend. Set once torch._inductor.config is
+    imported, which PyTorch does only when a compile needs inductor: importing it here would load
+    inductor into every process that uses poolkit."""
+    _imports.on_import("torch._inductor.config", _cudagraph_trees_off)
+
+
+def _cudagraph_trees_off(inductor):
+    inductor.triton.cudagraph_trees = False
 
 
 def _route_snapshots(torch):
