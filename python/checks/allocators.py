@@ -31,7 +31,7 @@ ALLOCATORS = {
     # expandable/unstitched).
     "poolkit expandable/unstitched": ({}, "expandable", {"stitch": False}),
     # alloc and free alone, as PyTorch's Python CUDAPluggableAllocator wires them (no hooks extension)
-    "poolkit caching, no hooks": ({"POOLKIT_TORCH_HOOKS": "0"}, "caching", {}),
+    "poolkit caching without hooks": ({"POOLKIT_TORCH_HOOKS": "0"}, "caching", {}),
 }
 
 # Controls, named only on purpose (programs.py --allocators): PyTorch's own allocator in a process
@@ -42,6 +42,16 @@ CONTROLS = {
     # it now sets that once something else imports it (poolkit/_imports.py)
     "pytorch with torch._inductor.config imported": ({}, None, {}, "torch._inductor.config"),
 }
+
+
+def chosen(text):
+    """The names in `text`, comma-separated (allocators or controls; no name holds a comma), and
+    the unknown ones among them: (names, unknown). None or empty: every allocator but the run
+    without hooks."""
+    if not text:
+        return [n for n in ALLOCATORS if "without hooks" not in n], []
+    names = [n.strip() for n in text.split(",")]
+    return names, [n for n in names if n not in ALLOCATORS and n not in CONTROLS]
 
 
 def spec(name):

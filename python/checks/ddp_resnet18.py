@@ -9,7 +9,7 @@ step beside PyTorch's.
 GPUS defaults to every visible device (at least 2 are needed). DDP's gradient buckets and NCCL's
 inputs are used on NCCL's stream: ProcessGroupNCCL's record_stream calls reach poolkit through its
 hooks (poolkit.torch.capabilities()), and the check fails if TORCH_NCCL_AVOID_RECORD_STREAMS is set
-in a rank where they are live; without them (the "no hooks" run) poolkit.torch.use() sets it
+in a rank where they are live; without them (the "without hooks" run) poolkit.torch.use() sets it
 (unless set), so that ProcessGroupNCCL holds those tensors until its work is done.
 """
 import json

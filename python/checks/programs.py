@@ -21,7 +21,8 @@ Step times drift between runs of the same script (by up to a quarter on the H200
 --rounds R every allocator runs R times, the order rotated each round, and each run's step time
 is also taken relative to the PyTorch run of its round: the table gives the median of those paired
 ratios (the figure to compare with "within 2% of PyTorch") and their range, and the median over
-every round and step of a step's time over the same step's under PyTorch (the same drawn shapes).
+every round and step of a step's time over the same step's under PyTorch (the same drawn shapes)
+with a 95% interval (paired_steps): a figure whose interval holds 1 is within noise.
 With --lockstep a round runs every allocator's process at once and interleaves their steps one
 by one, each alone on the GPU while the others wait: a drift over the round then reaches every
 allocator alike, and a step's pair lies seconds apart instead of a whole run.
@@ -186,13 +187,25 @@ def paired(rounds, reference="pytorch"):
     return figures
 
 
-def paired_steps(rounds, reference="pytorch"):
+def paired_steps(rounds, reference="pytorch", draws=2000, seed=0):
     """rounds: one {allocator: [ms of each step]} per round. For each allocator, the median over
     rounds and steps (the first two skipped) of a step's time over the same step's under the
-    reference in the same round: the same shapes, so a drawn size's own cost cancels out."""
+    reference in the same round (the same shapes, so a drawn size's own cost cancels out), and a
+    95% interval of that median: (median, low, high). The interval is a bootstrap that draws
+    rounds, then steps within each drawn round, so that a round's own drift widens it as a
+    step's noise does: a figure is within noise of the reference where its interval holds 1."""
     figures = {}
+    draw = random.Random(seed)
     for name in rounds[0]:
-        figures[name] = statistics.median(mine / theirs for r in rounds for mine, theirs in zip(r[name][2:], r[reference][2:]))
+        per_round = [[mine / theirs for mine, theirs in zip(r[name][2:], r[reference][2:])] for r in rounds]
+        per_round = [ratios for ratios in per_round if ratios]
+        if not per_round:
+            continue
+        medians = sorted(statistics.median(x for ratios in (draw.choice(per_round) for _ in per_round)
+                                            for x in draw.choices(ratios, k=len(ratios)))
+                         for _ in range(draws))
+        figures[name] = (statistics.median(x for ratios in per_round for x in ratios),
+                         medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1])
     return figures
 
 
@@ -257,16 +270,15 @@ def main():
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("programs", nargs="*", default=[], help=f"of {', '.join(PROGRAMS)} (default: all)")
-    parser.add_argument("--allocators", help="comma-separated names of allocators.py's ALLOCATORS or CONTROLS (default: all allocators but the no-hooks run)")
+    parser.add_argument("--allocators", help="comma-separated names of allocators.py's ALLOCATORS or CONTROLS (default: every allocator but the run without hooks)")
     parser.add_argument("--steps", type=int, default=24, help="steps per program (default 24; the median skips two)")
     parser.add_argument("--rounds", type=int, default=1, help="runs of each allocator, interleaved (default 1)")
     parser.add_argument("--lockstep", action="store_true",
                         help="run a round's allocators at once, their steps interleaved one by one (lockstep_round)")
     parser.add_argument("--json", help="also write every run's figures here")
     args = parser.parse_args()
-    unknown = [p for p in args.programs if p not in PROGRAMS]
-    names = args.allocators.split(",") if args.allocators else [n for n in allocators.ALLOCATORS if "no hooks" not in n]
-    unknown += [n for n in names if n not in allocators.ALLOCATORS and n not in allocators.CONTROLS]
+    names, unknown = allocators.chosen(args.allocators)
+    unknown = [p for p in args.programs if p not in PROGRAMS] + unknown
     if unknown or "pytorch" not in names:
         parser.error(f"unknown: {', '.join(unknown)}" if unknown else "the pytorch run is the reference: keep it")
     failures, everything = [], {}
@@ -288,10 +300,12 @@ def main():
         print(allocators.table(rounds[0]))
         print("allocations per step: " + ", ".join(f"{n} {v:,.0f}" for n, v in allocations_per_step(rounds[0], args.steps).items()))
         if len(rounds) > 1:
-            print("step time / PyTorch's in the same round: median (least - most); median of each step's / the same step's")
+            print("step time / PyTorch's in the same round: median (least - most); median of each step's / the same step's"
+                  " (95% interval: within noise where it holds 1)")
             by_step = paired_steps([{n: r[n]["step_ms"] for n in names} for r in rounds])
             for name, (median, least, most) in paired([{n: r[n]["ms_per_step"] for n in names} for r in rounds]).items():
-                print(f"  {name:30} {median:6.3f} ({least:.3f} - {most:.3f}); {by_step[name]:6.3f}")
+                step_median, low, high = by_step.get(name, (float("nan"),) * 3)
+                print(f"  {name:30} {median:6.3f} ({least:.3f} - {most:.3f}); {step_median:6.3f} ({low:.3f} - {high:.3f})")
         print()
         expected = rounds[0]["pytorch"]["losses"]
         for runs in rounds:

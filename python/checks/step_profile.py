@@ -62,10 +62,12 @@ def main():
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("program", nargs="?", default="resnet18_train", choices=list(programs.PROGRAMS))
-    parser.add_argument("--allocators", help="comma-separated names of allocators.py's (default: all but the no-hooks run)")
+    parser.add_argument("--allocators", help="comma-separated names of allocators.py's (default: every allocator but the run without hooks)")
     parser.add_argument("--steps", type=int, default=10)
     args = parser.parse_args()
-    names = args.allocators.split(",") if args.allocators else [n for n in allocators.ALLOCATORS if "no hooks" not in n]
+    names, unknown = allocators.chosen(args.allocators)
+    if unknown:
+        parser.error(f"unknown: {', '.join(unknown)}")
     print(f"{'allocator':32} {'ms/step':>8} {'kernel ms':>10} {'waits ms':>9} {'alloc calls ms':>15}  calls per step")
     for name in names:
         run = allocators.run_child(__file__, name, [args.program, str(args.steps)])

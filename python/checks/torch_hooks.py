@@ -3,7 +3,7 @@ each allocator in its own process:
 
 - Tensor.record_stream under reuse pressure: a side stream sleeps, then sums `x`; `x.record_stream(side)`,
   `del x`, and a same-size tensor is filled at once on the current stream. Every sum must be right.
-  The run with alloc and free alone ("no hooks") must get some wrong, or the check could not fail.
+  The run with alloc and free alone ("without hooks") must get some wrong, or the check could not fail.
 - torch.cuda.empty_cache() returns poolkit's cached memory (memory_reserved() falls by 1 GiB).
 - torch.cuda.memory_stats() after an MLP training step, and after two ResNet-18 steps:
   allocated_bytes.all.current and allocation.all.current equal poolkit's own figures and PyTorch's
@@ -30,7 +30,7 @@ import sys
 
 import allocators
 
-RUNS = ("pytorch", "pytorch expandable_segments", "poolkit caching", "poolkit expandable", "poolkit caching, no hooks")
+RUNS = ("pytorch", "pytorch expandable_segments", "poolkit caching", "poolkit expandable", "poolkit caching without hooks")
 ROUNDS = 12
 
 
@@ -271,7 +271,7 @@ def main():
     reference = runs["pytorch"]
     for name, run in runs.items():
         print(f"{name:28} {json.dumps(run)}")
-        hooked = allocators.ALLOCATORS[name][1] is None or "no hooks" not in name
+        hooked = allocators.ALLOCATORS[name][1] is None or "without hooks" not in name
         if run["snapshot_segments"] < 1:
             failures.append(f"{name}: torch.cuda.memory._snapshot() shows no segment with 32 MiB live")
         if hooked and run["record_stream_wrong"] != 0:

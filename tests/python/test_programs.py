@@ -41,6 +41,26 @@ class Rounds(unittest.TestCase):
         self.assertAlmostEqual(least, 1.0)
         self.assertAlmostEqual(most, 1.05)
 
+    def test_step_ratios_pair_each_step_with_the_same_step_and_skip_two(self):
+        # Steps of different lengths (drawn shapes) and two slow warm-up steps: a run a twentieth
+        # slower on every step is 1.05 with no spread.
+        reference = [90.0, 80.0, 10.0, 30.0, 20.0, 40.0]
+        rounds = [{"pytorch": reference, "a": [9.0, 9.0] + [1.05 * t for t in reference[2:]]}] * 3
+        figures = programs.paired_steps(rounds)
+        self.assertEqual(figures["pytorch"], (1.0, 1.0, 1.0))
+        for figure in figures["a"]:
+            self.assertAlmostEqual(figure, 1.05)
+
+    def test_the_step_interval_widens_with_noise_and_holds_the_median(self):
+        noise = [0.8, 1.2, 0.9, 1.1, 1.0, 0.85, 1.15, 0.95, 1.05, 1.0]
+        rounds = [{"pytorch": [1.0] * 12, "a": [1.0, 1.0] + [k * n for n in noise]} for k in (0.96, 1.0, 1.04)]
+        median, low, high = programs.paired_steps(rounds)["a"]
+        self.assertAlmostEqual(median, 1.0)
+        self.assertLess(low, median)
+        self.assertGreater(high, median)
+        self.assertLess(low, 0.99)  # a round's drift and the steps' noise: 1.0 is within noise
+        self.assertEqual(programs.paired_steps(rounds), programs.paired_steps(rounds))  # seeded
+
     def test_allocations_per_step_divide_each_run_by_the_steps(self):
         runs = {"pytorch": {"figures": {"allocations": 2400}}, "a": {"figures": {"allocations": 2424}}, "old": {"figures": {}}}
         self.assertEqual(programs.allocations_per_step(runs, 24), {"pytorch": 100.0, "a": 101.0, "old": 0.0})
@@ -65,6 +85,16 @@ class Controls(unittest.TestCase):
         with mock.patch.object(programs.allocators.importlib, "import_module") as imported:
             programs.allocators.install(name)  # no poolkit: the preset is None
         imported.assert_called_once_with("torch._inductor.config")
+
+    def test_names_are_chosen_by_comma_and_unknown_ones_told(self):
+        names, unknown = programs.allocators.chosen("pytorch, poolkit caching without hooks,nonesuch")
+        self.assertEqual(names, ["pytorch", "poolkit caching without hooks", "nonesuch"])
+        self.assertEqual(unknown, ["nonesuch"])
+        every, none = programs.allocators.chosen(None)
+        self.assertEqual(none, [])
+        self.assertIn("poolkit expandable", every)
+        self.assertNotIn("poolkit caching without hooks", every)
+        self.assertFalse(any("," in name for name in [*programs.allocators.ALLOCATORS, *programs.allocators.CONTROLS]))
 
     def test_every_name_is_an_allocator_or_a_control_not_both(self):
         self.assertFalse(set(programs.allocators.ALLOCATORS) & set(programs.allocators.CONTROLS))
