@@ -179,6 +179,7 @@ def finish_child(child, name):
     """Waits for a child of start_child; returns the JSON of its last line of output."""
     child.stdin.close()
     output = child.stdout.read()  # what a reader of its lines has not taken yet
+    child.stdout.close()
     child.wait()
     child.errors.seek(0)
     errors = child.errors.read()
@@ -187,6 +188,19 @@ def finish_child(child, name):
         sys.stderr.write(output[-4000:] + errors[-8000:])
         raise SystemExit(f"{name}: the child run failed (exit {child.returncode})")
     return json.loads(output.strip().splitlines()[-1])
+
+
+def stop_child(child):
+    """Ends a child of start_child where a round stopped early: killed if still running, its pipes
+    and error file closed. Does nothing more to one that finish_child ended."""
+    if child.poll() is None:
+        child.kill()
+    child.wait()
+    for stream in (child.stdin, child.stdout, child.errors):
+        try:
+            stream.close()
+        except OSError:  # stdin: a line the killed child never read
+            pass
 
 
 def run_child(script, name, arguments):

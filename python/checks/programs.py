@@ -249,9 +249,7 @@ def lockstep_round(script, program, names, steps, round_index=0):
         return {name: allocators.finish_child(children[name], name) for name in names}
     finally:
         for child in children.values():
-            if child.poll() is None:
-                child.kill()
-                child.wait()
+            allocators.stop_child(child)
 
 
 def child(name, program, steps, lockstep=False):
