@@ -59,6 +59,12 @@ expect_run("--passes in the table" 0 "ns/op: warm pass, the last of 3" good.csv 
 expect_run("--passes with --lag counts calls per event of every pass" 0 "per 1,000 events of every pass" good.csv
   --composition=caching --streams=3 --lag=2 --passes=3)
 expect_run("--passes 1" 2 "--passes: Value 1 not in range" good.csv --passes=1)
+# --cold-caches reads other memory between events and says so; the ratio is the same.
+expect_run("--cold-caches in JSON" 0 "\"cold_caches_bytes\":65536}" good.csv --json --composition=best_fit --cold-caches=64K)
+expect_run("--cold-caches in the table" 0 "64 KiB of other memory read between events" good.csv --composition=best_fit
+  --cold-caches=64K)
+expect_run("--cold-caches past 1 GiB" 2 "--cold-caches" good.csv --cold-caches=2G)
+expect_run("--cold-caches not a size" 2 "--cold-caches" good.csv --cold-caches=lots)
 expect_run("--capture-checks" 0 "\"composition\":\"caching\"" good.csv --json --composition=caching --capture-checks=announced)
 expect_run("--capture-checks of no mode" 2 "--capture-checks: sometimes not in {every_call,announced,never}" good.csv
   --capture-checks=sometimes)

@@ -18,6 +18,8 @@
 #include <poolkit/observe/replay.hpp>
 #include <poolkit/observe/snapshot.hpp>
 #include <poolkit/observe/trace.hpp>
+
+#include "cache_sweep.hpp"
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
 #include <poolkit/strategy/exact_cache.hpp>
@@ -62,6 +64,9 @@ struct run_settings {
     // The cold pass's event after which the composition's layout is taken (--snapshot), where it
     // can be walked: PyTorch's snapshot "segments" (observe/snapshot.hpp) into run_figures.
     std::optional<std::size_t> snapshot_after;
+    // Bytes of other host memory read after every event, their time not counted (--cold-caches,
+    // cache_sweep.hpp): the composition's calls timed with its data out of the CPU's caches.
+    std::size_t cold_caches = 0;
 };
 
 // `options` with each of `changes` set by its name (interop/option_text.hpp), checked against
@@ -94,6 +99,7 @@ struct run_figures {
     replay_result cold;
     replay_result warm;  // the last pass
     std::size_t passes = 2;  // the cold pass, then passes - 1 warm ones
+    std::size_t cold_caches = 0;  // bytes read between events, their time taken out (run_settings)
     std::size_t peak_reserved_bytes = 0;
     // Upstream allocations in the cold (first) pass, and in the warm (last) one; unknown where the
     // upstream is a driver pool.
@@ -148,6 +154,8 @@ run_figures measure_replay(
     const std::size_t progress_every = std::max<std::size_t>(1, total / 100);
     const std::size_t passes = std::max<std::size_t>(2, settings.passes);
     figures.passes = passes;
+    cache_sweep sweep(settings.cold_caches);
+    figures.cold_caches = sweep.bytes();
     std::size_t live = 0;
     figures.cold = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
         live = e.action == trace_action::allocate ? live + e.bytes : live - e.bytes;
@@ -157,7 +165,9 @@ run_figures measure_replay(
         if (settings.progress && (index % progress_every == 0 || index + 1 == total)) settings.progress(index + 1, passes * total);
         if (settings.after_event) settings.after_event(e);
         if (settings.snapshot_after == index) figures.snapshot = layout();
+        sweep.between();
     });
+    figures.cold.seconds -= sweep.take_seconds();
     const std::optional<std::size_t> after_cold = upstream_calls();
     const std::optional<physical_ops> ops_after_cold = ops();
     std::optional<std::size_t> before_warm;  // before the last pass
@@ -170,7 +180,9 @@ run_figures measure_replay(
         figures.warm = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
             if (settings.progress && index % progress_every == 0) settings.progress(pass * total + index + 1, passes * total);
             if (settings.after_event) settings.after_event(e);
+            sweep.between();
         });
+        figures.warm.seconds -= sweep.take_seconds();
     }
     if (settings.progress) settings.progress(passes * total, passes * total);
     if (const std::optional<std::size_t> after_warm = upstream_calls(); after_cold && before_warm && after_warm) {

@@ -86,6 +86,7 @@ struct command_line {
     std::size_t streams = 0;  // 0: the trace's own streams
     std::size_t lag = 0;  // 0: simulated streams are always done (completed_events)
     std::size_t passes = 2;  // the cold pass, then warm ones: the last is reported
+    std::size_t cold_caches = 0;  // --cold-caches: bytes read between events (cache_sweep.hpp)
     std::string captures = "every_call";  // when stream-ordered compositions ask about CUDA graph capture
     std::vector<std::pair<std::string, std::string>> expandable_options;  // --expandable-option, in order
     bool json = false;
@@ -166,6 +167,13 @@ command_line parse_arguments(int argc, char** argv) {
                    "shown (default 2); peak reserved is over all of them. A program runs its steps thousands of times: "
                    "more passes show whether a composition settles, or keeps creating and releasing physical memory")
         ->check(CLI::Range(2, 1000));
+    app.add_option("--cold-caches", options.cold_caches,
+                   "after every event read BYTES of other host memory (e.g. 2M), and take that time out of ns/op: "
+                   "each call then finds the composition's data out of the CPU's caches, as a program's own work "
+                   "between its allocations leaves it, where back-to-back calls keep it all cached")
+        ->type_name("BYTES")
+        ->transform(CLI::AsSizeValue(false))
+        ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 30));
     app.add_flag("--json", options.json, "one JSON object per line instead of the table");
     app.add_option("--svg", svg, "also write live and reserved bytes over each trace, as SVG, to FILE")->type_name("FILE");
     app.add_option("--snapshot", snapshot,
@@ -450,6 +458,7 @@ int run(const command_line& options) {
             }
             settings.samples = options.svg ? 1500 : 0;
             settings.passes = options.passes;
+            settings.cold_caches = options.cold_caches;
             if (options.snapshot) settings.snapshot_after = first_peak(t);
             settings.expandable_options = options.expandable_options;
             settings.captures = options.captures == "announced" ? capture_check::announced

@@ -217,11 +217,12 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
             if (pool == nullptr || o.ratio() < pool->ratio()) pool = &o;
         }
     }
-    std::size_t passes = 2;
+    std::size_t passes = 2, cold_caches = 0;
     for (const outcome& o : outcomes) {
-        if (o.figures) passes = o.figures->passes;
+        if (o.figures) passes = o.figures->passes, cold_caches = o.figures->cold_caches;
     }
-    const std::string warm = passes == 2 ? "warm second pass" : "warm pass, the last of " + std::to_string(passes);
+    std::string warm = passes == 2 ? "warm second pass" : "warm pass, the last of " + std::to_string(passes);
+    if (cold_caches != 0) warm += ", " + std::to_string(cold_caches >> 10) + " KiB of other memory read between events";
     std::fprintf(out,
                  "\nbest per trace (upstream: %.*s; ratio = peak reserved / peak live over every pass; ns/op: %s):\n"
                  "  any:  the lowest ratio of every composition but `upstream`\n"
@@ -313,6 +314,7 @@ inline void print_json(std::FILE* out, const outcome& o, std::string_view upstre
                      static_cast<unsigned long long>(o.calls->records), static_cast<unsigned long long>(o.calls->queries),
                      static_cast<unsigned long long>(o.calls->waits), static_cast<unsigned long long>(o.calls->synchronizations));
     }
+    if (o.figures && o.figures->cold_caches != 0) std::fprintf(out, ",\"cold_caches_bytes\":%zu", o.figures->cold_caches);
     std::fprintf(out, "}\n");
 }
 
