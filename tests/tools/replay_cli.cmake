@@ -76,7 +76,12 @@ expect_run("--streams not a number" 2 "--streams: Value four not in range" good.
 expect_run("--lag counts the driver calls" 0 "driver calls a GPU would have taken"
   good.csv --composition=caching --streams=3 --lag=2)
 expect_run("--lag in JSON" 0 "\"event_calls\":{\"records\":" good.csv --json --composition=caching --streams=3 --lag=2)
-expect_run("--lag 0" 2 "--lag: Value 0 not in range" good.csv --lag=0)
+# --lag 0: no work lags, as on a GPU that replays a trace; the driver calls are still counted. Three
+# streams, each free on another stream than its allocation's: stream_ordered asks whether the
+# freeing stream is idle (a query, no record).
+expect_run("--lag 0 counts the calls of idle streams" 0 "\"event_calls\":{\"records\":0,\"queries\":" good.csv --json
+  --composition=expandable --streams=3 --lag=0)
+expect_run("--lag past its range" 2 "--lag: Value" good.csv --lag=2000000)
 expect_run("--lag over real streams" 2 "--lag simulates streams over the simulated upstream" good.csv --upstream=cuda --lag=4)
 # --expandable-option sets a field on every expandable composition: a 4 MiB block is one physical
 # allocation of the default 16 MiB, two granules of their own with mapping_bytes=0.

@@ -2,7 +2,8 @@
 // events after it was issued, so that stream ordering is at play on a CPU as on a GPU.
 //
 // Each event of the trace issues one item of work on its stream (the kernel that uses the block);
-// the item issued K events earlier then completes. Events cost nothing here, so ns/op says little;
+// the item issued K events earlier then completes. K = 0 issues nothing: every stream is idle at
+// every call, as on a GPU that replays a trace (no kernel runs), and the calls are still counted. Events cost nothing here, so ns/op says little;
 // what this mode shows is the footprint when frees are not at once ready for every stream, and
 // the driver calls a GPU would have taken: events recorded and queried, stream waits and host
 // synchronizations, per 1,000 events of every pass (the synchronizations of the teardown, which
@@ -54,6 +55,7 @@ public:
     }
     // After each event: its stream issues an item; the one issued `lag` events earlier completes.
     void after(const trace_event& e) {
+        if (issued_.empty()) return;  // --lag 0
         const stream_ref stream = refs_[e.stream];
         item& oldest = issued_[next_];
         if (oldest.position != 0) events_.complete(oldest.stream, oldest.position);

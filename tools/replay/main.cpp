@@ -84,7 +84,7 @@ struct command_line {
     std::optional<std::string> snapshot;  // --snapshot: the layout at the peak, as PyTorch's snapshot JSON
     std::optional<bool> progress;
     std::size_t streams = 0;  // 0: the trace's own streams
-    std::size_t lag = 0;  // 0: simulated streams are always done (completed_events)
+    std::optional<std::size_t> lag;  // none: simulated streams are always done (completed_events)
     std::size_t passes = 2;  // the cold pass, then warm ones: the last is reported
     std::size_t cold_caches = 0;  // --cold-caches: bytes read between events (cache_sweep.hpp)
     std::string captures = "every_call";  // when stream-ordered compositions ask about CUDA graph capture
@@ -145,9 +145,10 @@ command_line parse_arguments(int argc, char** argv) {
         ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 16));
     app.add_option("--lag", options.lag,
                    "with the simulated upstream: the streams' work completes K events after it was issued, so that a "
-                   "free is not at once ready for every stream; also counts the driver calls a GPU would take")
+                   "free is not at once ready for every stream; also counts the driver calls a GPU would take. 0: no "
+                   "work lags (as on a GPU replaying a trace, which launches no kernels), the calls still counted")
         ->type_name("K")
-        ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+        ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
     app.add_option("--capture-checks", options.captures,
                    "when stream-ordered compositions ask whether a stream is in CUDA graph capture: every_call "
                    "(default), announced (only while a capture is announced) or never")
@@ -230,7 +231,7 @@ command_line parse_arguments(int argc, char** argv) {
     } catch (const std::invalid_argument& refused) {
         throw usage_error{std::string("--expandable-option: ") + refused.what()};
     }
-    if (options.lag != 0 && options.upstream != "simulated") {
+    if (options.lag && options.upstream != "simulated") {
         throw usage_error{"--lag simulates streams over the simulated upstream; --upstream=" + options.upstream + " has real ones"};
     }
     if (progress_flag->count() > 0) options.progress = progress;
@@ -258,8 +259,8 @@ std::vector<std::string> bundled_traces() {
     return files;
 }
 
-std::vector<composition> available_compositions(const std::string& upstream, std::size_t lag) {
-    if (upstream == "simulated") return lag == 0 ? simulated_compositions() : simulated_compositions_over<lagging_events>();
+std::vector<composition> available_compositions(const std::string& upstream, const std::optional<std::size_t>& lag) {
+    if (upstream == "simulated") return !lag ? simulated_compositions() : simulated_compositions_over<lagging_events>();
 #if POOLKIT_HAS_CUDA
     require_gpu();
     std::vector<composition> list = cuda_compositions();
@@ -440,7 +441,7 @@ int run(const command_line& options) {
         if (options.upstream == "cuda") device_streams.emplace(t);
 #endif
         std::optional<lagging_streams> lagging;
-        if (options.lag != 0) lagging.emplace(t, options.lag);
+        if (options.lag) lagging.emplace(t, *options.lag);
         const std::vector<stream_ref> simulated = simulated_streams(t);
         for (const composition& c : chosen) {
             outcome result{t.name, c.name, t.events.size(), t.peak_live_bytes, std::nullopt, {}, std::nullopt};
