@@ -11,6 +11,8 @@
 // warm, composition gives ns/op, as in bench/traces/README.md.
 #pragma once
 
+#include "cache_sweep.hpp"
+
 #include <poolkit/adaptor/counted.hpp>
 #include <poolkit/core/captures.hpp>
 #include <poolkit/core/ref.hpp>
@@ -18,8 +20,6 @@
 #include <poolkit/observe/replay.hpp>
 #include <poolkit/observe/snapshot.hpp>
 #include <poolkit/observe/trace.hpp>
-
-#include "cache_sweep.hpp"
 #include <poolkit/strategy/best_fit.hpp>
 #include <poolkit/strategy/buddy.hpp>
 #include <poolkit/strategy/exact_cache.hpp>
