@@ -188,12 +188,11 @@ def main():
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--allocators", default="pytorch,pytorch expandable_segments,poolkit caching,poolkit expandable",
-                        help="comma-separated names of allocators.py's (the first is the reference)")
+                        help="comma-separated names of allocators.py's ALLOCATORS or CONTROLS (the first is the reference)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each allocator, interleaved (default 3)")
     parser.add_argument("--trace", help="time this recorded trace's calls (program_trace.py's) instead of alloc_free's")
     args = parser.parse_args()
-    names = args.allocators.split(",")
-    unknown = [n for n in names if n not in allocators.ALLOCATORS]
+    names, unknown = allocators.chosen(args.allocators)
     if unknown:
         parser.error(f"unknown: {', '.join(unknown)}")
     if args.trace is not None:

@@ -79,7 +79,7 @@ expect_run("--lag in JSON" 0 "\"event_calls\":{\"records\":" good.csv --json --c
 # --lag 0: no work lags, as on a GPU that replays a trace; the driver calls are still counted. Three
 # streams, each free on another stream than its allocation's: stream_ordered asks whether the
 # freeing stream is idle (a query, no record).
-expect_run("--lag 0 counts the calls of idle streams" 0 "\"event_calls\":{\"records\":0,\"queries\":" good.csv --json
+expect_run("--lag 0 counts the calls of idle streams" 0 "\"event_calls\":{\"records\":0,\"queries\":2," good.csv --json
   --composition=expandable --streams=3 --lag=0)
 expect_run("--lag past its range" 2 "--lag: Value" good.csv --lag=2000000)
 expect_run("--lag over real streams" 2 "--lag simulates streams over the simulated upstream" good.csv --upstream=cuda --lag=4)

@@ -219,7 +219,9 @@ inline void print_table(std::FILE* out, const std::vector<outcome>& outcomes, co
     }
     std::size_t passes = 2, cold_caches = 0;
     for (const outcome& o : outcomes) {
-        if (o.figures) passes = o.figures->passes, cold_caches = o.figures->cold_caches;
+        if (!o.figures) continue;
+        passes = o.figures->passes;
+        cold_caches = o.figures->cold_caches;
     }
     std::string warm = passes == 2 ? "warm second pass" : "warm pass, the last of " + std::to_string(passes);
     if (cold_caches != 0) warm += ", " + std::to_string(cold_caches >> 10) + " KiB of other memory read between events";
