@@ -148,19 +148,26 @@ TEST_CASE("stream-order oracle at exhaustion: fallback lanes") {
 }
 
 TEST_CASE("stream-order oracle at exhaustion: expandable lanes over simulated virtual memory") {
-    for (std::uint64_t seed : {1u, 2u}) {
+    for (std::uint64_t seed : {1u, 2u, 3u}) {
         // 4 MiB of physical memory in 64 KiB granules; address space for a few spans per stream.
         simulated_vmm_resource memory{{.capacity = 1024 * MiB, .granularity = 64 * KiB, .physical_limit = 4 * MiB}};
         host_events events;
         using shared = ref<simulated_vmm_resource>;
         const expandable_options options{.span_bytes = 8 * MiB, .small_size = 64 * KiB, .rounding = 512, .max_cached_bytes = 2 * MiB};
         stream_ordered<shared, lanes<expandable>, host_events> pool{shared{memory}, options, events};
-        const test::oracle_report report = test::stream_order_oracle(
-            pool, events, {.seed = seed, .streams = seed == 1 ? std::size_t{6} : std::size_t{41}, .largest = 1 * MiB});
+        // Seed 3: long stretches of one stream alone, the pool's home again (rehome_after).
+        using pool_type = decltype(pool);
+        const test::oracle_options oracle{.seed = seed,
+                                          .streams = seed == 2 ? std::size_t{41} : std::size_t{6},
+                                          .steps = seed == 3 ? 8 * pool_type::rehome_after : 6000,
+                                          .largest = 1 * MiB,
+                                          .solo_steps = seed == 3 ? 2 * pool_type::rehome_after : 0};
+        const test::oracle_report report = test::stream_order_oracle(pool, events, oracle);
         MESSAGE(report.describe());
         CHECK(report.violations == 0);
         CHECK(report.checked > 10);
         CHECK(report.exhausted > 0);
+        if (seed == 3) CHECK(pool.homes_regained() > 0);
         pool.release();
         CHECK(memory.mapped_bytes() == 0);
     }

@@ -36,6 +36,10 @@ struct oracle_options {
     std::size_t steps = 6000;
     std::size_t largest = std::size_t{1} << 20;  // requests are mostly small, now and then up to this
     std::size_t check_every = 97;  // check_invariants() after this many steps, and at the end
+    // Non-zero: stretches of this many steps in which one stream makes every call and does not end
+    // (a program that left its other streams, whose work may still be pending), between stretches
+    // as many steps long in which any stream may.
+    std::size_t solo_steps = 0;
 };
 
 struct oracle_report {
@@ -136,7 +140,8 @@ inline oracle_report stream_order_oracle(oracle_pool& pool, host_events& events,
     };
 
     for (std::size_t step = 0; step < options.steps; ++step) {
-        const stream_ref s = streams[next(streams.size())];
+        const bool solo = options.solo_steps != 0 && (step / options.solo_steps) % 2 == 1;
+        const stream_ref s = solo ? streams.front() : streams[next(streams.size())];
         const std::uint64_t action = next(100);
         if (live.empty() || action < 45) {
             const std::size_t bytes = pick_size();
@@ -187,10 +192,10 @@ inline oracle_report stream_order_oracle(oracle_pool& pool, host_events& events,
             live[index] = live.back();
             live.pop_back();
             // Usually freed on the stream that allocated it, sometimes on another.
-            const stream_ref freeing = next(4) == 0 ? s : block.history.uses.front().stream;
+            const stream_ref freeing = solo || next(4) == 0 ? s : block.history.uses.front().stream;
             free_block(std::move(block), freeing);
-        } else if (action < 97) {
-            events.complete(s);  // some stream catches up on its own
+        } else if (action < 97 || solo) {
+            events.complete(s);  // some stream catches up on its own (the lone stream does not end)
         } else {
             // s ends: what it used is freed on it, it may be forgotten, and it is destroyed with
             // its work still pending. A new stream may take its place, or two.

@@ -21,8 +21,11 @@
 // - pool_tag: for whom the pool's free blocks are ready. A stream alone in use (no plain allocate)
 //   is the pool's home and frees straight into it with no event; when a second comes, the home
 //   covers the pool at its next call, and until then the newcomer takes memory straight from the
-//   upstream (passed_through) for settle_after misses at most. Batches put in before growth are
-//   the tag's covers: every other stream waits on them once before it next takes from the pool.
+//   upstream (passed_through) for settle_after misses at most. A stream that has made every call
+//   for rehome_after calls becomes the home again (a program that left its other streams); each
+//   time another stream ends such a home while its frees are uncovered, the wait doubles. Batches
+//   put in before growth are the tag's covers: every other stream waits on them once before it
+//   next takes from the pool.
 // - block_uses: record_use (PyTorch's record_stream) streams; such a block waits at its free
 //   behind an event on each of them and on the freeing stream.
 // No stream is touched after the call that named it: one may be destroyed once its work is
@@ -137,6 +140,14 @@ public:
     // Records of streams (with empty fronts) are dropped once there are this many, or twice as
     // many as after the last drop.
     static constexpr std::size_t min_trim_records = 8192;
+    // A stream that has made every stream call for this many calls becomes the pool's home again
+    // (its frees straight into the pool, no front, no event) once the pool is ready for every
+    // stream. Doubled (up to max_rehome_after) each time another stream's call ends such a home
+    // while its frees are uncovered: the first miss before the home covers again waits for the
+    // whole device once (where the first turn from one stream to several passes settle_after
+    // misses through from the upstream first).
+    static constexpr std::uint64_t rehome_after = 4096;
+    static constexpr std::uint64_t max_rehome_after = std::uint64_t{1} << 40;
 
     // The upstream is built in place here (it need not move: cuda_vmm_resource).
     stream_ordered()
@@ -276,6 +287,7 @@ public:
         uses_.forget(gone);
         if (forgotten == nullptr) return;
         if (tag_.home() == forgotten) tag_.clear();  // its frees are done
+        if (sole_ == forgotten) sole_ = nullptr;
         front_into_pool(*forgotten);
         records_.erase_if([&](const record_type& r) { return &r == forgotten; });
     }
@@ -348,6 +360,9 @@ public:
         });
         POOLKIT_VERIFY(bytes == fronts_.bytes() && open == fronts_.open().size(), "the fronts lost count");
         POOLKIT_VERIFY(home_found, "the pool's home is not a stream record");
+        bool sole_found = sole_ == nullptr;
+        records_.for_each([&](const record_type& r) { sole_found = sole_found || sole_ == &r; });
+        POOLKIT_VERIFY(sole_found, "the stream of the last call is not a stream record");
         if constexpr (has_owns<pool_type>) {
             records_.for_each([&](const record_type& r) {
                 for (const detail::free_block& b : r.front.blocks())
@@ -390,6 +405,8 @@ public:
         return count;
     }
     [[nodiscard]] std::size_t waiting_blocks() const noexcept { return waiting_.blocks(); }
+    // Times a stream became the pool's home again after others (rehome_after).
+    [[nodiscard]] std::size_t homes_regained() const noexcept { return homes_regained_; }
     // Bytes of the blocks freed but not in the pool yet (fronts and waiting).
     [[nodiscard]] std::size_t pending_bytes() const noexcept { return fronts_.bytes() + waiting_.bytes(); }
     [[nodiscard]] std::size_t reserved_bytes() const
@@ -560,26 +577,67 @@ private:
         record_type* found = records_.find(key);
         if (found == nullptr) found = &add_record(stream, key);
         found->last_call = clock_;
+        if (found != sole_) [[unlikely]]
+            turn_to(*found);
         return *found;
+    }
+
+    // A call on `r` after calls on another stream (or none): a home whose frees are uncovered covers
+    // the pool at its next call, so that `r` can take from it; `r` may become the home once it has
+    // made every call for rehome_wait_ calls.
+    [[gnu::noinline]] void turn_to(record_type& r) noexcept {
+        if (record_type* home = tag_.home(); home != nullptr && home != &r && tag_.uncovered()) {
+            home->wanted = true;
+            if (home_regained_) {
+                rehome_wait_ = std::min(2 * rehome_wait_, max_rehome_after);
+                // Its stream may not call again soon: the first miss waits for the device rather
+                // than take memory from the upstream meanwhile.
+                uncovered_misses_ = settle_after;
+            }
+        }
+        home_regained_ = false;
+        sole_ = &r;
+        rehome_at_ = clock_ + rehome_wait_;
     }
 
     [[gnu::noinline]] record_type& add_record(stream_ref stream, const detail::stream_key& key) {
         if (records_.size() >= trim_at_) {
             // Streams not seen since the last trim, with nothing in their fronts (their streams may
             // be gone: a new one has a new identity).
-            records_.erase_if([&](const record_type& r) { return r.front.empty() && tag_.home() != &r && r.last_call < trimmed_at_; });
+            records_.erase_if(
+                [&](const record_type& r) { return r.front.empty() && tag_.home() != &r && &r != sole_ && r.last_call < trimmed_at_; });
             trim_at_ = std::max(min_trim_records, 2 * records_.size());
             trimmed_at_ = clock_;
         }
-        record_type& made = records_.add(std::make_unique<record_type>(key, stream));
-        // The home frees into the pool only while it is the only stream: it covers the pool at its
-        // next call, so that the new stream can take from it.
-        if (record_type* home = tag_.home(); home != nullptr && tag_.uncovered()) home->wanted = true;
-        return made;
+        return records_.add(std::make_unique<record_type>(key, stream));  // turn_to() tells the home
     }
 
-    // Whether the pool may have a home: one stream in use and no plain allocate.
-    [[nodiscard]] bool single_stream() const noexcept { return records_.size() == 1 && !plain_allocations_; }
+    // Whether `r`'s frees go straight into the pool, as the pool's home: no plain allocate, and `r`
+    // is the only stream in use, or has made every call for rehome_wait_ calls and the pool is
+    // ready for every stream (or `r` is its home already).
+    bool frees_home(record_type& r) noexcept {
+        if (plain_allocations_) return false;
+        if (records_.size() == 1) return tag_.clean() || tag_.home() == &r;
+        if (sole_ != &r || clock_ < rehome_at_) return false;
+        if (tag_.home() != &r) {
+            if (!rehome()) return false;
+            ++homes_regained_;
+        }
+        home_regained_ = true;
+        return true;
+    }
+
+    // Whether the pool is ready for every stream, for a new home: covers done are dropped. Asked
+    // again only rehome_wait_ calls later where it is not.
+    [[gnu::noinline]] bool rehome() noexcept {
+        bool clean = false;
+        try {
+            clean = tag_.drop_done();
+        } catch (...) {  // the event queries failed: not now
+        }
+        if (!clean) rehome_at_ = clock_ + rehome_wait_;
+        return clean;
+    }
 
     // `r`: the record of the call's stream (nullptr for a plain allocate); `stream`: that stream.
     // Requires a valid alignment and bytes > 0.
@@ -696,7 +754,7 @@ private:
             wait_then_pool(stream, block);
             return;
         }
-        if (single_stream() && (tag_.clean() || tag_.home() == r)) {
+        if (frees_home(*r)) {
             tag_.note_home_free(*r);  // before the pool may return memory (secure)
             into_pool(block);
             return;
@@ -966,6 +1024,11 @@ private:
     std::uint64_t trimmed_at_ = 0;  // the clock at the last trim of records
     std::uint64_t polls_ = 0;  // hits since the start, for poll_interval
     bool plain_allocations_ = false;
+    record_type* sole_ = nullptr;  // the record of the last stream call
+    std::uint64_t rehome_wait_ = rehome_after;  // calls sole_ must make alone to become the home
+    std::uint64_t rehome_at_ = rehome_after;  // the clock from which sole_ may become the home
+    bool home_regained_ = false;
+    std::size_t homes_regained_ = 0;  // the home's frees since its last cover went in as a regained home
     bool internal_dependencies_ = true;
     const stream_ref* call_stream_ = nullptr;  // the stream of the call in progress (call_on)
     bool closing_ = false;  // destroyed: everything was waited for

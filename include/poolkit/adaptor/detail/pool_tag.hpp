@@ -3,9 +3,10 @@
 // Contract:
 // - Clean (no home, no covers), every free block of the pool is ready for every stream: only
 //   blocks whose frees are done, or were freed with no stream, went into the pool.
-// - While one stream is the only one in use, it is the pool's home: it frees straight into the
-//   pool, with no front cache and no event, the way a single-stream program expects. Those frees
-//   make the tag uncovered: the pool is ready for the home at once and for nothing else.
+// - While one stream is the only one in use (or, after others, the only one for a long while:
+//   the owner decides), it is the pool's home: it frees straight into the pool, with no front
+//   cache and no event, the way a single-stream program expects. Those frees make the tag
+//   uncovered: the pool is ready for the home at once and for nothing else.
 // - cover() records an event on the home's stream (only during a call on it: a stream may be
 //   destroyed once its work is issued).
 // - add_covers() puts blocks whose events are not done into the clean pool (cudaMallocAsync's
@@ -86,6 +87,22 @@ public:
     bool make_ready(const stream_ref* stream, std::uint64_t& seen) {
         if (clean()) return true;
         if (uncovered_) return false;
+        if (drop_done()) return true;
+        if (stream == nullptr) {
+            for (const event_type& event : covers_) events_->synchronize(event);
+            clear();
+            return true;
+        }
+        for (const event_type& event : covers_) events_->wait(*stream, event);
+        seen = generation_;
+        return true;
+    }
+
+    // Drops the covers that are done; once none is left (and the home's frees are covered), the
+    // tag is clean. Returns clean(). May throw (from the event queries).
+    bool drop_done() {
+        if (clean()) return true;
+        if (uncovered_) return false;
         for (std::size_t i = 0; i < covers_.size();) {
             if (events_->done(covers_[i])) {
                 events_->recycle(covers_[i]);
@@ -95,18 +112,8 @@ public:
                 ++i;
             }
         }
-        if (covers_.empty()) {
-            clear();
-            return true;
-        }
-        if (stream == nullptr) {
-            for (const event_type& event : covers_) events_->synchronize(event);
-            clear();
-            return true;
-        }
-        for (const event_type& event : covers_) events_->wait(*stream, event);
-        seen = generation_;
-        return true;
+        if (covers_.empty()) clear();
+        return clean();
     }
 
     // The home's frees and every cover are done (the host waited): ready for everyone.
