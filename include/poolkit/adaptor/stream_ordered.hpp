@@ -23,7 +23,8 @@
 //   covers the pool at its next call, and until then the newcomer takes memory straight from the
 //   upstream (passed_through) for settle_after misses at most. A stream that has made every call
 //   for rehome_after calls becomes the home again (a program that left its other streams); each
-//   time another stream ends such a home while its frees are uncovered, the wait doubles. Batches
+//   time another stream ends such a home while its frees are uncovered, the wait doubles
+//   (sole_stream). Batches
 //   put in before growth are the tag's covers: every other stream waits on them once before it
 //   next takes from the pool.
 // - block_uses: record_use (PyTorch's record_stream) streams; such a block waits at its free
@@ -70,6 +71,7 @@
 #include <poolkit/adaptor/detail/passed_through.hpp>
 #include <poolkit/adaptor/detail/pending_walk.hpp>
 #include <poolkit/adaptor/detail/pool_tag.hpp>
+#include <poolkit/adaptor/detail/sole_stream.hpp>
 #include <poolkit/adaptor/detail/stream_table.hpp>
 #include <poolkit/adaptor/detail/waiting_blocks.hpp>
 #include <poolkit/adaptor/lanes.hpp>
@@ -146,8 +148,8 @@ public:
     // while its frees are uncovered: the first miss before the home covers again waits for the
     // whole device once (where the first turn from one stream to several passes settle_after
     // misses through from the upstream first).
-    static constexpr std::uint64_t rehome_after = 4096;
-    static constexpr std::uint64_t max_rehome_after = std::uint64_t{1} << 40;
+    static constexpr std::uint64_t rehome_after = detail::sole_stream_limits::first_wait;
+    static constexpr std::uint64_t max_rehome_after = detail::sole_stream_limits::max_wait;
 
     // The upstream is built in place here (it need not move: cuda_vmm_resource).
     stream_ordered()
@@ -287,7 +289,7 @@ public:
         uses_.forget(gone);
         if (forgotten == nullptr) return;
         if (tag_.home() == forgotten) tag_.clear();  // its frees are done
-        if (sole_ == forgotten) sole_ = nullptr;
+        sole_.forget(*forgotten);
         front_into_pool(*forgotten);
         records_.erase_if([&](const record_type& r) { return &r == forgotten; });
     }
@@ -360,8 +362,8 @@ public:
         });
         POOLKIT_VERIFY(bytes == fronts_.bytes() && open == fronts_.open().size(), "the fronts lost count");
         POOLKIT_VERIFY(home_found, "the pool's home is not a stream record");
-        bool sole_found = sole_ == nullptr;
-        records_.for_each([&](const record_type& r) { sole_found = sole_found || sole_ == &r; });
+        bool sole_found = sole_.last() == nullptr;
+        records_.for_each([&](const record_type& r) { sole_found = sole_found || sole_.last() == &r; });
         POOLKIT_VERIFY(sole_found, "the stream of the last call is not a stream record");
         if constexpr (has_owns<pool_type>) {
             records_.for_each([&](const record_type& r) {
@@ -406,7 +408,7 @@ public:
     }
     [[nodiscard]] std::size_t waiting_blocks() const noexcept { return waiting_.blocks(); }
     // Times a stream became the pool's home again after others (rehome_after).
-    [[nodiscard]] std::size_t homes_regained() const noexcept { return homes_regained_; }
+    [[nodiscard]] std::size_t homes_regained() const noexcept { return sole_.regains(); }
     // Bytes of the blocks freed but not in the pool yet (fronts and waiting).
     [[nodiscard]] std::size_t pending_bytes() const noexcept { return fronts_.bytes() + waiting_.bytes(); }
     [[nodiscard]] std::size_t reserved_bytes() const
@@ -577,35 +579,32 @@ private:
         record_type* found = records_.find(key);
         if (found == nullptr) found = &add_record(stream, key);
         found->last_call = clock_;
-        if (found != sole_) [[unlikely]]
+        if (found != sole_.last()) [[unlikely]]
             turn_to(*found);
         return *found;
     }
 
     // A call on `r` after calls on another stream (or none): a home whose frees are uncovered covers
     // the pool at its next call, so that `r` can take from it; `r` may become the home once it has
-    // made every call for rehome_wait_ calls.
+    // made every call for a while (sole_stream).
     [[gnu::noinline]] void turn_to(record_type& r) noexcept {
         if (record_type* home = tag_.home(); home != nullptr && home != &r && tag_.uncovered()) {
             home->wanted = true;
-            if (home_regained_) {
-                rehome_wait_ = std::min(2 * rehome_wait_, max_rehome_after);
+            if (sole_.regained_home()) {
+                sole_.ended();
                 // Its stream may not call again soon: the first miss waits for the device rather
                 // than take memory from the upstream meanwhile.
                 uncovered_misses_ = settle_after;
             }
         }
-        home_regained_ = false;
-        sole_ = &r;
-        rehome_at_ = clock_ + rehome_wait_;
+        sole_.turn_to(r, clock_);
     }
 
     [[gnu::noinline]] record_type& add_record(stream_ref stream, const detail::stream_key& key) {
         if (records_.size() >= trim_at_) {
             // Streams not seen since the last trim, with nothing in their fronts (their streams may
-            // be gone: a new one has a new identity).
-            records_.erase_if(
-                [&](const record_type& r) { return r.front.empty() && tag_.home() != &r && &r != sole_ && r.last_call < trimmed_at_; });
+            // be gone: a new one has a new identity). The last call's stream was seen since.
+            records_.erase_if([&](const record_type& r) { return r.front.empty() && tag_.home() != &r && r.last_call < trimmed_at_; });
             trim_at_ = std::max(min_trim_records, 2 * records_.size());
             trimmed_at_ = clock_;
         }
@@ -613,29 +612,27 @@ private:
     }
 
     // Whether `r`'s frees go straight into the pool, as the pool's home: no plain allocate, and `r`
-    // is the only stream in use, or has made every call for rehome_wait_ calls and the pool is
+    // is the only stream in use, or has made every call for a while (sole_stream) and the pool is
     // ready for every stream (or `r` is its home already).
     bool frees_home(record_type& r) noexcept {
         if (plain_allocations_) return false;
         if (records_.size() == 1) return tag_.clean() || tag_.home() == &r;
-        if (sole_ != &r || clock_ < rehome_at_) return false;
-        if (tag_.home() != &r) {
-            if (!rehome()) return false;
-            ++homes_regained_;
-        }
-        home_regained_ = true;
+        if (!sole_.alone_long(r, clock_)) return false;
+        const bool new_home = tag_.home() != &r;
+        if (new_home && !rehome()) return false;
+        sole_.regained(new_home);
         return true;
     }
 
     // Whether the pool is ready for every stream, for a new home: covers done are dropped. Asked
-    // again only rehome_wait_ calls later where it is not.
+    // again only sole_stream's wait later where it is not.
     [[gnu::noinline]] bool rehome() noexcept {
         bool clean = false;
         try {
             clean = tag_.drop_done();
         } catch (...) {  // the event queries failed: not now
         }
-        if (!clean) rehome_at_ = clock_ + rehome_wait_;
+        if (!clean) sole_.not_ready(clock_);
         return clean;
     }
 
@@ -1024,11 +1021,7 @@ private:
     std::uint64_t trimmed_at_ = 0;  // the clock at the last trim of records
     std::uint64_t polls_ = 0;  // hits since the start, for poll_interval
     bool plain_allocations_ = false;
-    record_type* sole_ = nullptr;  // the record of the last stream call
-    std::uint64_t rehome_wait_ = rehome_after;  // calls sole_ must make alone to become the home
-    std::uint64_t rehome_at_ = rehome_after;  // the clock from which sole_ may become the home
-    bool home_regained_ = false;
-    std::size_t homes_regained_ = 0;  // the home's frees since its last cover went in as a regained home
+    detail::sole_stream<record_type> sole_;  // the stream of the last calls; when it may become the home again
     bool internal_dependencies_ = true;
     const stream_ref* call_stream_ = nullptr;  // the stream of the call in progress (call_on)
     bool closing_ = false;  // destroyed: everything was waited for
