@@ -15,6 +15,7 @@
 #include <poolkit/adaptor/recorded.hpp>
 #include <poolkit/adaptor/counted.hpp>
 #include <poolkit/adaptor/tracked.hpp>
+#include <poolkit/core/captures.hpp>
 #include <poolkit/interop/option_text.hpp>
 #include <poolkit/interop/per_device.hpp>
 #include <poolkit/observe/fragmentation.hpp>
@@ -176,6 +177,7 @@ public:
     virtual void record_use(void* pointer, stream_ref stream) = 0;
     virtual void capture_into(stream_ref stream, std::uint64_t pool) = 0;
     virtual void release_graph_pool(std::uint64_t pool) = 0;
+    virtual void capture_checks(capture_check check) = 0;
     // The most bytes the pool may reserve (no_limit: none), PyTorch's memory fraction.
     static constexpr std::size_t no_limit = SIZE_MAX;
     virtual void set_limit(std::size_t bytes) = 0;
@@ -278,6 +280,9 @@ public:
     void release_graph_pool(std::uint64_t pool) override {
         parts_.users.upstream_resource().locked([&](auto& p) { p.release_graph_pool(pool); });
     }
+    void capture_checks(capture_check check) override {
+        parts_.users.upstream_resource().locked([&](auto& p) { p.capture_checks(check); });
+    }
     void set_limit(std::size_t bytes) override { parts_.set_limit(bytes); }
     void release() override { parts_.users.upstream_resource().release(); }
     void reset_peak() override { parts_.users.reset_peak(); }
@@ -345,6 +350,7 @@ public:
             }
             if (const std::size_t limit = limits_[static_cast<std::size_t>(device)]; limit != device_pool::no_limit) made->set_limit(limit);
             if (history_entries_ != 0) made->record_history(history_entries_, history_labels_);
+            made->capture_checks(capture_checks_);
             return made;
         });
     }
@@ -396,6 +402,18 @@ public:
         if (made != nullptr) made->set_limit(bytes);
     }
 
+    // Every pool, now and when made, learns of captures as `check` says.
+    void set_capture_checks(capture_check check) {
+        std::lock_guard lock(mutex_);
+        capture_checks_ = check;
+        pools_.for_each([&](device_pool& pool, int) { pool.capture_checks(check); });
+    }
+
+    [[nodiscard]] capture_check capture_checks() {
+        std::lock_guard lock(mutex_);
+        return capture_checks_;
+    }
+
     // Every pool, now and when made, records its history into a ring of `max_entries` events (0:
     // none), labelled through the C callbacks `labels` (kept for the plugin's life: a label may
     // be handed back long after another call replaced them).
@@ -430,6 +448,7 @@ private:
     settings settings_;
     per_device<device_pool, backend::device_scope> pools_;
     std::vector<std::size_t> limits_;  // by device: set_memory_fraction's, else no_limit
+    capture_check capture_checks_ = capture_check::every_call;
     std::size_t history_entries_ = 0;  // record_history's
     history_context history_labels_;
     std::deque<poolkit_history_callbacks> callbacks_;  // every record_history's, never moved
@@ -548,6 +567,32 @@ int poolkit_release_graph_pool(int device, unsigned long long pool) POOLKIT_C_NO
         }
         return 0;
     });
+}
+
+int poolkit_set_capture_checks(const char* mode) POOLKIT_C_NOEXCEPT {
+    return guarded(-1, [&] {
+        const std::string_view name = mode != nullptr ? mode : "(null)";
+        if (name == "every_call") {
+            registry::instance().set_capture_checks(capture_check::every_call);
+        } else if (name == "announced") {
+            registry::instance().set_capture_checks(capture_check::announced);
+        } else {
+            throw std::invalid_argument("poolkit: capture checks \"" + std::string(name) + "\" (expected every_call or announced)");
+        }
+        return 0;
+    });
+}
+
+const char* poolkit_capture_checks(void) POOLKIT_C_NOEXCEPT {
+    return registry::instance().capture_checks() == capture_check::announced ? "announced" : "every_call";
+}
+
+void poolkit_announce_capture(int begins) POOLKIT_C_NOEXCEPT {
+    if (begins != 0) {
+        announce_capture();
+    } else {
+        end_announced_capture();
+    }
 }
 
 int poolkit_set_memory_fraction(int device, double fraction) POOLKIT_C_NOEXCEPT {

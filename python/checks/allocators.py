@@ -34,13 +34,17 @@ ALLOCATORS = {
     "poolkit caching without hooks": ({"POOLKIT_TORCH_HOOKS": "0"}, "caching", {}),
 }
 
-# Controls, named only on purpose (programs.py --allocators): PyTorch's own allocator in a process
-# that also does one more thing that poolkit.torch.use() does, to tell where in the process a
-# step-time difference comes from. name: (environment, None, {}, module imported first)
+# Controls, named only on purpose (programs.py --allocators): an allocator above with one thing
+# changed, to tell where in the process a difference comes from. name: (environment, poolkit preset
+# or None, options, module imported first or None)
 CONTROLS = {
-    # use() imported it to turn cudagraph trees off for torch.compile(mode="reduce-overhead");
-    # it now sets that once something else imports it (poolkit/_imports.py)
+    # PyTorch's own allocator where the module use() once imported to turn cudagraph trees off for
+    # torch.compile(mode="reduce-overhead") is imported (use() now sets that once something else
+    # imports it: poolkit/_imports.py)
     "pytorch with torch._inductor.config imported": ({}, None, {}, "torch._inductor.config"),
+    # The default asking the driver whether a stream is in capture at every call, as without the
+    # hooks, instead of only while PyTorch has a capture open
+    "poolkit expandable asking about captures at every call": ({"POOLKIT_CAPTURE_CHECKS": "every_call"}, "expandable", {}, None),
 }
 
 
@@ -62,7 +66,7 @@ def spec(name):
 def install(name):
     """In a child, before anything touches CUDA: makes the named allocator PyTorch's."""
     _, preset, options = spec(name)
-    if name in CONTROLS:
+    if name in CONTROLS and CONTROLS[name][3] is not None:
         importlib.import_module(CONTROLS[name][3])
     if preset is not None:
         import poolkit.torch

@@ -259,6 +259,8 @@ def child(name):
         import poolkit.torch
         result["capabilities"] = {k: v for k, v in poolkit.torch.capabilities().items() if isinstance(v, bool)}
         result["hooks_missing"] = poolkit.torch.capabilities()["why"]
+        from poolkit import _plugin
+        result["capture_checks"] = _plugin.load().capture_checks
     print(json.dumps(result))
 
 
@@ -276,6 +278,8 @@ def main():
             failures.append(f"{name}: torch.cuda.memory._snapshot() shows no segment with 32 MiB live")
         if hooked and run["record_stream_wrong"] != 0:
             failures.append(f"{name}: {run['record_stream_wrong']} of {ROUNDS} record_stream rounds read another tensor's bytes")
+        if "capture_checks" in run and run["capture_checks"] != ("announced" if hooked else "every_call"):
+            failures.append(f"{name}: the pools check captures as {run['capture_checks']!r}")
         if not hooked:
             if run["record_stream_wrong"] == 0:
                 failures.append(f"{name}: without the hook record_stream was never wrong: the check cannot fail")

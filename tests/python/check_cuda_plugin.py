@@ -71,6 +71,46 @@ class CudaPlugin(unittest.TestCase):
                 self.assertIn("Allocated memory", plugin.memory_summary(0))
                 self.assertEqual(runtime.cudaStreamDestroy(stream), 0)
 
+    def test_an_announced_capture_is_served_by_its_graph_pool(self):
+        # Under "announced" checks a call asks the driver about captures only while one is announced
+        # (poolkit.torch's hooks announce PyTorch's): a call outside any capture asks nothing, and a
+        # call in an announced capture allocates from the graph pool without breaking the capture.
+        for preset in ("caching", "expandable"):
+            with self.subTest(preset=preset):
+                plugin = fresh_plugin()
+                plugin.configure(preset, {})
+                plugin.set_capture_checks("announced")
+                runtime = cudart()
+                stream = ctypes.c_void_p()
+                self.assertEqual(runtime.cudaStreamCreateWithFlags(ctypes.byref(stream), 1), 0)  # non-blocking
+                eager = self.round_trip(plugin, MiB, stream.value)
+                plugin.announce_capture(True)
+                self.assertEqual(runtime.cudaStreamBeginCapture(stream, 0), 0)  # cudaStreamCaptureModeGlobal
+                pool = 1 << 62
+                plugin.capture_into(0, stream.value, pool)
+                size = 2 * MiB
+                captured = plugin.alloc(size, 0, stream.value)
+                self.assertEqual(runtime.cudaMemsetAsync(ctypes.c_void_p(captured), 0x3C, ctypes.c_size_t(size), stream), 0)
+                graph = ctypes.c_void_p()
+                self.assertEqual(runtime.cudaStreamEndCapture(stream, ctypes.byref(graph)), 0)  # not invalidated
+                plugin.announce_capture(False)
+                self.assertEqual(plugin.memory_stats(0)["allocation.all.current"], 2)
+                launchable = ctypes.c_void_p()
+                self.assertEqual(runtime.cudaGraphInstantiate(ctypes.byref(launchable), graph, ctypes.c_ulonglong(0)), 0)
+                self.assertEqual(runtime.cudaGraphLaunch(launchable, stream), 0)
+                self.assertEqual(runtime.cudaStreamSynchronize(stream), 0)
+                back = (ctypes.c_ubyte * size)()
+                self.assertEqual(runtime.cudaMemcpy(back, ctypes.c_void_p(captured), ctypes.c_size_t(size), 2), 0)
+                self.assertTrue(all(b == 0x3C for b in back))
+                plugin.free(captured, size, 0, stream.value)
+                self.assertEqual(runtime.cudaGraphExecDestroy(launchable), 0)
+                self.assertEqual(runtime.cudaGraphDestroy(graph), 0)
+                plugin.release_graph_pool(0, pool)
+                plugin.free(eager, MiB, 0, stream.value)
+                self.assertEqual(runtime.cudaStreamSynchronize(stream), 0)
+                self.assertEqual(plugin.memory_stats(0)["allocation.all.current"], 0)
+                self.assertEqual(runtime.cudaStreamDestroy(stream), 0)
+
     def test_bad_frees_are_refused_and_change_nothing(self):
         for preset in ("caching", "expandable"):
             with self.subTest(preset=preset):

@@ -424,6 +424,43 @@ class GraphPools(unittest.TestCase):
         plugin.free(pointer, MiB, 0, STREAM_A)
         self.assertEqual(plugin.memory_stats(0)["allocation.all.current"], 0)
 
+    def test_capture_checks_take_two_modes_and_refuse_others(self):
+        plugin = fresh_plugin()
+        self.assertEqual(plugin.capture_checks, "every_call")
+        plugin.set_capture_checks("announced")  # before the first pool: applied when it is made
+        pointer = plugin.alloc(MiB, 0, STREAM_A)
+        self.assertEqual(plugin.capture_checks, "announced")
+        with self.assertRaisesRegex(poolkit.PoolkitError, r'capture checks "sometimes" \(expected every_call or announced\)'):
+            plugin.set_capture_checks("sometimes")
+        self.assertEqual(plugin.capture_checks, "announced")
+        plugin.announce_capture(True)
+        plugin.free(pointer, MiB, 0, STREAM_A)
+        plugin.announce_capture(False)
+        plugin.set_capture_checks("every_call")
+        self.assertEqual(plugin.capture_checks, "every_call")
+
+    def test_captures_are_asked_about_at_every_call_once_a_frontend_cannot_announce_them(self):
+        plugin = fresh_plugin()
+        plugin.frontend_captures(announced=True)
+        self.assertEqual(plugin.capture_checks, "announced")
+        plugin.frontend_captures(announced=False)
+        self.assertEqual(plugin.capture_checks, "every_call")
+        plugin.frontend_captures(announced=True)  # the other frontend still cannot
+        self.assertEqual(plugin.capture_checks, "every_call")
+
+    def test_pytorchs_capture_checks_come_from_the_environment(self):
+        from unittest import mock
+        import poolkit.torch
+        for value, announced in ((None, True), ("announced", True), ("every_call", False)):
+            environment = {} if value is None else {"POOLKIT_CAPTURE_CHECKS": value}
+            with self.subTest(value=value), mock.patch.dict(os.environ, environment):
+                if value is None:
+                    os.environ.pop("POOLKIT_CAPTURE_CHECKS", None)
+                self.assertEqual(poolkit.torch._captures_announced(), announced)
+        with mock.patch.dict(os.environ, {"POOLKIT_CAPTURE_CHECKS": "sometimes"}):
+            with self.assertRaisesRegex(poolkit.PoolkitError, "POOLKIT_CAPTURE_CHECKS=sometimes .expected announced or every_call"):
+                poolkit.torch._captures_announced()
+
     def test_the_hooks_extension_is_handed_every_function_it_calls(self):
         addresses = fresh_plugin().addresses(_torch_hooks.FUNCTIONS)
         self.assertEqual(set(addresses), set(_torch_hooks.FUNCTIONS))

@@ -86,6 +86,17 @@ class Controls(unittest.TestCase):
             programs.allocators.install(name)  # no poolkit: the preset is None
         imported.assert_called_once_with("torch._inductor.config")
 
+    def test_a_control_of_poolkit_installs_its_preset_in_its_environment(self):
+        from unittest import mock
+        name = "poolkit expandable asking about captures at every call"
+        self.assertEqual(programs.allocators.spec(name), ({"POOLKIT_CAPTURE_CHECKS": "every_call"}, "expandable", {}))
+        package = mock.MagicMock()  # poolkit, whose torch module records use()
+        with mock.patch.object(programs.allocators.importlib, "import_module") as imported, \
+                mock.patch.dict(sys.modules, {"poolkit": package, "poolkit.torch": package.torch}):
+            programs.allocators.install(name)
+        imported.assert_not_called()
+        package.torch.use.assert_called_once_with("expandable")
+
     def test_names_are_chosen_by_comma_and_unknown_ones_told(self):
         names, unknown = programs.allocators.chosen("pytorch, poolkit caching without hooks,nonesuch")
         self.assertEqual(names, ["pytorch", "poolkit caching without hooks", "nonesuch"])

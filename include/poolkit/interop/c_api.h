@@ -71,6 +71,17 @@ POOLKIT_C_API void poolkit_record_stream(void* pointer, int device, poolkit_stre
 POOLKIT_C_API int poolkit_capture_into(int device, poolkit_stream stream, unsigned long long pool) POOLKIT_C_NOEXCEPT;
 POOLKIT_C_API int poolkit_release_graph_pool(int device, unsigned long long pool) POOLKIT_C_NOEXCEPT;
 
+/* How every pool, now and when made, learns that a stream is in capture (poolkit/core/captures.hpp):
+ * "every_call" (the default: each call on a created stream asks the driver, cuStreamIsCapturing,
+ * so any capture works) or "announced" (a call asks only while a capture is announced, so that
+ * calls outside captures make no driver call for it; every capture through the plugin must then be
+ * announced, from before it begins until after it ends, by poolkit_announce_capture(1) and (0)).
+ * Returns 0; -1 (see poolkit_last_error) for another mode. poolkit_capture_checks() names the mode
+ * set. */
+POOLKIT_C_API int poolkit_set_capture_checks(const char* mode) POOLKIT_C_NOEXCEPT;
+POOLKIT_C_API const char* poolkit_capture_checks(void) POOLKIT_C_NOEXCEPT;
+POOLKIT_C_API void poolkit_announce_capture(int begins) POOLKIT_C_NOEXCEPT;
+
 /* Caps the bytes `device`'s pool may reserve (cudaMalloc'ed, or mapped for the expandable kind) at
  * `fraction` of the device's memory, now or when the pool is made
  * (torch.cuda.set_per_process_memory_fraction). A request past the cap first returns what the pool

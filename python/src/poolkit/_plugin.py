@@ -55,12 +55,17 @@ class Plugin:
             raise PoolkitError(f"cannot load {self.path}: {error}") from None
         self._lib = lib
         self.configured = None  # (preset, options) of the last configure() that succeeded
+        self._unannounced = False  # a frontend routes captures here that it cannot announce
+        self._captures_lock = threading.Lock()
         c = ctypes
         self._bind("poolkit_alloc", c.c_void_p, [c.c_ssize_t, c.c_int, c.c_void_p])
         self._bind("poolkit_free", None, [c.c_void_p, c.c_ssize_t, c.c_int, c.c_void_p])
         self._bind("poolkit_record_stream", None, [c.c_void_p, c.c_int, c.c_void_p])
         self._bind("poolkit_capture_into", c.c_int, [c.c_int, c.c_void_p, c.c_ulonglong])
         self._bind("poolkit_release_graph_pool", c.c_int, [c.c_int, c.c_ulonglong])
+        self._bind("poolkit_set_capture_checks", c.c_int, [c.c_char_p])
+        self._bind("poolkit_announce_capture", None, [c.c_int])
+        self._bind("poolkit_capture_checks", c.c_char_p, [])
         self._bind("poolkit_set_memory_fraction", c.c_int, [c.c_int, c.c_double])
         self._bind("poolkit_empty_cache", None, [])
         self._bind("poolkit_reset_peak_stats", c.c_int, [c.c_int])
@@ -170,6 +175,28 @@ class Plugin:
         """Waits for the device; then the graph pool's memory serves eager work again."""
         if self._lib.poolkit_release_graph_pool(device, pool) != 0:
             raise self._error(f"cannot release graph pool {pool}")
+
+    def set_capture_checks(self, mode):
+        """How every pool learns that a stream is in capture: "every_call" or "announced"."""
+        if self._lib.poolkit_set_capture_checks(str(mode).encode()) != 0:
+            raise self._error(f"cannot set capture checks {mode!r}")
+
+    @property
+    def capture_checks(self):
+        return self._lib.poolkit_capture_checks().decode()
+
+    def announce_capture(self, begins):
+        """A capture through the plugin begins (True) or has ended (False); see set_capture_checks."""
+        self._lib.poolkit_announce_capture(1 if begins else 0)
+
+    def frontend_captures(self, announced):
+        """A frontend now routes allocations here: announced=True where it announces every capture
+        (PyTorch's hooks, from beginAllocateToPool to endAllocateToPool), False where it cannot
+        (CuPy, PyTorch without the hooks). While every such frontend announces, the pools ask the
+        driver about captures only during one; once one cannot, at every call for good."""
+        with self._captures_lock:
+            self._unannounced = self._unannounced or not announced
+            self.set_capture_checks("every_call" if self._unannounced else "announced")
 
     def set_memory_fraction(self, fraction, device):
         """Caps what the device's pool may reserve at `fraction` (0 to 1) of its memory

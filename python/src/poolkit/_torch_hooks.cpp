@@ -14,7 +14,8 @@
 //   filter that names its streams) is one poolkit graph pool, given to the capture's streams at
 //   their first call in it (poolkit_capture_into), so that graphs captured with one
 //   graph_pool_handle() share it. A graph pool releases itself once CUDA destroys its graphs
-//   (docs/stream_ordering.md), so releasePool only forgets the id;
+//   (docs/stream_ordering.md), so releasePool only forgets the id. Each window is announced
+//   (poolkit_announce_capture), so that the pools ask about captures only while one is open;
 // - set_per_process_memory_fraction -> poolkit_set_memory_fraction (a cap on the bytes reserved);
 // - exhaustion -> torch.OutOfMemoryError with poolkit's figures, after the out-of-memory
 //   observers (torch._C._cuda_attach_out_of_memory_observer) are told.
@@ -80,6 +81,7 @@ struct plugin_api {
     int (*reset_peak_stats)(int) = nullptr;
     long (*memory_stats_json)(int, char*, size_t) = nullptr;
     int (*capture_into)(int, cudaStream_t, unsigned long long) = nullptr;
+    void (*announce_capture)(int) = nullptr;
     int (*set_memory_fraction)(int, double) = nullptr;
     int (*record_history)(size_t, poolkit_history_callbacks) = nullptr;
     const char* (*last_error)() = nullptr;
@@ -203,7 +205,10 @@ device_stats to_device_stats(const std::unordered_map<std::string, std::int64_t>
 
 // The captures PyTorch announces (beginAllocateToPool .. endAllocateToPool) and the poolkit graph
 // pool of each mempool id. A stream a capture's filter accepts is routed at its first call in the
-// window; calls outside any window cost one atomic load.
+// window; calls outside any window cost one atomic load. Each window is announced to the plugin
+// too (PyTorch opens it before cudaStreamBeginCapture and closes it after cudaStreamEndCapture), so
+// that its pools ask the driver whether a stream is in capture only while one may be
+// (poolkit_set_capture_checks("announced"), which poolkit.torch sets).
 class graph_routes {
 public:
     void begin(int device, MempoolId_t id, std::function<bool(cudaStream_t)> filter) {
@@ -212,6 +217,7 @@ public:
         if (made) ++next_name_;
         ++named->second.captures;
         open_.push_back({device, id, std::move(filter), named->second.name, {}});
+        plugin.announce_capture(1);
         open_count_.fetch_add(1, std::memory_order_release);
     }
     void end(int device, MempoolId_t id) {
@@ -220,6 +226,7 @@ public:
         if (found == open_.end()) return;
         open_.erase(found);
         open_count_.fetch_sub(1, std::memory_order_release);
+        plugin.announce_capture(0);
     }
     // PyTorch is done with `id` (a graph reset, a MemPool gone): forgotten once no capture uses it.
     void release(MempoolId_t id) {
@@ -566,6 +573,7 @@ void install(const std::map<std::string, std::uintptr_t>& functions, int device_
     bind_function(plugin.reset_peak_stats, functions, "poolkit_reset_peak_stats");
     bind_function(plugin.memory_stats_json, functions, "poolkit_memory_stats_json");
     bind_function(plugin.capture_into, functions, "poolkit_capture_into");
+    bind_function(plugin.announce_capture, functions, "poolkit_announce_capture");
     bind_function(plugin.set_memory_fraction, functions, "poolkit_set_memory_fraction");
     bind_function(plugin.record_history, functions, "poolkit_record_history");
     bind_function(plugin.last_error, functions, "poolkit_last_error");

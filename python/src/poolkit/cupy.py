@@ -71,6 +71,7 @@ def use(preset="expandable", *, plugin=None, **options):
             raise PoolkitError(f"{loaded.path} is the {loaded.backend} plugin: CuPy needs the CUDA one")
         loaded.configure(preset, options)
         allocator = _Allocator(loaded)
+        loaded.frontend_captures(announced=False)  # CuPy's captures are begun where poolkit cannot see
         cupy.cuda.set_allocator(cupy.cuda.memory.PythonFunctionAllocator(allocator.malloc, allocator.free).malloc)
         _in_use = (preset, dict(options))
 

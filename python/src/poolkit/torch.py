@@ -70,6 +70,7 @@ def use(preset="expandable", *, plugin=None, **options):
             if _in_use == wanted:
                 return
             raise PoolkitError(f"poolkit.torch.use() already ran with {_in_use}; the allocator cannot change in a process")
+        announced = _captures_announced()  # checked before anything is installed
         torch = _torch()
         loaded = _plugin.load(plugin)
         if loaded.backend != "cuda":
@@ -79,12 +80,14 @@ def use(preset="expandable", *, plugin=None, **options):
         try:
             if hooks is not None:
                 hooks.install(loaded.addresses(_torch_hooks.FUNCTIONS), torch.cuda.device_count())
+                loaded.frontend_captures(announced)
             else:
                 allocator = torch.cuda.memory.CUDAPluggableAllocator(loaded.path, "poolkit_alloc", "poolkit_free")
                 torch.cuda.memory.change_current_allocator(allocator)
                 # ProcessGroupNCCL calls record_stream on collective inputs unless told to hold them
                 # until the collective is done; without the hooks record_stream reaches nothing.
                 os.environ.setdefault("TORCH_NCCL_AVOID_RECORD_STREAMS", "1")
+                loaded.frontend_captures(False)
         except RuntimeError as error:
             if "initialized" not in str(error):
                 raise PoolkitError(f"poolkit.torch.use() could not install poolkit: {error} (POOLKIT_TORCH_HOOKS=0 "
@@ -98,6 +101,17 @@ def use(preset="expandable", *, plugin=None, **options):
         _compile_without_cudagraph_trees()
         _in_use = wanted
         _hooks_missing = missing
+
+
+def _captures_announced():
+    """Whether the pools may rely on the hooks' announcements of PyTorch's captures (each window
+    from beginAllocateToPool to endAllocateToPool) and ask about captures only then:
+    POOLKIT_CAPTURE_CHECKS=announced (the default) or every_call (for captures begun behind
+    PyTorch's back, which PyTorch's own allocator cannot serve either)."""
+    checks = os.environ.get("POOLKIT_CAPTURE_CHECKS", "announced")
+    if checks not in ("announced", "every_call"):
+        raise PoolkitError(f"POOLKIT_CAPTURE_CHECKS={checks} (expected announced or every_call)")
+    return checks == "announced"
 
 
 def in_use():
