@@ -13,13 +13,17 @@ poolkit's CSV): each allocate and free in turn through the tensor path, ns per e
 current stream and on a side stream, each with the GPU idle and behind a kernel that keeps it busy
 (a stream-ordered pool asks a busy stream about its frees where an idle one answers at once).
 
-    PYTHONPATH=<site>:python/checks python3 python/checks/allocator_calls.py [--allocators A,B] [--rounds R] [--trace FILE]
+    PYTHONPATH=<site>:python/checks python3 python/checks/allocator_calls.py [--allocators A,B] [--rounds R] [--trace FILE] [--lockstep]
 
 With --rounds R each allocator runs R times, the order rotated each round; the table gives the
-median over rounds of each round's best of five repeats, in ns per pair (per event with --trace),
-and its ratio to the first allocator's (PyTorch's) in the same round, median and range. Exits 1
-when a child fails.
+median over rounds of each round's best of five timings of each path, in ns per pair (per event
+with --trace), and its ratio to the first allocator's (PyTorch's) in the same round, median and
+range. With --lockstep a round runs every allocator's process at once and interleaves their
+timings one by one (allocators.lockstep_round): a host that slows down for seconds, as shared
+hosts do, then slows every allocator's timings alike, where one child after another would each
+meet it alone. Exits 1 when a child fails.
 """
+import functools
 import argparse
 import csv
 import json
@@ -94,6 +98,7 @@ TRACE_PATHS = ("trace", "trace busy", "trace, side stream", "trace, side stream 
 ALIVE = 16
 REPEATS = 20  # passes over the 10,000 sizes per timing
 TRACE_REPEATS = 3  # passes over a trace per timing
+TIMINGS = 5  # of each path; its figure is the best
 
 
 def trace_calls(path):
@@ -125,26 +130,51 @@ def busy(torch, seconds):
     torch.cuda._sleep(int(2e9 * seconds))
 
 
-def time_trace(torch, module, calls):
-    """TRACE_PATHS' figures: each the best of five timings of TRACE_REPEATS passes."""
+def time_trace(torch, module, calls, stream, path, warm):
+    """ns per event of one timing of TRACE_REPEATS passes of `calls` on `stream`, behind a kernel
+    that keeps its GPU busy where `path` ends with "busy"; the pool first holds what the trace needs
+    where `warm` (the path's first timing), outside the time."""
     slots, sizes, count = calls
-    side = torch.cuda.Stream()
-    figures = {}
-    for path in TRACE_PATHS:
-        with torch.cuda.stream(side if "side" in path else torch.cuda.current_stream()):
-            module.trace_events(slots, sizes, count, 1)  # warm: the pool holds what the trace needs
-            timings = []
-            for _ in range(5):
-                torch.cuda.synchronize()
-                if path.endswith("busy"):
-                    busy(torch, 2 * TRACE_REPEATS * len(slots) * 2e-6)  # outlasts 2 µs an event
-                timings.append(module.trace_events(slots, sizes, count, TRACE_REPEATS))
-                torch.cuda.synchronize()
-        figures[path] = min(timings)
-    return figures
+    with torch.cuda.stream(stream):
+        if warm:
+            module.trace_events(slots, sizes, count, 1)
+        torch.cuda.synchronize()
+        if path.endswith("busy"):
+            busy(torch, 2 * TRACE_REPEATS * len(slots) * 2e-6)  # outlasts 2 µs an event
+        ns = module.trace_events(slots, sizes, count, TRACE_REPEATS)
+        torch.cuda.synchronize()
+    return ns
 
 
-def child(name, trace=None):
+def time_pairs(torch, timed, sizes, warm):
+    """ns per pair of one timing of REPEATS passes over `sizes` through `timed` (tensor_pairs or
+    raw_pairs), warmed first outside the time where `warm`."""
+    if warm:
+        timed(sizes, ALIVE, 2)
+        torch.cuda.synchronize()
+    return timed(sizes, ALIVE, REPEATS)
+
+
+def timings(torch, module, trace=None):
+    """A child's timings in their order, TIMINGS of each path (TRACE_PATHS with a trace, else
+    PATHS): (path, timing), where timing() makes one and returns its ns per event (per pair)."""
+    if trace is not None:
+        calls = trace_calls(trace)
+        side = torch.cuda.Stream()
+        for path in TRACE_PATHS:
+            stream = side if "side" in path else torch.cuda.current_stream()
+            for k in range(TIMINGS):
+                yield path, functools.partial(time_trace, torch, module, calls, stream, path, k == 0)
+    else:
+        sizes = programs.alloc_free_sizes()
+        for path in PATHS:
+            for k in range(TIMINGS):
+                yield path, functools.partial(time_pairs, torch, getattr(module, f"{path}_pairs"), sizes, k == 0)
+
+
+def child(name, trace=None, lockstep=False):
+    """Times every path under allocator `name` and prints {"ns_per_pair": {path: best}, "figures"};
+    with `lockstep`, each timing is a step of allocators.lockstep_round."""
     allocators.install(name)
     import torch
     from torch.utils import cpp_extension
@@ -152,16 +182,18 @@ def child(name, trace=None):
                                        functions=["tensor_pairs", "raw_pairs", "trace_events"], with_cuda=True,
                                        extra_cflags=["-O2"], verbose=False)
     torch.empty(1, device="cuda")
-    if trace is not None:
-        figures = time_trace(torch, module, trace_calls(trace))
-    else:
-        drawn = programs.alloc_free_sizes()
-        figures = {}
-        for path in PATHS:
-            timed = getattr(module, f"{path}_pairs")
-            timed(drawn, ALIVE, 2)  # warm: the pool holds what the loop needs
-            torch.cuda.synchronize()
-            figures[path] = min(timed(drawn, ALIVE, REPEATS) for _ in range(5))
+    steps = list(timings(torch, module, trace))  # a trace is read before the first step
+    torch.cuda.synchronize()
+    if lockstep:
+        allocators.lockstep_ready()
+    figures = {}
+    for path, timing in steps:
+        if lockstep:
+            allocators.lockstep_go()
+        ns = timing()
+        figures[path] = min(figures.get(path, ns), ns)
+        if lockstep:
+            allocators.lockstep_step(ns)
     torch.cuda.synchronize()
     print(json.dumps({"ns_per_pair": figures, "figures": allocators.figures(name)}))
 
@@ -184,13 +216,17 @@ def table(rounds, names):
 
 def main():
     if len(sys.argv) >= 3 and sys.argv[1] == "--child":
-        child(sys.argv[2], sys.argv[4] if len(sys.argv) >= 5 and sys.argv[3] == "--trace" else None)
+        rest = sys.argv[3:]
+        trace = rest[rest.index("--trace") + 1] if "--trace" in rest else None
+        child(sys.argv[2], trace, lockstep="--lockstep" in rest)
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--allocators", default="pytorch,pytorch expandable_segments,poolkit caching,poolkit expandable",
                         help="comma-separated names of allocators.py's ALLOCATORS or CONTROLS (the first is the reference)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each allocator, interleaved (default 3)")
     parser.add_argument("--trace", help="time this recorded trace's calls (program_trace.py's) instead of alloc_free's")
+    parser.add_argument("--lockstep", action="store_true",
+                        help="run a round's allocators at once, their timings interleaved one by one")
     args = parser.parse_args()
     names, unknown = allocators.chosen(args.allocators)
     if unknown:
@@ -204,8 +240,13 @@ def main():
             parser.error(f"{args.trace}: no allocation in the trace")
     extra = ["--trace", args.trace] if args.trace is not None else []
     rounds = []
+    steps = TIMINGS * len(TRACE_PATHS if args.trace is not None else PATHS)
     for index in range(max(1, args.rounds)):
-        runs = {name: allocators.run_child(__file__, name, extra)["ns_per_pair"] for name in programs.rotated(names, index)}
+        if args.lockstep:
+            runs = {name: run["ns_per_pair"]
+                    for name, run in allocators.lockstep_round(__file__, names, [*extra, "--lockstep"], steps, index).items()}
+        else:
+            runs = {name: allocators.run_child(__file__, name, extra)["ns_per_pair"] for name in programs.rotated(names, index)}
         rounds.append({name: runs[name] for name in names})
     if args.trace is not None:
         print(f"ns per event of {args.trace} ({len(slots):,} events, at most {count:,} blocks alive) through PyTorch's "

@@ -207,6 +207,64 @@ def stop_child(child):
             pass
 
 
+def rotated(names, round_index):
+    """The allocators in the order of one round: each round starts one further along."""
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
+# Lockstep: every allocator's child alive at once, their steps interleaved one by one, each alone
+# on the GPU while the others wait (lockstep_round), so that a drift of the host or the GPU over a
+# round reaches every allocator alike and a step's pair lies a step apart. A child says
+# "lockstep ready" once built (lockstep_ready), then runs a step each time the parent writes "go"
+# (lockstep_go) and says "lockstep step FIGURE" after it (lockstep_step).
+
+def _say(line):
+    print(line, flush=True)
+
+
+def lockstep_ready():
+    _say("lockstep ready")
+
+
+def lockstep_go():
+    if sys.stdin.readline().strip() != "go":
+        raise SystemExit("lockstep: the parent stopped before the last step")
+
+
+def lockstep_step(figure):
+    _say(f"lockstep step {figure:.3f}")
+
+
+def _expect(child, name, word):
+    """Waits for a lockstep child's next "lockstep WORD ..." line; other output (a library's
+    chatter on stdout) passes by."""
+    while line := child.stdout.readline():
+        if line.startswith(f"lockstep {word}"):
+            return
+    finish_child(child, name)  # raises with its output where it failed
+    raise SystemExit(f"{name}: lockstep: the child ended before saying {word!r}")
+
+
+def lockstep_round(script, names, arguments, steps, round_index=0):
+    """One round of `script --child NAME *arguments` for every name at once, `steps` steps each:
+    step i of each in turn (rotated(names, round_index + i)). Returns {allocator: the child's
+    output}, as run_child's."""
+    children = {name: start_child(script, name, arguments) for name in names}
+    try:
+        for name, child in children.items():
+            _expect(child, name, "ready")
+        for i in range(steps):
+            for name in rotated(names, round_index + i):
+                children[name].stdin.write("go\n")
+                children[name].stdin.flush()
+                _expect(children[name], name, "step")
+        return {name: finish_child(children[name], name) for name in names}
+    finally:
+        for child in children.values():
+            stop_child(child)
+
+
 def run_child(script, name, arguments):
     """Runs `script --child NAME ...` to its end; returns the JSON of its last line of output."""
     return finish_child(start_child(script, name, arguments), name)

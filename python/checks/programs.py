@@ -49,13 +49,9 @@ def deterministic():
     torch.backends.cudnn.benchmark = False
 
 
-# In a child run with --lockstep: says "lockstep ready" once its program is built, then runs each
-# step when the parent writes "go", and says "lockstep step MS" after it (lockstep_round).
+# In a child run with --lockstep: the child's side of allocators.lockstep_round, a step a program
+# step, its figure the step's milliseconds.
 _lockstep = False
-
-
-def _say(line):
-    print(line, flush=True)
 
 
 def _timed(step, steps, device_allocations):
@@ -65,10 +61,10 @@ def _timed(step, steps, device_allocations):
     results, times, allocs = [], [], []
     if _lockstep:
         torch.cuda.synchronize()
-        _say("lockstep ready")
+        allocators.lockstep_ready()
     for i in range(steps):
-        if _lockstep and sys.stdin.readline().strip() != "go":
-            raise SystemExit("lockstep: the parent stopped before the last step")
+        if _lockstep:
+            allocators.lockstep_go()
         torch.cuda.synchronize()
         start = time.perf_counter()
         results.append(step(i))
@@ -76,7 +72,7 @@ def _timed(step, steps, device_allocations):
         times.append(time.perf_counter() - start)
         allocs.append(device_allocations())
         if _lockstep:
-            _say(f"lockstep step {1e3 * times[-1]:.3f}")
+            allocators.lockstep_step(1e3 * times[-1])
     return results, 1e3 * statistics.median(times[2:] or times), [round(1e3 * t, 3) for t in times], allocs
 
 
@@ -216,40 +212,13 @@ def allocations_per_step(runs, steps):
     return {name: run["figures"].get("allocations", 0) / max(steps, 1) for name, run in runs.items()}
 
 
-def rotated(names, round_index):
-    """The allocators in the order of one round: each round starts one further along."""
-    shift = round_index % len(names)
-    return names[shift:] + names[:shift]
-
-
-def _expect(child, name, word):
-    """Waits for a lockstep child's next "lockstep WORD ..." line; other output (a library's
-    chatter on stdout) passes by."""
-    while line := child.stdout.readline():
-        if line.startswith(f"lockstep {word}"):
-            return
-    allocators.finish_child(child, name)  # raises with its output where it failed
-    raise SystemExit(f"{name}: lockstep: the child ended before saying {word!r}")
+rotated = allocators.rotated
 
 
 def lockstep_round(script, program, names, steps, round_index=0):
-    """One round with every allocator's child alive at once, the steps interleaved: step i of each
-    in turn (rotated(names, round_index + i)), each alone on the GPU while the others wait, so that
-    a drift of the host or the GPU over the round reaches every allocator alike. Returns
-    {allocator: the child's output}, as run_child's."""
-    children = {name: allocators.start_child(script, name, [program, str(steps), "--lockstep"]) for name in names}
-    try:
-        for name, child in children.items():
-            _expect(child, name, "ready")
-        for i in range(steps):
-            for name in rotated(names, round_index + i):
-                children[name].stdin.write("go\n")
-                children[name].stdin.flush()
-                _expect(children[name], name, "step")
-        return {name: allocators.finish_child(children[name], name) for name in names}
-    finally:
-        for child in children.values():
-            allocators.stop_child(child)
+    """One round of `program` with every allocator's child alive at once, the steps interleaved
+    (allocators.lockstep_round). Returns {allocator: the child's output}, as run_child's."""
+    return allocators.lockstep_round(script, names, [program, str(steps), "--lockstep"], steps, round_index)
 
 
 def child(name, program, steps, lockstep=False):

@@ -143,15 +143,12 @@ class CallTable(unittest.TestCase):
         self.assertEqual(slots, [0, 1, 0, 0, 2])
         self.assertEqual(count, 3)
 
-    def test_a_trace_child_times_each_path_on_its_stream(self):
-        # The child's own steps with a stand-in for torch (no GPU here): every path timed, each on
-        # its stream, the busy ones behind a kernel on that stream.
+    @staticmethod
+    def stand_in_torch(calls):
+        """A stand-in for torch with the calls a trace child makes (no GPU here): trace_events and
+        kernels that keep a stream busy append to `calls`, with the stream they were made on."""
         import contextlib
-        import io
-        import json
         import types
-        from unittest import mock
-        calls = []
         current = ["current"]
 
         @contextlib.contextmanager
@@ -162,31 +159,79 @@ class CallTable(unittest.TestCase):
 
         def trace_events(slots, sizes, count, repeats):
             calls.append(("events", current[0], len(slots), count, repeats))
-            return 100.0 + repeats
+            return 100.0 + repeats + len(calls) % 3  # the timings of a path differ: its best is kept
 
         cuda = types.SimpleNamespace(
             Stream=lambda: "side", stream=on, current_stream=lambda: "current", synchronize=lambda: None,
             _sleep=lambda cycles: calls.append(("sleep", current[0], cycles)),
             memory_stats=lambda: {"allocated_bytes.all.peak": 1, "reserved_bytes.all.peak": 2})
         cpp = types.SimpleNamespace(load_inline=lambda **_: types.SimpleNamespace(trace_events=trace_events))
-        torch = types.SimpleNamespace(cuda=cuda, empty=lambda *a, **k: None,
-                                      utils=types.SimpleNamespace(cpp_extension=cpp))
+        torch = types.SimpleNamespace(cuda=cuda, empty=lambda *a, **k: None, utils=types.SimpleNamespace(cpp_extension=cpp))
+        return {"torch": torch, "torch.utils": torch.utils, "torch.utils.cpp_extension": cpp}
+
+    def run_trace_child(self, calls, lockstep=False, stdin=""):
+        """The output lines of a trace child over a two-event trace, with stand_in_torch."""
+        import contextlib
+        import io
+        from unittest import mock
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "t.csv")
             with open(path, "w") as f:
                 f.write("Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x10,512,0\n0,2,free,0x10,512,0\n")
             out = io.StringIO()
-            with mock.patch.dict(sys.modules, {"torch": torch, "torch.utils": torch.utils, "torch.utils.cpp_extension": cpp}), \
+            with mock.patch.dict(sys.modules, self.stand_in_torch(calls)), mock.patch.object(sys, "stdin", io.StringIO(stdin)), \
                     contextlib.redirect_stdout(out):
-                allocator_calls.child("pytorch", path)
-        figures = json.loads(out.getvalue().splitlines()[-1])["ns_per_pair"]
+                allocator_calls.child("pytorch", path, lockstep=lockstep)
+        return out.getvalue().splitlines()
+
+    def test_a_trace_child_times_each_path_on_its_stream(self):
+        # Every path timed, each on its stream, the busy ones behind a kernel on that stream.
+        import json
+        calls = []
+        figures = json.loads(self.run_trace_child(calls)[-1])["ns_per_pair"]
         self.assertEqual(list(figures), list(allocator_calls.TRACE_PATHS))
-        self.assertEqual(set(figures.values()), {100.0 + allocator_calls.TRACE_REPEATS})
         timed = [c for c in calls if c[0] == "events" and c[4] == allocator_calls.TRACE_REPEATS]
         self.assertEqual([c[1] for c in timed], ["current"] * 10 + ["side"] * 10)
         self.assertEqual({c[2:4] for c in timed}, {(2, 1)})
+        self.assertEqual(set(figures.values()), {100.0 + allocator_calls.TRACE_REPEATS})  # the best of each path's five
         sleeps = [c[1] for c in calls if c[0] == "sleep"]
         self.assertEqual(sleeps, ["current"] * 5 + ["side"] * 5)  # five timings of each busy path
+
+    def test_a_lockstep_trace_child_makes_one_timing_per_go(self):
+        import json
+        steps = allocator_calls.TIMINGS * len(allocator_calls.TRACE_PATHS)
+        calls = []
+        lines = self.run_trace_child(calls, lockstep=True, stdin="go\n" * steps)
+        self.assertEqual(lines[0], "lockstep ready")
+        self.assertEqual(len([line for line in lines if line.startswith("lockstep step ")]), steps)
+        self.assertEqual(list(json.loads(lines[-1])["ns_per_pair"]), list(allocator_calls.TRACE_PATHS))
+        self.assertEqual(len([c for c in calls if c[0] == "events" and c[4] == allocator_calls.TRACE_REPEATS]), steps)
+        with self.assertRaisesRegex(SystemExit, "parent stopped"):
+            self.run_trace_child([], lockstep=True, stdin="go\n" * (steps - 1))
+
+    def test_lockstep_rounds_interleave_every_allocator_s_timings(self):
+        from unittest import mock
+        import contextlib
+        import io
+        paths = dict.fromkeys(allocator_calls.TRACE_PATHS, 300.0)
+        rounds = []
+
+        def lockstep_round(script, names, arguments, steps, round_index):
+            rounds.append((names, arguments, steps, round_index))
+            return {name: {"ns_per_pair": paths} for name in names}
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "t.csv")
+            with open(path, "w") as f:
+                f.write("Thread,Time,Action,Pointer,Size,Stream\n0,1,allocate,0x10,512,0\n0,2,free,0x10,512,0\n")
+            argv = ["allocator_calls.py", "--trace", path, "--lockstep", "--rounds", "2", "--allocators", "pytorch,poolkit expandable"]
+            out = io.StringIO()
+            with mock.patch.object(allocator_calls.allocators, "lockstep_round", lockstep_round), \
+                    mock.patch.object(sys, "argv", argv), contextlib.redirect_stdout(out):
+                self.assertEqual(allocator_calls.main(), 0)
+        steps = allocator_calls.TIMINGS * len(allocator_calls.TRACE_PATHS)
+        self.assertEqual(rounds, [(["pytorch", "poolkit expandable"], ["--trace", path, "--lockstep"], steps, index) for index in (0, 1)])
+        self.assertIn("poolkit expandable", out.getvalue())
 
     def test_a_trace_that_is_not_one_is_refused_before_any_child(self):
         with tempfile.TemporaryDirectory() as folder:
