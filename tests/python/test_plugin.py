@@ -762,6 +762,15 @@ class Loading(unittest.TestCase):
                 module.use("fast")
             self.assertIsNone(module.in_use())
 
+    def test_a_bad_capture_check_setting_is_refused_before_torch_is_imported(self):
+        from unittest import mock
+        import poolkit.torch
+        with mock.patch.dict(os.environ, {"POOLKIT_CAPTURE_CHECKS": "never"}), \
+                mock.patch.object(poolkit.torch, "_torch", side_effect=AssertionError("torch imported")):
+            with self.assertRaisesRegex(poolkit.PoolkitError, "POOLKIT_CAPTURE_CHECKS=never"):
+                poolkit.torch.use()
+        self.assertIsNone(poolkit.torch.in_use())
+
     def test_capabilities_say_nothing_reaches_poolkit_before_use(self):
         import poolkit.torch
         capabilities = poolkit.torch.capabilities()
