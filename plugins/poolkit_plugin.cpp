@@ -584,7 +584,8 @@ int poolkit_set_capture_checks(const char* mode) POOLKIT_C_NOEXCEPT {
 }
 
 const char* poolkit_capture_checks(void) POOLKIT_C_NOEXCEPT {
-    return registry::instance().capture_checks() == capture_check::announced ? "announced" : "every_call";
+    return guarded<const char*>(
+        nullptr, [] { return registry::instance().capture_checks() == capture_check::announced ? "announced" : "every_call"; });
 }
 
 void poolkit_announce_capture(int begins) POOLKIT_C_NOEXCEPT {

@@ -527,6 +527,10 @@ class Environment(unittest.TestCase):
                     plugin.alloc(MiB, 0, STREAM_A)
                 with self.assertRaisesRegex(poolkit.PoolkitError, message):
                     plugin.memory_stats(0)
+                with self.assertRaisesRegex(poolkit.PoolkitError, message):
+                    plugin.capture_checks
+                with self.assertRaisesRegex(poolkit.PoolkitError, message):
+                    plugin.set_capture_checks("announced")
         self.assertEqual(fresh_plugin(devices=1024).device_count, 1024)
         self.assertEqual(fresh_plugin(devices=0).device_count, 0)
 

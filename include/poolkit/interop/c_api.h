@@ -77,7 +77,8 @@ POOLKIT_C_API int poolkit_release_graph_pool(int device, unsigned long long pool
  * calls outside captures make no driver call for it; every capture through the plugin must then be
  * announced, from before it begins until after it ends, by poolkit_announce_capture(1) and (0)).
  * Returns 0; -1 (see poolkit_last_error) for another mode. poolkit_capture_checks() names the mode
- * set. */
+ * set (NULL, see poolkit_last_error, where the plugin cannot start, as for a device count that
+ * cannot be read). */
 POOLKIT_C_API int poolkit_set_capture_checks(const char* mode) POOLKIT_C_NOEXCEPT;
 POOLKIT_C_API const char* poolkit_capture_checks(void) POOLKIT_C_NOEXCEPT;
 POOLKIT_C_API void poolkit_announce_capture(int begins) POOLKIT_C_NOEXCEPT;

@@ -183,7 +183,11 @@ class Plugin:
 
     @property
     def capture_checks(self):
-        return self._lib.poolkit_capture_checks().decode()
+        """The mode set_capture_checks set ("every_call" until then)."""
+        mode = self._lib.poolkit_capture_checks()
+        if mode is None:
+            raise self._error("poolkit_capture_checks failed")
+        return mode.decode()
 
     def announce_capture(self, begins):
         """A capture through the plugin begins (True) or has ended (False); see set_capture_checks."""
