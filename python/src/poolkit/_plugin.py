@@ -92,6 +92,13 @@ class Plugin:
         message = self._lib.poolkit_last_error().decode()
         return PoolkitError(message or what)
 
+    def _name(self, function, what):
+        """The text a C function returns, where NULL means it failed (poolkit_last_error says why)."""
+        name = function()
+        if name is None:
+            raise self._error(what)
+        return name.decode()
+
     def _check(self):
         # For the functions that return nothing: every call sets the last error, "" on success.
         message = self._lib.poolkit_last_error().decode()
@@ -113,10 +120,7 @@ class Plugin:
     @property
     def allocator(self):
         """'caching' or 'expandable': the kind in use, or the one the first pool would have."""
-        name = self._lib.poolkit_allocator_name()
-        if name is None:
-            raise self._error("poolkit_allocator_name failed")
-        return name.decode()
+        return self._name(self._lib.poolkit_allocator_name, "poolkit_allocator_name failed")
 
     def configure(self, preset, options):
         """Chooses the allocator kind and its options; only before the first pool is made, unless
@@ -184,10 +188,7 @@ class Plugin:
     @property
     def capture_checks(self):
         """The mode set_capture_checks set ("every_call" until then)."""
-        mode = self._lib.poolkit_capture_checks()
-        if mode is None:
-            raise self._error("poolkit_capture_checks failed")
-        return mode.decode()
+        return self._name(self._lib.poolkit_capture_checks, "poolkit_capture_checks failed")
 
     def announce_capture(self, begins):
         """A capture through the plugin begins (True) or has ended (False); see set_capture_checks."""
