@@ -28,6 +28,9 @@ Families:
                      gathered on a side stream one layer ahead and dropped by the compute stream,
                      gradients reduced on another stream that frees their full-size inputs, the
                      batch copied in on a third
+  moe_training       mixture-of-experts transformer training: each layer routes every token to 2 of 8
+                     experts, as unevenly as a router does, so the experts' activations take sizes
+                     that differ in every layer and step; batch x length drawn per step
 """
 import argparse
 import gzip
@@ -278,7 +281,50 @@ def sharded_training(t, rng, steps=12):
     t.free_all(shards + adam)
 
 
-FAMILIES = {f.__name__: f for f in (generation, varlen_training, multiscale_vision, kv_serving, pipeline, sharded_training)}
+def moe_training(t, rng, steps=16):
+    layers, hidden, ffn, heads, experts, top_k, vocab = 8, 2048, 4096, 16, 8, 2, 32000
+    attention = [t.alloc(hidden * hidden * 4 * 2) for _ in range(layers)]  # bf16 q, k, v and o
+    expert_size = hidden * ffn * 3 * 2  # an expert's gate, up and down projections
+    params = attention + [t.alloc(expert_size) for _ in range(layers * experts)]
+    for _ in range(steps):
+        batch, length = rng.choice([4, 8, 16]), rng.choice(range(128, 1025, 64))
+        tokens = batch * length
+        saved = []  # per layer, what its backward pass reads
+        for _ in range(layers):
+            kept = [t.alloc(tokens * hidden * 2), t.alloc(tokens * hidden * 3 * 2)]  # the input, q k v
+            t.free(t.alloc(batch * heads * length * length * 2))  # attention scores
+            kept.append(t.alloc(tokens * hidden * 2))  # attention's output
+            kept.append(t.alloc(tokens * experts * 4))  # the router's logits
+            # The router's load differs by layer and step; each expert gets its share of the tokens.
+            load = [rng.gammavariate(2.0, 1.0) for _ in range(experts)]
+            counts = [int(tokens * top_k * w / sum(load)) for w in load]
+            kept.append(t.alloc(tokens * top_k * hidden * 2))  # the tokens sorted by expert
+            outputs = []
+            for count in counts:
+                if count:
+                    kept += [t.alloc(count * ffn * 2), t.alloc(count * ffn * 2)]  # gate and up, activated
+                    outputs.append(t.alloc(count * hidden * 2))
+            kept.append(t.alloc(tokens * hidden * 2))  # the experts' outputs, weighted and combined
+            t.free_all(outputs)
+            saved.append(kept)
+        logits = t.alloc(tokens * vocab * 2)
+        grad_logits = t.alloc(tokens * vocab * 2)
+        t.free(logits)
+        grads = []
+        for kept in reversed(saved):
+            for block in reversed(kept):
+                g = t.alloc(block[1])
+                t.free(block)
+                t.free(g)
+            grads.append(t.alloc(hidden * hidden * 4 * 2))
+            grads += [t.alloc(expert_size) for _ in range(experts)]
+        t.free(grad_logits)
+        t.free_all(grads)  # the optimizer step took them
+    t.free_all(params)
+
+
+FAMILIES = {f.__name__: f for f in (generation, varlen_training, multiscale_vision, kv_serving, pipeline, sharded_training,
+                                    moe_training)}
 
 
 def main():

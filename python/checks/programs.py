@@ -11,7 +11,10 @@ Programs (default: all):
   multiscale_train    ResNet-18 training at a resolution drawn per step (160 to 320)
   varlen_train        a GPT-2-style transformer (6 layers, built from a config) trained on batch x
                       length drawn per step (4-16 x 64-512)
-  generate            the same model generating 32-96 new tokens for a batch and prompt drawn
+  moe_train           a Mixtral-style mixture-of-experts transformer (4 layers of 8 experts, each
+                      token routed to 2, built from a config) trained as varlen_train: the tokens
+                      each expert gets, and so its tensors' sizes, change with every layer and step
+  generate            the same GPT-2 model generating 32-96 new tokens for a batch and prompt drawn
                       per call: key/value caches that grow a token at a time
   alloc_free          no model: 10,000 torch.empty calls per step, sizes of 512 B to 8 MiB, 16
                       tensors alive: the allocator's own cost per call through PyTorch, which a
@@ -111,9 +114,17 @@ def multiscale_train():
     return _resnet_train([160, 192, 224, 256, 288, 320])
 
 
-def varlen_train():
+def _mixtral():
+    import transformers
+    config = transformers.MixtralConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                                        num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2,
+                                        max_position_embeddings=1024, vocab_size=16384)
+    return transformers.MixtralForCausalLM(config).cuda()
+
+
+def _lm_train(model):
+    """A language model's training step on batch x length drawn per step, in bf16 autocast."""
     import torch
-    model = _gpt()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     generator = torch.Generator(device="cuda").manual_seed(1)
     draw = random.Random(2)
@@ -129,6 +140,14 @@ def varlen_train():
         return loss.item()
 
     return step
+
+
+def varlen_train():
+    return _lm_train(_gpt())
+
+
+def moe_train():
+    return _lm_train(_mixtral())
 
 
 def generate():
@@ -168,8 +187,9 @@ def alloc_free():
 
 
 # Each builds its program on the GPU and returns its step: step(i) runs step i and returns its result.
-PROGRAMS = {f.__name__: f for f in (resnet18_train, multiscale_train, varlen_train, generate, alloc_free)}
+PROGRAMS = {f.__name__: f for f in (resnet18_train, multiscale_train, varlen_train, moe_train, generate, alloc_free)}
 NEEDS = {"resnet18_train": "torchvision", "multiscale_train": "torchvision", "varlen_train": "transformers",
+         "moe_train": "transformers",
          "generate": "transformers", "alloc_free": "torch"}
 
 
