@@ -31,6 +31,9 @@ Families:
   moe_training       mixture-of-experts transformer training: each layer routes every token to 2 of 8
                      experts, as unevenly as a router does, so the experts' activations take sizes
                      that differ in every layer and step; batch x length drawn per step
+  fine_moe_training  the same with fine-grained experts (each token to 8 of 64 small experts, the
+                     router's load more uneven): most experts' activations are blocks under 1 MiB,
+                     hundreds of them kept for the backward pass
 """
 import argparse
 import gzip
@@ -281,8 +284,19 @@ def sharded_training(t, rng, steps=12):
     t.free_all(shards + adam)
 
 
-def moe_training(t, rng, steps=16):
-    layers, hidden, ffn, heads, experts, top_k, vocab = 8, 2048, 4096, 16, 8, 2, 32000
+def moe_training(t, rng):
+    _moe(t, rng, steps=16, layers=8, hidden=2048, ffn=4096, experts=8, top_k=2, skew=2.0)
+
+
+def fine_moe_training(t, rng):
+    _moe(t, rng, steps=8, layers=8, hidden=1024, ffn=512, experts=64, top_k=8, skew=0.7)
+
+
+def _moe(t, rng, steps, layers, hidden, ffn, experts, top_k, skew):
+    """A mixture-of-experts transformer's training steps: each token goes to top_k of `experts`,
+    each expert's share of the tokens drawn per layer and step (a gamma of shape `skew` per expert:
+    the smaller, the more uneven)."""
+    heads, vocab = 16, 32000
     attention = [t.alloc(hidden * hidden * 4 * 2) for _ in range(layers)]  # bf16 q, k, v and o
     expert_size = hidden * ffn * 3 * 2  # an expert's gate, up and down projections
     params = attention + [t.alloc(expert_size) for _ in range(layers * experts)]
@@ -296,7 +310,7 @@ def moe_training(t, rng, steps=16):
             kept.append(t.alloc(tokens * hidden * 2))  # attention's output
             kept.append(t.alloc(tokens * experts * 4))  # the router's logits
             # The router's load differs by layer and step; each expert gets its share of the tokens.
-            load = [rng.gammavariate(2.0, 1.0) for _ in range(experts)]
+            load = [rng.gammavariate(skew, 1.0) for _ in range(experts)]
             counts = [int(tokens * top_k * w / sum(load)) for w in load]
             kept.append(t.alloc(tokens * top_k * hidden * 2))  # the tokens sorted by expert
             outputs = []
@@ -324,7 +338,7 @@ def moe_training(t, rng, steps=16):
 
 
 FAMILIES = {f.__name__: f for f in (generation, varlen_training, multiscale_vision, kv_serving, pipeline, sharded_training,
-                                    moe_training)}
+                                    moe_training, fine_moe_training)}
 
 
 def main():
