@@ -105,7 +105,22 @@ expect_run("--snapshot of two compositions" 2 "--snapshot takes one trace and on
 expect_run("--snapshot over a trace" 2 "--snapshot good.csv: that names a trace" good.csv --composition=best_fit --snapshot=good.csv)
 expect_run("--snapshot of no pool" 1 "upstream has no layout to walk" good.csv --composition=upstream
   --snapshot=${WORK_DIR}/none.json)
-foreach(unwritten two.json none.json)
+# --snapshot-at=reserved: the layout where reserved bytes first reach their most. Here the live
+# peak is the 64 MiB block (event 1); the reserved peak comes at event 3, when a 4 KiB block maps a
+# granule of a small span while the 64 MiB stay mapped and free.
+trace_file(later_peak.csv "${header}0,00:00:00.000001,allocate,0x1,67108864,0\n0,00:00:00.000002,free,0x1,67108864,0\n0,00:00:00.000003,allocate,0x2,4096,0\n0,00:00:00.000004,free,0x2,4096,0\n")
+expect_run("--snapshot-at=reserved" 0 "reach their most after event 3 of pass 1" later_peak.csv --composition=expandable
+  --snapshot=${WORK_DIR}/reserved.json --snapshot-at=reserved)
+expect_file_holds(${WORK_DIR}/reserved.json "\"requested_size\": 4096, \"state\": \"active_allocated\""
+  "--snapshot-at=reserved: the 4 KiB block is not live in the layout")
+expect_run("--snapshot-at=live" 0 "expandable" later_peak.csv --composition=expandable --snapshot=${WORK_DIR}/live.json
+  --snapshot-at=live)
+expect_file_holds(${WORK_DIR}/live.json "\"requested_size\": 67108864, \"state\": \"active_allocated\""
+  "--snapshot-at=live: the 64 MiB block is not live in the layout")
+expect_run("--snapshot-at without --snapshot" 2 "no --snapshot was named" later_peak.csv --snapshot-at=reserved)
+expect_run("--snapshot-at, another word" 2 "--snapshot-at" later_peak.csv --composition=expandable
+  --snapshot=${WORK_DIR}/other.json --snapshot-at=peak)
+foreach(unwritten two.json none.json other.json)
   if(EXISTS ${WORK_DIR}/${unwritten})
     message(FATAL_ERROR "--snapshot wrote ${unwritten} for a run it refused")
   endif()

@@ -61,9 +61,14 @@ struct run_settings {
     // Passes over the trace (--passes): the first is the cold pass, the last the warm pass whose
     // figures are reported; those between let a composition settle.
     std::size_t passes = 2;
-    // The cold pass's event after which the composition's layout is taken (--snapshot), where it
-    // can be walked: PyTorch's snapshot "segments" (observe/snapshot.hpp) into run_figures.
+    // The event after which the composition's layout is taken (--snapshot), of pass snapshot_pass
+    // (0: the cold pass), where it can be walked: PyTorch's snapshot "segments"
+    // (observe/snapshot.hpp) into run_figures.
     std::optional<std::size_t> snapshot_after;
+    std::size_t snapshot_pass = 0;
+    // Find where reserved bytes first reach their most (run_figures::reserved_peak_at): reserved
+    // is read after every event of every pass.
+    bool find_reserved_peak = false;
     // Bytes of other host memory read after every event, their time not counted (--cold-caches,
     // cache_sweep.hpp): the composition's calls timed with its data out of the CPU's caches.
     std::size_t cold_caches = 0;
@@ -76,6 +81,12 @@ inline expandable_options with_changes(expandable_options options, const std::ve
     for (const auto& [name, value] : changes) set_option(options, name, value, granularity);
     return options;
 }
+
+// An event of a run: its pass (0: the cold pass) and its index in the trace.
+struct event_position {
+    std::size_t pass = 0;
+    std::size_t index = 0;
+};
 
 // The physical memory operations of a virtual memory (core/virtual_memory.hpp), over one pass.
 struct physical_ops {
@@ -112,6 +123,9 @@ struct run_figures {
     // The layout after run_settings::snapshot_after, as observe/snapshot.hpp writes it; none where
     // the composition cannot be walked (the upstream alone, driver pools, PyTorch's allocator).
     std::optional<std::string> snapshot;
+    // The first event after which reserved bytes were at their most over every pass, where
+    // run_settings::find_reserved_peak asked for it: where the footprint was decided.
+    std::optional<event_position> reserved_peak_at;
 };
 
 // The snapshot of `r` (observe/snapshot.hpp), or none where r cannot be walked.
@@ -157,6 +171,17 @@ run_figures measure_replay(
     cache_sweep sweep(settings.cold_caches);
     figures.cold_caches = sweep.bytes();
     std::size_t live = 0;
+    std::size_t most_reserved = 0;
+    // After event `index` of `pass`: the reserved peak's position and the layout, where asked for.
+    const auto look = [&](std::size_t pass, std::size_t index) {
+        if (settings.find_reserved_peak) {
+            if (const std::size_t now = reserved(); !figures.reserved_peak_at || now > most_reserved) {
+                most_reserved = now;
+                figures.reserved_peak_at = event_position{pass, index};
+            }
+        }
+        if (settings.snapshot_pass == pass && settings.snapshot_after == index) figures.snapshot = layout();
+    };
     figures.cold = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
         live = e.action == trace_action::allocate ? live + e.bytes : live - e.bytes;
         if (sample_every != 0 && (index % sample_every == 0 || index + 1 == total)) {
@@ -164,7 +189,7 @@ run_figures measure_replay(
         }
         if (settings.progress && (index % progress_every == 0 || index + 1 == total)) settings.progress(index + 1, passes * total);
         if (settings.after_event) settings.after_event(e);
-        if (settings.snapshot_after == index) figures.snapshot = layout();
+        look(0, index);
         sweep.between();
     });
     figures.cold.seconds -= sweep.take_seconds();
@@ -173,6 +198,7 @@ run_figures measure_replay(
     std::optional<std::size_t> before_warm;  // before the last pass
     std::optional<physical_ops> ops_before_warm;
     for (std::size_t pass = 1; pass < passes; ++pass) {
+        const bool looking = settings.find_reserved_peak || (settings.snapshot_after && settings.snapshot_pass == pass);
         if (pass + 1 == passes) {
             before_warm = upstream_calls();
             ops_before_warm = ops();
@@ -180,6 +206,7 @@ run_figures measure_replay(
         figures.warm = replay(t, resource, settings.streams, [&](std::size_t index, const trace_event& e) {
             if (settings.progress && index % progress_every == 0) settings.progress(pass * total + index + 1, passes * total);
             if (settings.after_event) settings.after_event(e);
+            if (looking) look(pass, index);
             sweep.between();
         });
         figures.warm.seconds -= sweep.take_seconds();

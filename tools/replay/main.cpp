@@ -8,6 +8,7 @@
 //   --upstream=simulated|cuda                            --json      one JSON object per line
 //   --svg=FILE          live and reserved bytes over each trace, for every composition
 //   --snapshot=FILE     one composition's layout at one trace's peak, as PyTorch's snapshot JSON
+//   --snapshot-at=live|reserved   that peak: of live bytes (default) or of the bytes it reserves
 //   --expandable-option=NAME=VALUE   an expandable_options field on every expandable composition
 //   --streams=N         each trace spread over N streams   --lag=K   simulated streams lag K events
 //   --passes=N          N passes over each trace, the last reported as the warm one (default 2)
@@ -82,6 +83,7 @@ struct command_line {
     std::string upstream = "simulated";
     std::optional<std::string> svg;
     std::optional<std::string> snapshot;  // --snapshot: the layout at the peak, as PyTorch's snapshot JSON
+    std::string snapshot_at = "live";  // --snapshot-at: the peak of live bytes, or of reserved ones
     std::optional<bool> progress;
     std::size_t streams = 0;  // 0: the trace's own streams
     std::optional<std::size_t> lag;  // none: simulated streams are always done (completed_events)
@@ -182,6 +184,12 @@ command_line parse_arguments(int argc, char** argv) {
                    "memory snapshot (JSON; python -m poolkit.replay --snapshot turns it into the pickle PyTorch's viewer "
                    "reads); one trace and one composition. The cold pass's ns/op then includes the walk")
         ->type_name("FILE");
+    app.add_option("--snapshot-at", options.snapshot_at,
+                   "with --snapshot: when to take the layout, live (default: after the event at which live bytes first "
+                   "peak) or reserved (after the first event at which the composition's reserved bytes reach their most "
+                   "over every pass: where its footprint was decided; the trace is replayed twice, once to find it)")
+        ->type_name("live|reserved")
+        ->check(CLI::IsMember({"live", "reserved"}));
     CLI::Option* progress_flag =
         app.add_flag("--progress,!--no-progress", progress, "a progress bar on stderr (default: when stderr is a terminal)");
     app.add_flag("--list", options.list, "the compositions, one a line, and exit");
@@ -238,6 +246,8 @@ command_line parse_arguments(int argc, char** argv) {
     if (app.count("--snapshot") > 0) {
         if (snapshot.empty() || snapshot[0] == '-') throw usage_error{"--snapshot needs a file name"};
         options.snapshot = snapshot;
+    } else if (app.count("--snapshot-at") > 0) {
+        throw usage_error{"--snapshot-at says when --snapshot takes its layout; no --snapshot was named"};
     }
     if (app.count("--svg") > 0) {
         if (svg.empty()) throw usage_error{"--svg needs a file name"};
@@ -386,6 +396,25 @@ std::size_t first_peak(const trace& t) {
     return at;
 }
 
+// Sets where `settings` take --snapshot's layout of `c` on `t`: after the event at which live bytes
+// first peak (`when` "live"), or after the first at which c's reserved bytes reach their most over
+// every pass ("reserved"), found by a replay of its own. Says which event on stderr.
+void snapshot_when(const std::string& when, const trace& t, const composition& c, run_settings& settings) {
+    if (when == "live") {
+        settings.snapshot_after = first_peak(t);
+        return;
+    }
+    run_settings finding = settings;
+    finding.find_reserved_peak = true;
+    finding.samples = 0;
+    finding.progress = nullptr;
+    const event_position at = c.run(t, finding).reserved_peak_at.value_or(event_position{});
+    settings.snapshot_after = at.index;
+    settings.snapshot_pass = at.pass;
+    std::fprintf(stderr, "poolkit-replay: --snapshot-at=reserved: %s's reserved bytes first reach their most after event %zu of pass %zu\n",
+                 c.name.c_str(), at.index + 1, at.pass + 1);
+}
+
 int run(const command_line& options) {
     std::vector<composition> all = available_compositions(options.upstream, options.lag);
     if (options.list) {
@@ -460,7 +489,6 @@ int run(const command_line& options) {
             settings.samples = options.svg ? 1500 : 0;
             settings.passes = options.passes;
             settings.cold_caches = options.cold_caches;
-            if (options.snapshot) settings.snapshot_after = first_peak(t);
             settings.expandable_options = options.expandable_options;
             settings.captures = options.captures == "announced" ? capture_check::announced
                                 : options.captures == "never"   ? capture_check::never
@@ -468,6 +496,13 @@ int run(const command_line& options) {
             bar.start(t.name + " / " + c.name);
             settings.progress = [&bar](std::size_t done, std::size_t total) { bar.update(done, total); };
             try {
+                if (options.snapshot) {
+                    snapshot_when(options.snapshot_at, t, c, settings);
+                    if (lagging) {  // the finding replay's work done, its calls not counted
+                        lagging->settle();
+                        before = lagging->calls();
+                    }
+                }
                 result.figures = c.run(t, settings);
             } catch (const std::bad_alloc& error) {
                 result.error = error.what();
