@@ -180,9 +180,10 @@ command_line parse_arguments(int argc, char** argv) {
     app.add_flag("--json", options.json, "one JSON object per line instead of the table");
     app.add_option("--svg", svg, "also write live and reserved bytes over each trace, as SVG, to FILE")->type_name("FILE");
     app.add_option("--snapshot", snapshot,
-                   "also write the composition's layout when live bytes first peak, as the segments of PyTorch's "
-                   "memory snapshot (JSON; python -m poolkit.replay --snapshot turns it into the pickle PyTorch's viewer "
-                   "reads); one trace and one composition. The cold pass's ns/op then includes the walk")
+                   "also write the composition's layout when live bytes first peak (or as --snapshot-at says), as the "
+                   "segments of PyTorch's memory snapshot (JSON; python -m poolkit.replay --snapshot turns it into the "
+                   "pickle PyTorch's viewer reads); one trace and one composition. The ns/op of the pass that takes it "
+                   "then includes the walk")
         ->type_name("FILE");
     app.add_option("--snapshot-at", options.snapshot_at,
                    "with --snapshot: when to take the layout, live (default: after the event at which live bytes first "
