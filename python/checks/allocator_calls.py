@@ -23,9 +23,9 @@ timings one by one (allocators.lockstep_round): a host that slows down for secon
 hosts do, then slows every allocator's timings alike, where one child after another would each
 meet it alone. Exits 1 when a child fails.
 """
-import functools
 import argparse
 import csv
+import functools
 import json
 import statistics
 import sys
@@ -246,7 +246,7 @@ def main():
             runs = {name: run["ns_per_pair"]
                     for name, run in allocators.lockstep_round(__file__, names, [*extra, "--lockstep"], steps, index).items()}
         else:
-            runs = {name: allocators.run_child(__file__, name, extra)["ns_per_pair"] for name in programs.rotated(names, index)}
+            runs = {name: allocators.run_child(__file__, name, extra)["ns_per_pair"] for name in allocators.rotated(names, index)}
         rounds.append({name: runs[name] for name in names})
     if args.trace is not None:
         print(f"ns per event of {args.trace} ({len(slots):,} events, at most {count:,} blocks alive) through PyTorch's "

@@ -232,9 +232,6 @@ def allocations_per_step(runs, steps):
     return {name: run["figures"].get("allocations", 0) / max(steps, 1) for name, run in runs.items()}
 
 
-rotated = allocators.rotated
-
-
 def lockstep_round(script, program, names, steps, round_index=0):
     """One round of `program` with every allocator's child alive at once, the steps interleaved
     (allocators.lockstep_round). Returns {allocator: the child's output}, as run_child's."""
@@ -280,7 +277,7 @@ def main():
             if args.lockstep:
                 rounds.append(lockstep_round(__file__, program, names, args.steps, index))
                 continue
-            runs = {name: allocators.run_child(__file__, name, [program, str(args.steps)]) for name in rotated(names, index)}
+            runs = {name: allocators.run_child(__file__, name, [program, str(args.steps)]) for name in allocators.rotated(names, index)}
             rounds.append({name: runs[name] for name in names})
         everything[program] = rounds
         print(f"{program}, {args.steps} steps, {len(rounds)} round(s); the first round's figures:")

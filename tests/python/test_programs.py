@@ -8,6 +8,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python", "checks"))
 import allocator_calls  # noqa: E402
+import allocators  # noqa: E402
 import program_trace  # noqa: E402
 import programs  # noqa: E402  (none imports torch at module level)
 
@@ -27,9 +28,9 @@ def exit_status(main, argv):
 class Rounds(unittest.TestCase):
     def test_each_round_starts_one_further_along(self):
         names = ["pytorch", "a", "b"]
-        self.assertEqual(programs.rotated(names, 0), ["pytorch", "a", "b"])
-        self.assertEqual(programs.rotated(names, 1), ["a", "b", "pytorch"])
-        self.assertEqual(programs.rotated(names, 4), ["a", "b", "pytorch"])
+        self.assertEqual(allocators.rotated(names, 0), ["pytorch", "a", "b"])
+        self.assertEqual(allocators.rotated(names, 1), ["a", "b", "pytorch"])
+        self.assertEqual(allocators.rotated(names, 4), ["a", "b", "pytorch"])
 
     def test_paired_ratios_cancel_a_slow_round(self):
         # The second round ran a quarter slower for everyone: the pairs do not see it.
@@ -264,7 +265,7 @@ class Lockstep(unittest.TestCase):
 
     def test_steps_interleave_one_by_one_in_rotated_order(self):
         runs, order = self.run_round(3, 1)
-        expected = [n for i in range(3) for n in programs.rotated(self.NAMES, 1 + i)]
+        expected = [n for i in range(3) for n in allocators.rotated(self.NAMES, 1 + i)]
         self.assertEqual(order, expected)
         self.assertEqual(sorted(runs), sorted(self.NAMES))
         self.assertEqual(runs["poolkit caching"]["losses"], ["a_program"])
