@@ -117,6 +117,23 @@ expect_run("--snapshot-at=live" 0 "expandable" later_peak.csv --composition=expa
   --snapshot-at=live)
 expect_file_holds(${WORK_DIR}/live.json "\"requested_size\": 67108864, \"state\": \"active_allocated\""
   "--snapshot-at=live: the 64 MiB block is not live in the layout")
+# A reserved peak in a later pass, under --lag: the second pass starts while the first pass's last
+# frees are still pending on the other stream, so its 3 MiB block maps past them (a 50 MiB span,
+# against 44 MiB in the first pass). The replay that finds the peak is not counted in the calls
+# reported: they are those of a run without --snapshot.
+trace_file(lag_peak.csv "${header}0,00:00:00.000001,allocate,0x1,3145728,0\n0,00:00:00.000002,allocate,0x2,4096,0\n0,00:00:00.000003,allocate,0x3,41943040,0\n0,00:00:00.000004,free,0x3,41943040,0\n0,00:00:00.000005,allocate,0x4,3145728,0\n0,00:00:00.000006,free,0x4,3145728,0\n")
+set(lagged lag_peak.csv --composition=expandable --streams=2 --lag=4 --passes=3)
+execute_process(COMMAND ${REPLAY} ${lagged} --json --no-progress OUTPUT_VARIABLE unsnapped WORKING_DIRECTORY ${WORK_DIR})
+string(REGEX MATCH "\"event_calls\":{[^}]*}" unsnapped_calls "${unsnapped}")
+if(NOT unsnapped_calls MATCHES "\"records\":[1-9]")
+  message(FATAL_ERROR "--lag: no driver calls counted in ${unsnapped}")
+endif()
+expect_run("--snapshot-at=reserved, a later pass under --lag" 0 "reach their most after event 3 of pass 2" ${lagged}
+  --snapshot=${WORK_DIR}/lagged.json --snapshot-at=reserved)
+expect_file_holds(${WORK_DIR}/lagged.json "\"total_size\": 52428800"
+  "--snapshot-at=reserved: the layout is not the second pass's")
+expect_run("--snapshot-at=reserved counts the reported run's calls alone" 0 "${unsnapped_calls}" ${lagged} --json
+  --snapshot=${WORK_DIR}/lagged-calls.json --snapshot-at=reserved)
 expect_run("--snapshot-at without --snapshot" 2 "no --snapshot was named" later_peak.csv --snapshot-at=reserved)
 expect_run("--snapshot-at, another word" 2 "--snapshot-at" later_peak.csv --composition=expandable
   --snapshot=${WORK_DIR}/other.json --snapshot-at=peak)
