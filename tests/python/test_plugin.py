@@ -9,6 +9,7 @@ pools), since the allocator kind is fixed once a pool is made. Addresses from th
 plugin are never touched. Tests of calls that a broken plugin answers by aborting run in a
 process of their own.
 """
+import atexit
 import functools
 import os
 import pickle
@@ -39,6 +40,7 @@ def fresh_plugin(memory=None, devices=None, read_devices=True):
     """A new instance of the simulated plugin: its own pools, kind and options. With
     read_devices, its registry reads POOLKIT_SIMULATED_DEVICES now."""
     folder = tempfile.mkdtemp(prefix="poolkit-plugin-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)  # the library stays loaded until exit
     path = os.path.join(folder, "libpoolkit_plugin_simulated.so")
     shutil.copyfile(plugin_under_test(), path)
     for name, value in (("POOLKIT_SIMULATED_MEMORY", memory), ("POOLKIT_SIMULATED_DEVICES", devices)):
