@@ -34,6 +34,15 @@ Families:
   fine_moe_training  the same with fine-grained experts (each token to 8 of 64 small experts, the
                      router's load more uneven): most experts' activations are blocks under 1 MiB,
                      hundreds of them kept for the backward pass
+  checkpointed_training
+                     transformer training with activation checkpointing: the forward pass keeps
+                     only each layer's input, and the backward pass runs each layer's forward
+                     again before its own; batch x length drawn per step
+  diffusion_inference
+                     a latent diffusion model's image generation: a U-Net's down path keeps its
+                     skip activations for the up path, run for every denoising step of a request
+                     at the request's resolution (drawn per request, the batch doubled for
+                     classifier-free guidance), then the decoder to pixels
 """
 import argparse
 import gzip
@@ -337,8 +346,110 @@ def _moe(t, rng, steps, layers, hidden, ffn, experts, top_k, skew):
     t.free_all(params)
 
 
+def checkpointed_training(t, rng, steps=12):
+    layers, hidden, heads, vocab = 24, 2048, 16, 32000
+    params = [t.alloc(hidden * hidden * 2 * n) for _ in range(layers) for n in (4, 8)]  # bf16 attention, MLP
+    master = [t.alloc(p[1] * 2) for p in params for _ in range(3)]  # fp32 copy and Adam's two moments
+    grads = [t.alloc(p[1]) for p in params]  # gradients accumulate here, kept across steps
+
+    def layer_forward(batch, length, keep):
+        """One layer's forward pass; returns what its backward pass reads where `keep`, else
+        frees it as it goes."""
+        tokens = batch * length
+        qkv = t.alloc(tokens * hidden * 3 * 2)
+        scores = t.alloc(batch * heads * length * length * 2)
+        probs = t.alloc(scores[1])
+        t.free(scores)
+        attended = t.alloc(tokens * hidden * 2)
+        mlp = t.alloc(tokens * hidden * 4 * 2)
+        activated = t.alloc(mlp[1])
+        out = t.alloc(tokens * hidden * 2)
+        inner = [qkv, probs, attended, mlp, activated]
+        if not keep:
+            t.free_all(inner)
+            return out, []
+        return out, inner
+
+    for _ in range(steps):
+        batch, length = rng.choice([2, 4, 8]), rng.choice(range(256, 2049, 128))
+        tokens = batch * length
+        checkpoints = [t.alloc(tokens * hidden * 2)]  # the embedded input
+        for _ in range(layers):
+            out, _ = layer_forward(batch, length, keep=False)
+            checkpoints.append(out)
+        logits = t.alloc(tokens * vocab * 2)
+        grad = t.alloc(tokens * hidden * 2)  # the gradient flowing back, after the loss
+        t.free(logits)
+        t.free(checkpoints.pop())
+        for _ in reversed(range(layers)):
+            out, inner = layer_forward(batch, length, keep=True)  # recomputed from its checkpoint
+            t.free(out)
+            for block in reversed(inner):
+                g = t.alloc(block[1])
+                t.free(block)
+                t.free(g)
+            upstream = t.alloc(tokens * hidden * 2)
+            t.free(grad)
+            t.free(checkpoints.pop())
+            grad = upstream
+        t.free(grad)
+        for p in params:  # the optimizer's fused steps over chunks of parameters: fp32 temporaries
+            t.free(t.alloc(p[1] * 2))
+    t.free_all(grads + master + params)
+
+
+def diffusion_inference(t, rng, requests=12):
+    channels = (320, 640, 1280, 1280)  # per level of the U-Net, each half the resolution of the one above
+    weights = [t.alloc(rng.choice([2, 6, 13, 26]) * MiB) for _ in range(400)]  # the models' fp16 weights
+    for _ in range(requests):
+        height, width = rng.choice([(512, 512), (768, 768), (1024, 1024), (768, 1024), (1024, 576), (640, 896)])
+        batch = rng.choice([1, 2, 4]) * 2  # classifier-free guidance: conditioned and not, in one batch
+        steps = rng.choice([20, 25, 30, 50])
+        latent = t.alloc(batch // 2 * 4 * (height // 8) * (width // 8) * 4)
+        text = t.alloc(batch * 77 * 2048 * 2)
+        for _ in range(steps):
+            h, w = height // 8, width // 8
+            x = t.alloc(batch * channels[0] * h * w * 2)  # conv_in's output
+            skips = [x]  # every down block's output is kept for the up path: they are not freed here
+            for level, c in enumerate(channels):
+                for _ in range(2):
+                    t.free(t.alloc(batch * c * h * w * 2))  # the norm's output
+                    if level > 0:  # self-attention over h x w tokens, its scores quadratic; cross-attention to the text
+                        t.free(t.alloc(batch * 8 * (h * w) ** 2 * 2))
+                        t.free(t.alloc(batch * 8 * h * w * 77 * 2))
+                    x = t.alloc(batch * c * h * w * 2)
+                    skips.append(x)
+                if level + 1 < len(channels):
+                    h, w = h // 2, w // 2
+                    x = t.alloc(batch * c * h * w * 2)  # downsampled
+                    skips.append(x)
+            x = t.alloc(x[1])  # the middle block's output
+            for level, c in reversed(list(enumerate(channels))):  # up: each block joins a skip
+                for _ in range(3):
+                    skip = skips.pop()
+                    joined = t.alloc(x[1] + skip[1])
+                    t.free_all((skip, x))
+                    x = t.alloc(batch * c * h * w * 2)
+                    t.free(joined)
+                if level > 0:
+                    h, w = h * 2, w * 2
+                    up = t.alloc(batch * c * h * w * 2)
+                    t.free(x)
+                    x = up
+            eps = t.alloc(batch * 4 * h * w * 2)
+            t.free(x)
+            t.free(eps)  # guidance and the scheduler's step update the latent in place
+        pixels = t.alloc(batch // 2 * 3 * height * width * 2)
+        for c, f in ((512, 8), (512, 4), (256, 2), (128, 1)):  # the decoder, up to full resolution
+            a = t.alloc(batch // 2 * c * (height // f) * (width // f) * 2)
+            t.free(t.alloc(a[1]))
+            t.free(a)
+        t.free_all((pixels, text, latent))
+    t.free_all(weights)
+
+
 FAMILIES = {f.__name__: f for f in (generation, varlen_training, multiscale_vision, kv_serving, pipeline, sharded_training,
-                                    moe_training, fine_moe_training)}
+                                    moe_training, fine_moe_training, checkpointed_training, diffusion_inference)}
 
 
 def main():
