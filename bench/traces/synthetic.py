@@ -353,8 +353,8 @@ def checkpointed_training(t, rng, steps=12):
     grads = [t.alloc(p[1]) for p in params]  # gradients accumulate here, kept across steps
 
     def layer_forward(batch, length, keep):
-        """One layer's forward pass; returns what its backward pass reads where `keep`, else
-        frees it as it goes."""
+        """One layer's forward pass: its output, and what its backward pass reads where `keep`
+        (else that is freed before it returns)."""
         tokens = batch * length
         qkv = t.alloc(tokens * hidden * 3 * 2)
         scores = t.alloc(batch * heads * length * length * 2)
