@@ -10,14 +10,15 @@
 // free must not end the process (a C API, a foreign runtime), checked_deallocate and
 // checked_deallocate_async refuse it instead: std::invalid_argument saying why, nothing changed;
 // while_outstanding runs a use of a block (record_use) only while it is outstanding.
-// Complexity: O(1) expected per call (a hash table by address), plus a backtrace() (a few µs) per
-// allocate when options.capture_backtraces is set. Thread safety: a mutex guards the records;
+// Complexity: O(1) expected per call (an open-addressing table by address: no host allocation per
+// block), plus a backtrace() (a few µs) per allocate when options.capture_backtraces is set. Thread safety: a mutex guards the records;
 // otherwise as Upstream. Alignment, stream semantics and exhaustion: Upstream's; when there is no
 // host memory for the record of a block, the block goes back to Upstream and std::bad_alloc
 // propagates (try_ forms: nullptr), so nothing is lost.
 #pragma once
 
 #include <poolkit/core/alignment.hpp>
+#include <poolkit/adaptor/detail/pointer_map.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/detail/archetype.hpp>
@@ -35,7 +36,6 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -107,7 +107,8 @@ public:
             std::lock_guard lock(mutex_);
             std::vector<std::pair<std::uintptr_t, std::size_t>> blocks;
             blocks.reserve(live_.size());
-            for (const auto& [address, record] : live_) blocks.emplace_back(address, record.bytes);
+            live_.for_each(
+                [&](const void* address, const record& r) { blocks.emplace_back(reinterpret_cast<std::uintptr_t>(address), r.bytes); });
             std::sort(blocks.begin(), blocks.end());
             std::uintptr_t previous_end = 0;
             for (const auto& [address, bytes] : blocks) {
@@ -123,7 +124,15 @@ public:
         std::lock_guard lock(mutex_);
         std::vector<tracked_allocation> result;
         result.reserve(live_.size());
-        for (const auto& [address, record] : live_) result.push_back(record);
+        live_.for_each([&](const void* address, const record& r) {
+            tracked_allocation& a = result.emplace_back();
+            a.pointer = address;
+            a.bytes = r.bytes;
+            a.alignment = r.alignment;
+            a.stream = r.stream;
+            a.sequence = r.sequence;
+            if (const auto* frames = backtraces_.find(address)) a.backtrace = *frames;
+        });
         std::sort(result.begin(), result.end(),
                   [](const tracked_allocation& a, const tracked_allocation& b) { return a.pointer < b.pointer; });
         return result;
@@ -183,7 +192,7 @@ public:
     template <class Use>
     decltype(auto) while_outstanding(const void* pointer, std::string_view call, std::string_view where, Use&& use) {
         std::lock_guard lock(mutex_);
-        if (!live_.contains(reinterpret_cast<std::uintptr_t>(pointer))) throw std::invalid_argument(not_outstanding(call, pointer, where));
+        if (live_.find(pointer) == nullptr) throw std::invalid_argument(not_outstanding(call, pointer, where));
         return use();
     }
 
@@ -227,39 +236,41 @@ private:
 
     void remember(void* pointer, std::size_t bytes, std::size_t alignment, std::uintptr_t stream) {
         if (pointer == nullptr) return;
-        tracked_allocation record;
-        record.pointer = pointer;
-        record.bytes = bytes;
-        record.alignment = alignment;
-        record.stream = stream;
+        std::vector<void*> frames;
 #if POOLKIT_HAS_EXECINFO
         if (options_.capture_backtraces && options_.backtrace_depth > 0) {
-            record.backtrace.resize(static_cast<std::size_t>(options_.backtrace_depth));
-            const int frames = ::backtrace(record.backtrace.data(), options_.backtrace_depth);
-            record.backtrace.resize(static_cast<std::size_t>(std::max(frames, 0)));
+            frames.resize(static_cast<std::size_t>(options_.backtrace_depth));
+            const int depth = ::backtrace(frames.data(), options_.backtrace_depth);
+            frames.resize(static_cast<std::size_t>(std::max(depth, 0)));
         }
 #endif
         std::lock_guard lock(mutex_);
-        record.sequence = sequence_++;
-        // Not a structured binding: clang 14 cannot capture one in the lambda of POOLKIT_ASSERT's
-        // NDEBUG form.
-        const bool inserted = live_.emplace(reinterpret_cast<std::uintptr_t>(pointer), std::move(record)).second;
-        POOLKIT_ASSERT(inserted, "tracked: the upstream handed out an address that is still live");
-        if (inserted) live_bytes_ += bytes;
+        const bool fresh = live_.find(pointer) == nullptr;
+        POOLKIT_ASSERT(fresh, "tracked: the upstream handed out an address that is still live");
+        if (!fresh) return;
+        live_.insert(pointer, record{bytes, alignment, stream, sequence_});
+        if (!frames.empty()) {
+            try {
+                backtraces_.insert(pointer, std::move(frames));
+            } catch (...) {
+                live_.erase(pointer);
+                throw;
+            }
+        }
+        ++sequence_;
+        live_bytes_ += bytes;
     }
 
     // Drops the record of `pointer` and sets `bytes` (as the caller says) to the bytes it was
     // allocated with; false, changing nothing, when it is not outstanding.
     bool forget(void* pointer, std::size_t& bytes) noexcept {
         std::lock_guard lock(mutex_);
-        const auto found = live_.find(reinterpret_cast<std::uintptr_t>(pointer));
-        POOLKIT_ASSERT(found != live_.end(),
-                       "tracked: deallocate of a pointer that is not outstanding (never allocated here, or freed twice)");
-        if (found == live_.end()) return false;
-        POOLKIT_ASSERT(found->second.bytes == bytes, "tracked: deallocate with a size other than the one allocated");
-        bytes = found->second.bytes;
-        live_bytes_ -= bytes;
-        live_.erase(found);
+        const record* found = live_.find(pointer);
+        POOLKIT_ASSERT(found != nullptr, "tracked: deallocate of a pointer that is not outstanding (never allocated here, or freed twice)");
+        if (found == nullptr) return false;
+        POOLKIT_ASSERT(found->bytes == bytes, "tracked: deallocate with a size other than the one allocated");
+        bytes = found->bytes;
+        drop(pointer, bytes);
         return true;
     }
 
@@ -267,14 +278,20 @@ private:
     // throws std::invalid_argument saying so, and nothing changes.
     void forget_checked(void* pointer, std::size_t bytes, std::string_view where) {
         std::lock_guard lock(mutex_);
-        const auto found = live_.find(reinterpret_cast<std::uintptr_t>(pointer));
-        if (found == live_.end()) throw std::invalid_argument(not_outstanding("free", pointer, where));
-        if (found->second.bytes != bytes) {
+        const record* found = live_.find(pointer);
+        if (found == nullptr) throw std::invalid_argument(not_outstanding("free", pointer, where));
+        if (found->bytes != bytes) {
             throw std::invalid_argument("poolkit: free of " + address_text(pointer) + " with " + std::to_string(bytes) + " bytes" +
-                                        std::string(where) + ": the block was allocated with " + std::to_string(found->second.bytes));
+                                        std::string(where) + ": the block was allocated with " + std::to_string(found->bytes));
         }
+        drop(pointer, bytes);
+    }
+
+    // Under the lock: forgets the outstanding block at `pointer` of `bytes`.
+    void drop(const void* pointer, std::size_t bytes) noexcept {
         live_bytes_ -= bytes;
-        live_.erase(found);
+        live_.erase(pointer);
+        if (!backtraces_.empty()) backtraces_.erase(pointer);
     }
 
     // Why `pointer` is no outstanding allocation's start; under the lock. O(n): only a refused call
@@ -282,13 +299,14 @@ private:
     std::string not_outstanding(std::string_view call, const void* pointer, std::string_view where) const {
         const auto address = reinterpret_cast<std::uintptr_t>(pointer);
         const std::string said = "poolkit: " + std::string(call) + " of " + address_text(pointer) + std::string(where);
-        for (const auto& [start, record] : live_) {
-            if (start < address && address - start < record.bytes) {
-                return said + ": inside the block at " + address_text(record.pointer) + " (" + std::to_string(record.bytes) +
-                       " bytes), not its start";
+        std::string inside;
+        live_.for_each([&](const void* start, const record& r) {
+            const auto begin = reinterpret_cast<std::uintptr_t>(start);
+            if (begin < address && address - begin < r.bytes) {
+                inside = ": inside the block at " + address_text(start) + " (" + std::to_string(r.bytes) + " bytes), not its start";
             }
-        }
-        return said + ": not a live block (never allocated here, or freed already)";
+        });
+        return said + (inside.empty() ? ": not a live block (never allocated here, or freed already)" : inside);
     }
 
     static std::string address_text(const void* pointer) {
@@ -317,7 +335,15 @@ private:
     Upstream upstream_;  // not [[no_unique_address]]: built in place from a prvalue (build_from)
     tracked_options options_;
     mutable std::mutex mutex_;
-    std::unordered_map<std::uintptr_t, tracked_allocation> live_;  // invariant: exactly the allocations not yet freed
+    // What tracked_allocation says of a block, but its address (the key) and backtrace.
+    struct record {
+        std::size_t bytes = 0;
+        std::size_t alignment = 0;
+        std::uintptr_t stream = 0;
+        std::uint64_t sequence = 0;
+    };
+    detail::pointer_map<record> live_;  // invariant: exactly the allocations not yet freed
+    detail::pointer_map<std::vector<void*>> backtraces_;  // of the live blocks that have one
     std::size_t live_bytes_ = 0;
     std::uint64_t sequence_ = 0;
 };
