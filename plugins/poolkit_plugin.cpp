@@ -1,9 +1,10 @@
 // libpoolkit_plugin.so: the C ABI of include/poolkit/interop/c_api.h over one device allocator per
 // device, of one kind for the whole process: the caching preset (the default) or the expandable
 // one, chosen by poolkit_set_allocator() or else by POOLKIT_ALLOCATOR=caching|expandable, read
-// when the first pool is made, with the options poolkit_set_option() set. Statistics sit outside
-// the lock (what users hold) and, for the caching kind, inside it (reserved bytes); the expandable
-// kind's reserved bytes are what its virtual memory has mapped.
+// when the first pool is made, with the options poolkit_set_option() set. What users hold is
+// counted inside the pool's lock, in plain integers (atomic counters outside it cost a quarter of
+// the layers' time per call); the caching kind's reserved bytes are counted below the pool, the
+// expandable kind's are what its virtual memory has mapped.
 //
 // Built twice from this file: over CUDA (libpoolkit_plugin.so) and, with POOLKIT_PLUGIN_SIMULATED,
 // over simulated memory (libpoolkit_plugin_simulated.so: the same pools, the same C ABI, no GPU,
@@ -29,10 +30,15 @@
 #  include <poolkit/upstream/simulated_resource.hpp>
 #  include <poolkit/upstream/simulated_vmm_resource.hpp>
 #else
+#  include <poolkit/core/detail/cuda_driver.hpp>
+
+#  include <cuda.h>
 #  include <cuda_runtime_api.h>
 #endif
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -117,8 +123,56 @@ struct backend {
         return total_bytes;
     }
 
-    // Makes `device` current for the scope (the library's, core/detail/cuda_runtime.hpp).
-    using device_scope = detail::device_scope;
+    // Makes `device` current for the scope, as the library's detail::device_scope does
+    // (core/detail/cuda_runtime.hpp), after asking the driver which context is current: where it
+    // is the device's primary context (every call PyTorch makes on its current device), nothing
+    // more is called. cudaGetDevice took 40-60 ns a call on an H100 host, more than the layers
+    // around the pool, and a PyTorch allocate and free made two of them here.
+    class device_scope {
+    public:
+        explicit device_scope(int device) noexcept {
+            if (!primary_current(device)) slow_.emplace(device);
+        }
+        void check() const {
+            if (slow_) slow_->check();
+        }
+
+    private:
+        static constexpr int known_devices = 64;  // devices past these always take cudaGetDevice
+
+        // Whether the thread's current context is `device`'s primary context.
+        static bool primary_current(int device) noexcept {
+            using get_current_t = CUresult (*)(CUcontext*);
+            static const auto get_current = reinterpret_cast<get_current_t>(detail::cuda_driver::lookup("cuCtxGetCurrent", 4000).function);
+            CUcontext current = nullptr;
+            if (get_current == nullptr || get_current(&current) != CUDA_SUCCESS || current == nullptr) return false;
+            return current == primary_context(device);
+        }
+
+        // `device`'s primary context, retained once for the process (so its handle stays that
+        // device's), or nullptr where the driver cannot say.
+        static CUcontext primary_context(int device) noexcept {
+            static std::array<std::atomic<CUcontext>, known_devices> contexts{};
+            if (device < 0 || device >= known_devices) return nullptr;
+            std::atomic<CUcontext>& slot = contexts[static_cast<std::size_t>(device)];
+            if (CUcontext known = slot.load(std::memory_order_acquire)) return known;
+            using get_device_t = CUresult (*)(CUdevice*, int);
+            using retain_t = CUresult (*)(CUcontext*, CUdevice);
+            static const auto get_device = reinterpret_cast<get_device_t>(detail::cuda_driver::lookup("cuDeviceGet", 2000).function);
+            static const auto retain = reinterpret_cast<retain_t>(detail::cuda_driver::lookup("cuDevicePrimaryCtxRetain", 7000).function);
+            CUdevice handle = 0;
+            CUcontext context = nullptr;
+            if (get_device == nullptr || retain == nullptr || get_device(&handle, device) != CUDA_SUCCESS ||
+                retain(&context, handle) != CUDA_SUCCESS) {
+                return nullptr;
+            }
+            CUcontext expected = nullptr;
+            if (!slot.compare_exchange_strong(expected, context, std::memory_order_acq_rel)) return expected;  // retained twice: harmless
+            return context;
+        }
+
+        std::optional<detail::device_scope> slow_;
+    };
 };
 #endif
 
@@ -196,9 +250,13 @@ public:
 // torch.cuda.memory_allocated() reads the same under either allocator.
 constexpr std::size_t pytorch_block_unit = 512;
 
+// The statistics of what users hold, counted under the pool's lock (read under it too).
+template <class Pool>
+using counted_users = synchronized<counted<Pool, single_thread_counters>>;
+
 // Reserved figures (segments, num_device_alloc) come from the inner statistics, the user-facing
-// ones from the outer; the lock sits between them, so the outer counters stay lock-free. The
-// memory fraction caps the bytes reserved (limiting, between the pool and the counter).
+// ones from the outer. The memory fraction caps the bytes reserved (limiting, between the pool
+// and the counter).
 struct caching_parts {
     using reserved_counter = counted<backend::memory>;
     using segments_recorder = recorded<ref<reserved_counter>>;
@@ -207,7 +265,7 @@ struct caching_parts {
     reserved_counter reserved;
     segments_recorder segments;
     capped cap;
-    counted<synchronized<caching_resource<ref<capped>, backend::events>>> users;
+    counted_users<caching_resource<ref<capped>, backend::events>> users;
 
     explicit caching_parts(const settings& s)
 #if POOLKIT_PLUGIN_SIMULATED
@@ -218,7 +276,7 @@ struct caching_parts {
           segments(ref<reserved_counter>(reserved), events, recording_layer::segments),
           cap(ref<segments_recorder>(segments)),
           users(std::in_place, std::in_place, ref<capped>(cap), s.caching) {
-        users.count_in_units_of(pytorch_block_unit);
+        users.locked([](auto& c) { c.count_in_units_of(pytorch_block_unit); });
     }
 
     // The most bytes reserved at once (no_limit: none).
@@ -227,7 +285,7 @@ struct caching_parts {
     // The pool's own chunks and blocks, read under its lock.
     template <class Action>
     decltype(auto) walk(Action&& action) const {
-        return users.upstream_resource().locked([&](const auto& pool) { return action(pool); });
+        return users.locked([&](const auto& c) { return action(c.upstream_resource()); });
     }
 };
 
@@ -236,14 +294,14 @@ struct caching_parts {
 struct expandable_parts {
     history events;  // what users and the mappings saw (record_history); first made, last gone
     backend::virtual_memory vm;
-    counted<synchronized<expandable_resource<recorded_memory<backend::virtual_memory>, backend::events>>> users;
+    counted_users<expandable_resource<recorded_memory<backend::virtual_memory>, backend::events>> users;
     std::size_t device_limit;  // the virtual memory's physical limit as made
 
     explicit expandable_parts(const settings& s)
         : vm(backend::virtual_memory_options()),
           users(std::in_place, recorded_memory(vm, events), s.expandable),
           device_limit(vm.physical_limit()) {
-        users.count_in_units_of(pytorch_block_unit);
+        users.locked([](auto& c) { c.count_in_units_of(pytorch_block_unit); });
     }
 
     // The most bytes mapped at once (no_limit: the device's memory; 0 maps nothing, where the
@@ -256,11 +314,11 @@ struct expandable_parts {
     // Spans cut to their mapped granules (observe/mapped_walk.hpp), read under the pool's lock.
     template <class Action>
     decltype(auto) walk(Action&& action) const {
-        return users.upstream_resource().locked([&](const auto& pool) { return action(mapped_walk(pool, memory())); });
+        return users.locked([&](const auto& c) { return action(mapped_walk(c.upstream_resource(), memory())); });
     }
 };
 
-// Parts::users is a counted<synchronized<stream_ordered<...>>>.
+// Parts::users is a counted_users<stream_ordered<...>>.
 template <class Parts>
 class device_pool_of final : public device_pool {
 public:
@@ -275,21 +333,25 @@ public:
         live_.while_outstanding(pointer, "record_stream", where_, [&] { recorded_.record_use(pointer, stream); });
     }
     void capture_into(stream_ref stream, std::uint64_t pool) override {
-        parts_.users.upstream_resource().locked([&](auto& p) { p.capture_into(stream, pool); });
+        pool_locked([&](auto& p) { p.capture_into(stream, pool); });
     }
     void release_graph_pool(std::uint64_t pool) override {
-        parts_.users.upstream_resource().locked([&](auto& p) { p.release_graph_pool(pool); });
+        pool_locked([&](auto& p) { p.release_graph_pool(pool); });
     }
     void capture_checks(capture_check check) override {
-        parts_.users.upstream_resource().locked([&](auto& p) { p.capture_checks(check); });
+        pool_locked([&](auto& p) { p.capture_checks(check); });
     }
     void set_limit(std::size_t bytes) override { parts_.set_limit(bytes); }
-    void release() override { parts_.users.upstream_resource().release(); }
-    void reset_peak() override { parts_.users.reset_peak(); }
-    [[nodiscard]] stats_map memory_stats() const override { return parts_.users.memory_stats(); }
+    void release() override { parts_.users.release(); }
+    void reset_peak() override {
+        parts_.users.locked([](auto& c) { c.reset_peak(); });
+    }
+    [[nodiscard]] stats_map memory_stats() const override {
+        return parts_.users.locked([](const auto& c) { return c.memory_stats(); });
+    }
     [[nodiscard]] std::string summary() const override {
         const auto figures = parts_.walk([](const auto& pool) { return fragmentation(pool); });
-        return memory_summary(parts_.users.memory_stats(), figures);
+        return memory_summary(memory_stats(), figures);
     }
     [[nodiscard]] std::string snapshot_json() const override {
         return parts_.walk([](const auto& pool) { return snapshot(pool); });
@@ -307,6 +369,12 @@ public:
     }
 
 private:
+    // action(the stream_ordered pool), under its lock.
+    template <class Action>
+    decltype(auto) pool_locked(Action&& action) {
+        return parts_.users.locked([&](auto& c) { return action(c.upstream_resource()); });
+    }
+
     Parts parts_;
     recorded<ref<decltype(Parts::users)>> recorded_;  // users' calls, into parts_.events
     // The blocks handed out and not had back: every free and record_stream is checked against
