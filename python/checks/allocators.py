@@ -45,6 +45,9 @@ CONTROLS = {
     # The default asking the driver whether a stream is in capture at every call, as without the
     # hooks, instead of only while PyTorch has a capture open
     "poolkit expandable asking about captures at every call": ({"POOLKIT_CAPTURE_CHECKS": "every_call"}, "expandable", {}, None),
+    # The default from another build of the plugin, the file POOLKIT_BASELINE_PLUGIN names: two
+    # builds side by side in one lockstep run (the hooks are this tree's for both)
+    "poolkit expandable from the baseline plugin": ({"POOLKIT_PLUGIN": "$POOLKIT_BASELINE_PLUGIN"}, "expandable", {}, None),
 }
 
 
@@ -59,8 +62,17 @@ def chosen(text):
 
 
 def spec(name):
-    """(environment, poolkit preset or None, options) of an allocator or a control."""
-    return ALLOCATORS[name] if name in ALLOCATORS else CONTROLS[name][:3]
+    """(environment, poolkit preset or None, options) of an allocator or a control. An environment
+    value "$NAME" is the variable NAME of this process; SystemExit where it is unset or empty."""
+    environment, preset, options = ALLOCATORS[name] if name in ALLOCATORS else CONTROLS[name][:3]
+    resolved = {}
+    for key, value in environment.items():
+        if value.startswith("$"):
+            value = os.environ.get(value[1:], "")
+            if not value:
+                raise SystemExit(f"{name!r} needs {environment[key][1:]} set")
+        resolved[key] = value
+    return resolved, preset, options
 
 
 def install(name):
