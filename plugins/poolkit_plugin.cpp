@@ -15,6 +15,7 @@
 #include <poolkit/adaptor/limited.hpp>
 #include <poolkit/adaptor/recorded.hpp>
 #include <poolkit/adaptor/counted.hpp>
+#include <poolkit/adaptor/detail/lasting_streams.hpp>
 #include <poolkit/adaptor/tracked.hpp>
 #include <poolkit/core/captures.hpp>
 #include <poolkit/interop/option_text.hpp>
@@ -102,6 +103,9 @@ struct backend {
     }
 
     using device_scope = no_device_scope;  // the simulated devices need none made current
+
+    // Simulated streams are told apart at no cost: nothing to declare.
+    static bool declare_lasting(stream_ref) noexcept { return true; }
 };
 #else
 struct backend {
@@ -116,6 +120,7 @@ struct backend {
         return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
     }
     static cuda_vmm_options virtual_memory_options() { return {}; }
+    static bool declare_lasting(stream_ref stream) noexcept { return cuda_events::declare_lasting(stream); }
     // The memory of the current device.
     static std::size_t device_total(int) {
         std::size_t free_bytes = 0, total_bytes = 0;
@@ -662,6 +667,17 @@ void poolkit_announce_capture(int begins) POOLKIT_C_NOEXCEPT {
     } else {
         end_announced_capture();
     }
+}
+
+int poolkit_lasting_stream(poolkit_stream stream) POOLKIT_C_NOEXCEPT {
+    return guarded(-1, [&] {
+        if (!backend::declare_lasting(stream_of(stream))) {
+            throw std::runtime_error("poolkit: stream " + address_text(stream) +
+                                     " cannot be declared lasting: it is in capture, the driver cannot say its id, or " +
+                                     std::to_string(detail::lasting_streams::capacity) + " streams are declared already");
+        }
+        return 0;
+    });
 }
 
 int poolkit_set_memory_fraction(int device, double fraction) POOLKIT_C_NOEXCEPT {

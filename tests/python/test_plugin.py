@@ -468,6 +468,16 @@ class GraphPools(unittest.TestCase):
         self.assertEqual(set(addresses), set(_torch_hooks.FUNCTIONS))
         self.assertEqual(len(set(addresses.values())), len(_torch_hooks.FUNCTIONS))
         self.assertNotIn(None, addresses.values())
+        self.assertNotIn(0, addresses.values())
+
+    def test_a_stream_declared_lasting_keeps_being_served(self):
+        plugin = fresh_plugin()
+        plugin.lasting_stream(STREAM_B)
+        plugin.lasting_stream(STREAM_B)  # again: nothing changes
+        plugin.lasting_stream(0)  # the default stream needs no declaring
+        pointer = plugin.alloc(MiB, 0, STREAM_B)
+        plugin.free(pointer, MiB, 0, STREAM_B)
+        self.assertEqual(plugin.memory_stats(0)["allocation.all.current"], 0)
 
 
 class MemoryFraction(unittest.TestCase):

@@ -14,9 +14,11 @@
 // (stream_ordered is not either; synchronized<> guards both).
 // cudaStreamPerThread — and the default stream 0 where this translation unit was compiled for the
 // per-thread default stream — names a different stream on each host thread: per_thread() says so,
-// and stream_ordered keeps such streams apart by thread.
+// and stream_ordered keeps such streams apart by thread. A stream declared lasting
+// (declare_lasting: one the program never destroys) is told apart without a driver call.
 #pragma once
 
+#include <poolkit/adaptor/detail/lasting_streams.hpp>
 #include <poolkit/core/stream_ref.hpp>
 #include <poolkit/core/detail/cuda_driver.hpp>
 #include <poolkit/core/detail/cuda_runtime.hpp>
@@ -198,11 +200,12 @@ public:
     // stopped scaling past two threads on the H200 host, the driver's call scales. The
     // special handles (0, cudaStreamLegacy, cudaStreamPerThread) are never destroyed: their bits,
     // with the top bit set, at no cost (stream_ordered keeps per-thread ones apart by thread); so
-    // is any handle the driver cannot say. Never asked of a stream in capture: cuStreamGetId
-    // fails there, and the failure invalidates the capture.
+    // is any handle the driver cannot say. A stream declared lasting keeps the id it had then,
+    // with no driver call. Never asked of a stream in capture: cuStreamGetId fails there, and the
+    // failure invalidates the capture.
     [[nodiscard]] static std::uint64_t identity(stream_ref stream) noexcept {
-        constexpr std::uint64_t special = std::uint64_t{1} << 63;
         if (special_handle(stream)) return stream_id(stream) | special;
+        if (std::uint64_t declared = 0; lasting().find(stream.get(), declared)) return declared;
         unsigned long long id = 0;
         if (const auto get_id = driver_stream_get_id()) {
             if (get_id(stream.get(), &id) == CUDA_SUCCESS) return id;
@@ -211,6 +214,27 @@ public:
         }
         static_cast<void>(cudaGetLastError());
         return stream_id(stream) | special;
+    }
+
+    // Declares `stream` lasting, for the process's life: identity() then answers for it without a
+    // driver call. Only for a stream the program never destroys (PyTorch's pooled streams, say): a
+    // stream created later at a destroyed lasting stream's handle would take its id, and blocks
+    // freed on the one could be taken by the other before the first's work is done. True where it
+    // is declared now or was, or needs no declaring (a special handle); false, declaring nothing,
+    // for a stream in capture (asking its id would invalidate the capture), one the driver cannot
+    // say the id of, or past detail::lasting_streams::capacity streams.
+    static bool declare_lasting(stream_ref stream) noexcept {
+        if (special_handle(stream)) return true;
+        std::uint64_t id = 0;
+        if (lasting().find(stream.get(), id)) return true;
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        const auto is_capturing = driver_stream_is_capturing();
+        if (is_capturing == nullptr || is_capturing(stream.get(), &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) {
+            static_cast<void>(cudaGetLastError());
+            return false;
+        }
+        id = identity(stream);
+        return (id & special) == 0 && lasting().declare(stream.get(), id);
     }
 
     [[nodiscard]] static bool per_thread(stream_ref stream) noexcept {
@@ -332,6 +356,14 @@ private:
         static const per_free_calls calls;
         return calls;
     }
+    static constexpr std::uint64_t special = std::uint64_t{1} << 63;  // identity()'s mark of a handle's own bits
+
+    // The streams declared lasting (declare_lasting), of the process.
+    static detail::lasting_streams& lasting() noexcept {
+        static detail::lasting_streams streams;
+        return streams;
+    }
+
     // cuStreamGetId and cuStreamIsCapturing, looked up once per process.
     static PFN_cuStreamGetId_v12000 driver_stream_get_id() noexcept {
         static const auto function = driver_entry<PFN_cuStreamGetId_v12000>("cuStreamGetId", 12000);

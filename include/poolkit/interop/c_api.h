@@ -83,6 +83,15 @@ POOLKIT_C_API int poolkit_set_capture_checks(const char* mode) POOLKIT_C_NOEXCEP
 POOLKIT_C_API const char* poolkit_capture_checks(void) POOLKIT_C_NOEXCEPT;
 POOLKIT_C_API void poolkit_announce_capture(int begins) POOLKIT_C_NOEXCEPT;
 
+/* Declares that `stream` is never destroyed while the process runs (PyTorch's default and pooled
+ * streams are not), so that the pools tell it apart from other streams without asking the driver
+ * at each call on it (poolkit::cuda_events::declare_lasting). A stream declared so and destroyed
+ * anyway would lend its identity to the next stream created at its handle. Returns 0 where it is
+ * declared now or was, or needs no declaring (NULL, the special handles, a simulated device's);
+ * -1 (see poolkit_last_error), declaring nothing, for a stream in capture, one whose id the driver
+ * cannot say, or past 512 declared streams: calls on it then ask the driver, as before. */
+POOLKIT_C_API int poolkit_lasting_stream(poolkit_stream stream) POOLKIT_C_NOEXCEPT;
+
 /* Caps the bytes `device`'s pool may reserve (cudaMalloc'ed, or mapped for the expandable kind) at
  * `fraction` of the device's memory, now or when the pool is made
  * (torch.cuda.set_per_process_memory_fraction). A request past the cap first returns what the pool

@@ -168,6 +168,16 @@ class Plugin:
         self._lib.poolkit_record_stream(pointer, device, stream)
         self._check()
 
+    def lasting_stream(self, stream):
+        """Declares `stream` (a cudaStream_t, as an int) never destroyed while the process runs, so
+        that the pools tell it apart from other streams without asking the driver at each call on
+        it. Raises PoolkitError where it cannot be declared (in capture, say). Bound at first use:
+        a plugin built before it still serves everything else."""
+        if self._lib.poolkit_lasting_stream.argtypes is None:
+            self._bind("poolkit_lasting_stream", ctypes.c_int, [ctypes.c_void_p])
+        if self._lib.poolkit_lasting_stream(stream) != 0:
+            raise self._error(f"cannot declare stream {stream:#x} lasting")
+
     def capture_into(self, device, stream, pool):
         """The capture `stream` is in allocates from the graph pool named `pool` (an int below
         2**64), shared by the captures given the same name; before the capture's first allocation.
@@ -211,8 +221,10 @@ class Plugin:
             raise self._error(f"cannot set the memory fraction of device {device}")
 
     def addresses(self, names):
-        """{name: address} of C functions of the plugin, for a C++ caller (poolkit.torch's hooks)."""
-        return {name: ctypes.cast(getattr(self._lib, name), ctypes.c_void_p).value for name in names}
+        """{name: address} of C functions of the plugin, for a C++ caller (poolkit.torch's hooks);
+        0 for one the plugin lacks (an older build)."""
+        return {name: ctypes.cast(getattr(self._lib, name), ctypes.c_void_p).value if hasattr(self._lib, name) else 0
+                for name in names}
 
     def empty_cache(self):
         self._lib.poolkit_empty_cache()

@@ -45,6 +45,7 @@
 #include <sys/types.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -85,6 +86,7 @@ struct plugin_api {
     int (*set_memory_fraction)(int, double) = nullptr;
     int (*record_history)(size_t, poolkit_history_callbacks) = nullptr;
     const char* (*last_error)() = nullptr;
+    int (*lasting_stream)(cudaStream_t) = nullptr;  // nullptr: a plugin built before it
 };
 plugin_api plugin;
 
@@ -234,6 +236,9 @@ public:
         const auto found = pools_.find(id);
         if (found != pools_.end() && --found->second.captures <= 0) pools_.erase(found);
     }
+    // Whether a capture window is open.
+    bool open() const noexcept { return open_count_.load(std::memory_order_acquire) != 0; }
+
     // Before a call on `stream`: a stream of an open capture allocates from its mempool's pool (the
     // first window whose filter takes it, as PyTorch's allocator picks). Never throws: a filter
     // that fails (a stream destroyed since) routes nothing, and frees run from deleters.
@@ -399,6 +404,26 @@ void plugin_free(void* pointer, std::size_t size, int device, cudaStream_t strea
     plugin.free(pointer, static_cast<ssize_t>(size), device, stream);
 }
 
+// Declares `stream` lasting to the plugin where it is one of PyTorch's own (its default and pooled
+// streams, never destroyed; their StreamIds are odd since torch 2.1, where an external stream's is
+// its even handle), so that the pools tell it apart with no driver call at each call on it. Once
+// per stream and thread, as the last four streams each thread declared are remembered; never
+// while a capture window is open (asking a capturing stream's id would break the capture).
+void declare_if_lasting(const c10::cuda::CUDAStream& stream) noexcept {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+    thread_local std::array<cudaStream_t, 4> declared{};
+    thread_local std::size_t next = 0;
+    const cudaStream_t handle = stream.stream();
+    if (handle == nullptr || std::find(declared.begin(), declared.end(), handle) != declared.end()) return;
+    if ((stream.id() & 1) == 0 || plugin.lasting_stream == nullptr || routes.open()) return;
+    if (plugin.lasting_stream(handle) != 0) return;  // not declared: the plugin asks the driver as before
+    declared[next] = handle;
+    next = (next + 1) % declared.size();
+#else
+    static_cast<void>(stream);
+#endif
+}
+
 // What a tensor's DataPtr holds to give its block back (the base's bookkeeping, without the map).
 struct block_context {
     void* pointer;
@@ -443,7 +468,9 @@ public:
     c10::DataPtr allocate(std::size_t size) override {
         c10::DeviceIndex device = -1;
         C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
-        const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device);
+        const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device);
+        declare_if_lasting(current);
+        const cudaStream_t stream = current;
         void* pointer = plugin_alloc(size, device, stream);
         if (pointer == nullptr) {
             if (size != 0) raise_failed_alloc(size, device);
@@ -461,7 +488,9 @@ public:
     void* raw_alloc(std::size_t size) override {
         c10::DeviceIndex device = -1;
         C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
-        return checked_malloc(size, device, c10::cuda::getCurrentCUDAStream(device));
+        const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device);
+        declare_if_lasting(current);
+        return checked_malloc(size, device, current);
     }
     void* raw_alloc_with_stream(std::size_t size, cudaStream_t stream) override {
         c10::DeviceIndex device = -1;
@@ -556,6 +585,13 @@ private:
     std::vector<c10::cuda::CUDACachingAllocator::OutOfMemoryObserver> observers_;
 };
 
+// A function the plugin may lack: nullptr then.
+template <class Function>
+void bind_optional(Function& slot, const std::map<std::string, std::uintptr_t>& functions, const std::string& name) {
+    const auto found = functions.find(name);
+    slot = found != functions.end() ? reinterpret_cast<Function>(found->second) : nullptr;
+}
+
 template <class Function>
 void bind_function(Function& slot, const std::map<std::string, std::uintptr_t>& functions, const std::string& name) {
     const auto found = functions.find(name);
@@ -577,6 +613,7 @@ void install(const std::map<std::string, std::uintptr_t>& functions, int device_
     bind_function(plugin.set_memory_fraction, functions, "poolkit_set_memory_fraction");
     bind_function(plugin.record_history, functions, "poolkit_record_history");
     bind_function(plugin.last_error, functions, "poolkit_last_error");
+    bind_optional(plugin.lasting_stream, functions, "poolkit_lasting_stream");
     auto allocator = std::make_shared<poolkit_allocator>();
     allocator->init(device_count);
     pluggable::changeCurrentAllocator(allocator);

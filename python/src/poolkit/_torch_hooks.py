@@ -13,10 +13,11 @@ import sysconfig
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_hooks.cpp")
 
-# The plugin's functions the extension calls (include/poolkit/interop/c_api.h).
+# The plugin's functions the extension calls (include/poolkit/interop/c_api.h); poolkit_lasting_stream
+# may be missing (a plugin built before it).
 FUNCTIONS = ("poolkit_alloc", "poolkit_free", "poolkit_record_stream", "poolkit_empty_cache", "poolkit_reset_peak_stats",
              "poolkit_memory_stats_json", "poolkit_capture_into", "poolkit_announce_capture", "poolkit_set_memory_fraction",
-             "poolkit_record_history", "poolkit_last_error")
+             "poolkit_record_history", "poolkit_last_error", "poolkit_lasting_stream")
 
 
 def build_directory(torch):
