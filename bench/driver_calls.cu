@@ -4,8 +4,9 @@
 // (cudaStreamQuery, what stream_ordered asks at a cover), and the stream memory operations that
 // could stand in for events (a value the stream writes to pinned host memory, read by the host
 // with a load; a stream waiting for such a value). Plus the two questions stream_ordered asks on
-// every call: the stream's identity and whether it is in capture; and what relaxing the thread's
-// capture mode around a query adds (cuda_events does). Four streams, in turn.
+// every call: the stream's identity and whether it is in capture; what relaxing the thread's
+// capture mode around a query adds (cuda_events does); and asking which device is current, the
+// runtime's way and the driver's. Four streams, in turn.
 //   build/bench/poolkit-bench-driver_calls [--benchmark_filter=...]
 #include <poolkit/core/detail/cuda_driver.hpp>
 
@@ -143,6 +144,27 @@ void capture_mode_exchange(benchmark::State& state) {
     });
 }
 
+// Which device is current, as a scope asks before making one current: the runtime's answer, and
+// the driver's current context (what the plugin compares with the device's primary context).
+void current_device(benchmark::State& state) {
+    over_idle_streams(state, [](idle_streams&, std::int64_t) {
+        int device = -1;
+        cudaGetDevice(&device);
+        benchmark::DoNotOptimize(device);
+    });
+}
+void current_context(benchmark::State& state) {
+    static const auto get_current = entry<PFN_cuCtxGetCurrent_v4000>("cuCtxGetCurrent", 4000);
+    over_idle_streams(
+        state,
+        [](idle_streams&, std::int64_t) {
+            CUcontext context = nullptr;
+            get_current(&context);
+            benchmark::DoNotOptimize(context);
+        },
+        get_current != nullptr);
+}
+
 // The same calls through the driver's entry points (what cuda_events makes for created streams).
 void driver_event_record(benchmark::State& state) {
     static const auto record = entry<PFN_cuEventRecord_v2000>("cuEventRecord", 2000);
@@ -237,6 +259,8 @@ BENCHMARK(stream_wait_value);
 BENCHMARK(stream_identity);
 BENCHMARK(stream_is_capturing);
 BENCHMARK(capture_mode_exchange);
+BENCHMARK(current_device);
+BENCHMARK(current_context);
 BENCHMARK(driver_event_record);
 BENCHMARK(driver_event_query_done);
 BENCHMARK(driver_stream_wait_event);
