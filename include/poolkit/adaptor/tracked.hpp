@@ -11,14 +11,15 @@
 // checked_deallocate_async refuse it instead: std::invalid_argument saying why, nothing changed;
 // while_outstanding runs a use of a block (record_use) only while it is outstanding.
 // Complexity: O(1) expected per call (an open-addressing table by address: no host allocation per
-// block), plus a backtrace() (a few µs) per allocate when options.capture_backtraces is set. Thread safety: a mutex guards the records;
-// otherwise as Upstream. Alignment, stream semantics and exhaustion: Upstream's; when there is no
-// host memory for the record of a block, the block goes back to Upstream and std::bad_alloc
-// propagates (try_ forms: nullptr), so nothing is lost.
+// block), plus a backtrace() (a few µs) per allocate when options.capture_backtraces is set.
+// Thread safety: a mutex guards the records; otherwise as Upstream. Alignment, stream semantics
+// and exhaustion: Upstream's; when there is no host memory for the record of a block (the table
+// grows, or a backtrace), the block goes back to Upstream and std::bad_alloc propagates (try_
+// forms: nullptr), so nothing is lost.
 #pragma once
 
-#include <poolkit/core/alignment.hpp>
 #include <poolkit/adaptor/detail/pointer_map.hpp>
+#include <poolkit/core/alignment.hpp>
 #include <poolkit/core/assert.hpp>
 #include <poolkit/core/concepts.hpp>
 #include <poolkit/core/detail/archetype.hpp>

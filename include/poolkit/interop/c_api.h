@@ -89,7 +89,7 @@ POOLKIT_C_API void poolkit_announce_capture(int begins) POOLKIT_C_NOEXCEPT;
  * anyway would lend its identity to the next stream created at its handle. Returns 0 where it is
  * declared now or was, or needs no declaring (NULL, the special handles, a simulated device's);
  * -1 (see poolkit_last_error), declaring nothing, for a stream in capture, one whose id the driver
- * cannot say, or past 512 declared streams: calls on it then ask the driver, as before. */
+ * cannot say, or past 2048 declared streams: calls on it then ask the driver, as before. */
 POOLKIT_C_API int poolkit_lasting_stream(poolkit_stream stream) POOLKIT_C_NOEXCEPT;
 
 /* Caps the bytes `device`'s pool may reserve (cudaMalloc'ed, or mapped for the expandable kind) at

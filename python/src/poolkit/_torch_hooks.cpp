@@ -407,18 +407,19 @@ void plugin_free(void* pointer, std::size_t size, int device, cudaStream_t strea
 // Declares `stream` lasting to the plugin where it is one of PyTorch's own (its default and pooled
 // streams, never destroyed; their StreamIds are odd since torch 2.1, where an external stream's is
 // its even handle), so that the pools tell it apart with no driver call at each call on it. Once
-// per stream and thread, as the last four streams each thread declared are remembered; never
-// while a capture window is open (asking a capturing stream's id would break the capture).
+// per stream and thread, as the last four streams each thread offered are remembered, declared or
+// refused (a refused one asks the driver at each call, as before); never while a capture window is
+// open (asking a capturing stream's id would break the capture).
 void declare_if_lasting(const c10::cuda::CUDAStream& stream) noexcept {
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
-    thread_local std::array<cudaStream_t, 4> declared{};
+    thread_local std::array<cudaStream_t, 4> offered{};
     thread_local std::size_t next = 0;
     const cudaStream_t handle = stream.stream();
-    if (handle == nullptr || std::find(declared.begin(), declared.end(), handle) != declared.end()) return;
+    if (handle == nullptr || std::find(offered.begin(), offered.end(), handle) != offered.end()) return;
     if ((stream.id() & 1) == 0 || plugin.lasting_stream == nullptr || routes.open()) return;
-    if (plugin.lasting_stream(handle) != 0) return;  // not declared: the plugin asks the driver as before
-    declared[next] = handle;
-    next = (next + 1) % declared.size();
+    static_cast<void>(plugin.lasting_stream(handle));
+    offered[next] = handle;
+    next = (next + 1) % offered.size();
 #else
     static_cast<void>(stream);
 #endif

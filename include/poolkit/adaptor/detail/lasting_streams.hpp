@@ -20,7 +20,8 @@ namespace poolkit::detail {
 
 class lasting_streams {
 public:
-    static constexpr std::size_t capacity = 512;
+    // PyTorch's pooled streams of eight devices (32 per priority, up to four priorities each) fit.
+    static constexpr std::size_t capacity = 2048;
 
     // Whether `handle` (not null) is declared; its id into `id` when it is.
     bool find(const void* handle, std::uint64_t& id) const noexcept {
@@ -58,8 +59,8 @@ private:
 
     // Fibonacci hashing of the handle (driver objects: the low bits carry little).
     static std::size_t home(const void* handle) noexcept {
-        constexpr unsigned shift = 64 - 10;  // log2(slots) = 10
-        static_assert(slots == std::size_t{1} << 10);
+        constexpr unsigned shift = 64 - 12;  // log2(slots) = 12
+        static_assert(slots == std::size_t{1} << 12);
         return static_cast<std::size_t>((reinterpret_cast<std::uintptr_t>(handle) * 0x9E3779B97F4A7C15ull) >> shift);
     }
 
