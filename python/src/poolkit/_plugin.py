@@ -173,8 +173,7 @@ class Plugin:
         that the pools tell it apart from other streams without asking the driver at each call on
         it. Raises PoolkitError where it cannot be declared (in capture, say). Bound at first use:
         a plugin built before it still serves everything else."""
-        if self._lib.poolkit_lasting_stream.argtypes is None:
-            self._bind("poolkit_lasting_stream", ctypes.c_int, [ctypes.c_void_p])
+        self._bind("poolkit_lasting_stream", ctypes.c_int, [ctypes.c_void_p])  # says so where the plugin lacks it
         if self._lib.poolkit_lasting_stream(stream) != 0:
             raise self._error(f"cannot declare stream {stream:#x} lasting")
 
