@@ -1,6 +1,6 @@
 // cuda_events::declare_lasting on a real GPU: a declared stream keeps the id the driver gave it
-// (identity() then asks the driver nothing), and a stream in capture is not declared, its capture
-// left valid.
+// (identity() then asks the driver nothing: it answers even in capture, where asking would break
+// the capture), and a stream in capture is not declared, its capture left valid.
 #include "support.hpp"
 
 #include <poolkit/adaptor/cuda_events.hpp>
@@ -26,6 +26,13 @@ TEST_CASE("cuda_events: a stream declared lasting keeps its id, and a pool serve
     CHECK(poolkit::cuda_events::declare_lasting(poolkit::stream_ref{lasting}));  // again: still declared
     CHECK(poolkit::cuda_events::identity(poolkit::stream_ref{lasting}) == driver_id);
     CHECK(poolkit::cuda_events::declare_lasting(poolkit::stream_ref{cudaStreamLegacy}));  // nothing to declare
+    // In capture the driver cannot be asked (cuStreamGetId would fail and invalidate the capture):
+    // the id comes from the table, and the capture ends valid.
+    REQUIRE(cudaStreamBeginCapture(lasting, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    CHECK(poolkit::cuda_events::identity(poolkit::stream_ref{lasting}) == driver_id);
+    cudaGraph_t graph{};
+    CHECK(cudaStreamEndCapture(lasting, &graph) == cudaSuccess);
+    if (graph != nullptr) cudaGraphDestroy(graph);
 
     poolkit::expandable_device_resource pool;
     poolkit::test::scoped_stream other;
