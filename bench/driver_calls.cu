@@ -164,6 +164,24 @@ void current_context(benchmark::State& state) {
         },
         get_current != nullptr);
 }
+void context_device(benchmark::State& state) {
+    static const auto get_device = entry<PFN_cuCtxGetDevice_v2000>("cuCtxGetDevice", 2000);
+    over_idle_streams(
+        state,
+        [](idle_streams&, std::int64_t) {
+            CUdevice device = -1;
+            get_device(&device);
+            benchmark::DoNotOptimize(device);
+        },
+        get_device != nullptr);
+}
+// The library's scope on the device already current (what each call of a pool on it makes).
+void device_scope_current(benchmark::State& state) {
+    over_idle_streams(state, [](idle_streams&, std::int64_t) {
+        const poolkit::detail::device_scope scope(0);
+        benchmark::DoNotOptimize(&scope);
+    });
+}
 
 // The same calls through the driver's entry points (what cuda_events makes for created streams).
 void driver_event_record(benchmark::State& state) {
@@ -261,6 +279,8 @@ BENCHMARK(stream_is_capturing);
 BENCHMARK(capture_mode_exchange);
 BENCHMARK(current_device);
 BENCHMARK(current_context);
+BENCHMARK(context_device);
+BENCHMARK(device_scope_current);
 BENCHMARK(driver_event_record);
 BENCHMARK(driver_event_query_done);
 BENCHMARK(driver_stream_wait_event);

@@ -33,13 +33,10 @@
 #else
 #  include <poolkit/core/detail/cuda_driver.hpp>
 
-#  include <cuda.h>
 #  include <cuda_runtime_api.h>
 #endif
 
 #include <algorithm>
-#include <array>
-#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -128,56 +125,9 @@ struct backend {
         return total_bytes;
     }
 
-    // Makes `device` current for the scope, as the library's detail::device_scope does
-    // (core/detail/cuda_runtime.hpp), after asking the driver which context is current: where it
-    // is the device's primary context (every call PyTorch makes on its current device), nothing
-    // more is called. cudaGetDevice took 45 ns a call on an H100 host (cuCtxGetCurrent 13 ns,
-    // docs/costs.md), more than the layers around the pool, and an allocate and free made two.
-    class device_scope {
-    public:
-        explicit device_scope(int device) noexcept {
-            if (!primary_current(device)) slow_.emplace(device);
-        }
-        void check() const {
-            if (slow_) slow_->check();
-        }
-
-    private:
-        static constexpr int known_devices = 64;  // devices past these always take cudaGetDevice
-
-        // Whether the thread's current context is `device`'s primary context.
-        static bool primary_current(int device) noexcept {
-            using get_current_t = CUresult (*)(CUcontext*);
-            static const auto get_current = reinterpret_cast<get_current_t>(detail::cuda_driver::lookup("cuCtxGetCurrent", 4000).function);
-            CUcontext current = nullptr;
-            if (get_current == nullptr || get_current(&current) != CUDA_SUCCESS || current == nullptr) return false;
-            return current == primary_context(device);
-        }
-
-        // `device`'s primary context, retained once for the process (so its handle stays that
-        // device's), or nullptr where the driver cannot say.
-        static CUcontext primary_context(int device) noexcept {
-            static std::array<std::atomic<CUcontext>, known_devices> contexts{};
-            if (device < 0 || device >= known_devices) return nullptr;
-            std::atomic<CUcontext>& slot = contexts[static_cast<std::size_t>(device)];
-            if (CUcontext known = slot.load(std::memory_order_acquire)) return known;
-            using get_device_t = CUresult (*)(CUdevice*, int);
-            using retain_t = CUresult (*)(CUcontext*, CUdevice);
-            static const auto get_device = reinterpret_cast<get_device_t>(detail::cuda_driver::lookup("cuDeviceGet", 2000).function);
-            static const auto retain = reinterpret_cast<retain_t>(detail::cuda_driver::lookup("cuDevicePrimaryCtxRetain", 7000).function);
-            CUdevice handle = 0;
-            CUcontext context = nullptr;
-            if (get_device == nullptr || retain == nullptr || get_device(&handle, device) != CUDA_SUCCESS ||
-                retain(&context, handle) != CUDA_SUCCESS) {
-                return nullptr;
-            }
-            CUcontext expected = nullptr;
-            if (!slot.compare_exchange_strong(expected, context, std::memory_order_acq_rel)) return expected;  // retained twice: harmless
-            return context;
-        }
-
-        std::optional<detail::device_scope> slow_;
-    };
+    // Asks the driver which device's context is current before the runtime (cudaGetDevice is
+    // slower than the layers around the pool): see detail::device_scope.
+    using device_scope = detail::device_scope;
 };
 #endif
 

@@ -16,7 +16,7 @@
 #include <poolkit/core/config.hpp>
 
 #if POOLKIT_HAS_CUDA
-#  include <poolkit/core/detail/cuda_runtime.hpp>
+#  include <poolkit/core/detail/cuda_driver.hpp>
 #endif
 
 #include <algorithm>

@@ -8,6 +8,8 @@
 // a missing entry point throws cuda_error (and the next use tries again), except the three that
 // share memory between processes, which only export_block and imported_block need
 // (require_sharing()).
+//
+// device_scope, which every layer uses to make a device current, asks the driver first (below).
 #pragma once
 
 #include <poolkit/core/detail/cuda_runtime.hpp>
@@ -16,6 +18,8 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <atomic>
 #include <string>
 
 namespace poolkit::detail {
@@ -142,6 +146,63 @@ private:
     static void optional_entry(Function& slot, const char* symbol, unsigned int version) noexcept {
         slot = reinterpret_cast<Function>(lookup(symbol, version).function);
     }
+};
+
+// Makes `device` current for a scope and restores the previous device (the driver's calls run in
+// the current context; events are made on the current device). Never throws; check() reports a
+// failure to switch.
+//
+// Where the thread's current context is already on `device` (every call a framework makes on its
+// current device), one driver call settles it: cuCtxGetDevice, which answers from the thread's
+// state. cudaGetDevice took 45 ns a call on an H100 host, more than the layers around a pool
+// (docs/costs.md). Otherwise (another device, or no context yet) the runtime is asked and switched
+// as before. A context made current through the driver counts as its device's, as the runtime
+// counts it: it is left current.
+class device_scope {
+public:
+    explicit device_scope(int device) noexcept : device_(device), previous_(device) {
+        if (current_is(device)) return;
+        status_ = cudaGetDevice(&previous_);
+        if (status_ == cudaSuccess && previous_ != device_) status_ = cudaSetDevice(device_);
+    }
+    device_scope(const device_scope&) = delete;
+    device_scope& operator=(const device_scope&) = delete;
+    ~device_scope() {
+        if (status_ == cudaSuccess && previous_ != device_) static_cast<void>(cudaSetDevice(previous_));
+    }
+    void check() const { check_cuda(status_, "cudaSetDevice"); }
+
+    // Whether the thread's current context is on `device` (false where there is none, or the
+    // driver cannot say).
+    static bool current_is(int device) noexcept {
+        static const auto context_device = reinterpret_cast<PFN_cuCtxGetDevice_v2000>(cuda_driver::lookup("cuCtxGetDevice", 2000).function);
+        CUdevice current = 0;
+        if (context_device == nullptr || context_device(&current) != CUDA_SUCCESS) return false;
+        const CUdevice wanted = handle(device);
+        return wanted >= 0 && current == wanted;
+    }
+
+private:
+    static constexpr int known_devices = 64;  // the handles of devices past these are asked each time
+
+    // The driver's handle of device ordinal `device`, or -1 where it has none. Asked once per device.
+    static CUdevice handle(int device) noexcept {
+        static const auto device_get = reinterpret_cast<PFN_cuDeviceGet_v2000>(cuda_driver::lookup("cuDeviceGet", 2000).function);
+        static std::array<std::atomic<CUdevice>, known_devices> known{};  // each handle + 1; 0: not asked yet
+        const bool cached = device >= 0 && device < known_devices;
+        if (cached) {
+            if (const CUdevice stored = known[static_cast<std::size_t>(device)].load(std::memory_order_relaxed); stored > 0)
+                return stored - 1;
+        }
+        CUdevice found = 0;
+        if (device_get == nullptr || device_get(&found, device) != CUDA_SUCCESS || found < 0) return -1;
+        if (cached) known[static_cast<std::size_t>(device)].store(found + 1, std::memory_order_relaxed);
+        return found;
+    }
+
+    int device_;
+    int previous_;
+    cudaError_t status_ = cudaSuccess;
 };
 
 }  // namespace poolkit::detail

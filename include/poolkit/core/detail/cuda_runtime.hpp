@@ -1,5 +1,5 @@
-// The CUDA runtime as every layer uses it: errors translated into poolkit's exceptions, and a
-// scope that makes a device current.
+// The CUDA runtime as every layer uses it: errors translated into poolkit's exceptions.
+// (The scope that makes a device current, device_scope, is in cuda_driver.hpp: it asks the driver.)
 #pragma once
 
 #include <poolkit/core/assert.hpp>
@@ -48,27 +48,5 @@ inline void check_cuda_in_deallocate(cudaError_t status, [[maybe_unused]] const 
     if (status == cudaSuccess || status == cudaErrorCudartUnloading || status == cudaErrorContextIsDestroyed) return;
     POOLKIT_ASSERT(status == cudaSuccess, "a CUDA free call failed inside deallocate");
 }
-
-// Makes `device` current for a scope and restores the previous device (the driver's calls run in
-// the current device's primary context; events are made on the current device). Never throws;
-// check() reports a failure to switch.
-class device_scope {
-public:
-    explicit device_scope(int device) noexcept : device_(device) {
-        status_ = cudaGetDevice(&previous_);
-        if (status_ == cudaSuccess && previous_ != device_) status_ = cudaSetDevice(device_);
-    }
-    device_scope(const device_scope&) = delete;
-    device_scope& operator=(const device_scope&) = delete;
-    ~device_scope() {
-        if (status_ == cudaSuccess && previous_ != device_) static_cast<void>(cudaSetDevice(previous_));
-    }
-    void check() const { check_cuda(status_, "cudaSetDevice"); }
-
-private:
-    int device_;
-    int previous_ = -1;
-    cudaError_t status_;
-};
 
 }  // namespace poolkit::detail
