@@ -1,8 +1,10 @@
 // pointer_map<Value>: an open-addressing hash map from non-null pointers to small values.
 //
 // For bookkeeping on hot allocation paths: one probe sequence in one flat array, no allocation per
-// insert (the table doubles when 70% full), erase by backward shift (no tombstones, so lookups stay
-// short under heavy churn). Keys must not be null. Not thread-safe.
+// insert, erase by backward shift (no tombstones, so lookups stay short under heavy churn). The
+// table doubles past a quarter full: at half full, an erase and an insert took twice as long (40
+// against 20 ns with 16 keys, 90 against 44 with 65,536: probe runs branch unpredictably), for a
+// quarter of the slots. Keys must not be null. Not thread-safe.
 #pragma once
 
 #include <poolkit/core/assert.hpp>
@@ -18,18 +20,18 @@ namespace poolkit::detail {
 template <class Value>
 class pointer_map {
 public:
-    pointer_map() { slots_.resize(16); }
+    pointer_map() { slots_.resize(initial_slots); }
 
     // Inserts or overwrites. May throw std::bad_alloc when the table grows (nothing changes then).
     void insert(const void* key, Value value) {
         POOLKIT_ASSERT(key != nullptr, "pointer_map keys are never null");
-        if ((size_ + 1) * 10 > slots_.size() * 7) grow();
+        if ((size_ + 1) * max_load > slots_.size()) grow();
         place(key_of(key), std::move(value));
     }
 
     // Makes room for `count` entries in all, so inserts up to then cannot throw.
     void reserve(std::size_t count) {
-        while (count * 10 > slots_.size() * 7) grow();
+        while (count * max_load > slots_.size()) grow();
     }
 
     [[nodiscard]] Value* find(const void* key) noexcept {
@@ -80,6 +82,9 @@ public:
     }
 
 private:
+    static constexpr std::size_t max_load = 4;  // slots per key, at least
+    static constexpr std::size_t initial_slots = 16;
+
     struct slot {
         std::uintptr_t key = 0;
         Value value{};
@@ -116,7 +121,7 @@ private:
 
     std::vector<slot> slots_;
     std::size_t size_ = 0;
-    unsigned shift_ = 64 - 4;  // log2 of the 16 initial slots
+    unsigned shift_ = 64 - static_cast<unsigned>(std::countr_zero(initial_slots));
 };
 
 }  // namespace poolkit::detail
