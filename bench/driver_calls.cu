@@ -175,7 +175,8 @@ void context_device(benchmark::State& state) {
         },
         get_device != nullptr);
 }
-// The library's scope on the device already current (what each call of a pool on it makes).
+// The library's scope on the device whose primary context is current (what each call of a pool
+// on it makes).
 void device_scope_current(benchmark::State& state) {
     over_idle_streams(state, [](idle_streams&, std::int64_t) {
         const poolkit::detail::device_scope scope(0);

@@ -18,6 +18,7 @@
 #include <cudaTypedefs.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <string>
@@ -152,16 +153,17 @@ private:
 // the current context; events are made on the current device). Never throws; check() reports a
 // failure to switch.
 //
-// Where the thread's current context is already on `device` (every call a framework makes on its
-// current device), one driver call settles it: cuCtxGetDevice, which answers from the thread's
-// state. cudaGetDevice took 45 ns a call on an H100 host, more than the layers around a pool
-// (docs/costs.md). Otherwise (another device, or no context yet) the runtime is asked and switched
-// as before. A context made current through the driver counts as its device's, as the runtime
-// counts it: it is left current.
+// Where the thread's current context is `device`'s primary context (every call a framework makes
+// on its current device), one driver call settles it: cuCtxGetCurrent, compared with the primary
+// context, retained once per device for the process so that its handle stays that device's.
+// cudaGetDevice took 28-45 ns a call on H100 hosts, more than the layers around a pool;
+// cuCtxGetCurrent 8-13 (docs/costs.md). Otherwise (another device, a context made through the
+// driver, or none yet) the runtime is asked and switched as before. No call here fails on a
+// thread with no context, so tools that report every failed API call stay quiet.
 class device_scope {
 public:
     explicit device_scope(int device) noexcept : device_(device), previous_(device) {
-        if (current_is(device)) return;
+        if (primary_current(device)) return;
         status_ = cudaGetDevice(&previous_);
         if (status_ == cudaSuccess && previous_ != device_) status_ = cudaSetDevice(device_);
     }
@@ -172,32 +174,47 @@ public:
     }
     void check() const { check_cuda(status_, "cudaSetDevice"); }
 
-    // Whether the thread's current context is on `device` (false where there is none, or the
-    // driver cannot say).
-    static bool current_is(int device) noexcept {
-        static const auto context_device = reinterpret_cast<PFN_cuCtxGetDevice_v2000>(cuda_driver::lookup("cuCtxGetDevice", 2000).function);
-        CUdevice current = 0;
-        if (context_device == nullptr || context_device(&current) != CUDA_SUCCESS) return false;
-        const CUdevice wanted = handle(device);
-        return wanted >= 0 && current == wanted;
+    // Whether the thread's current context is `device`'s primary context (false where there is
+    // none, or the driver cannot say).
+    static bool primary_current(int device) noexcept {
+        static const auto get_current = reinterpret_cast<PFN_cuCtxGetCurrent_v4000>(cuda_driver::lookup("cuCtxGetCurrent", 4000).function);
+        CUcontext current = nullptr;
+        if (get_current == nullptr || get_current(&current) != CUDA_SUCCESS || current == nullptr) return false;
+        return current == primary_context(device);
     }
 
 private:
-    static constexpr int known_devices = 64;  // the handles of devices past these are asked each time
+    static constexpr int known_devices = 64;  // devices past these always ask the runtime
 
-    // The driver's handle of device ordinal `device`, or -1 where it has none. Asked once per device.
-    static CUdevice handle(int device) noexcept {
-        static const auto device_get = reinterpret_cast<PFN_cuDeviceGet_v2000>(cuda_driver::lookup("cuDeviceGet", 2000).function);
-        static std::array<std::atomic<CUdevice>, known_devices> known{};  // each handle + 1; 0: not asked yet
-        const bool cached = device >= 0 && device < known_devices;
-        if (cached) {
-            if (const CUdevice stored = known[static_cast<std::size_t>(device)].load(std::memory_order_relaxed); stored > 0)
-                return stored - 1;
+    // `device`'s primary context, retained once for the process, or nullptr where there is no
+    // such device or the driver cannot say.
+    static CUcontext primary_context(int device) noexcept {
+        static std::array<std::atomic<CUcontext>, known_devices> contexts{};
+        if (device < 0 || device >= std::min(known_devices, device_count())) return nullptr;
+        std::atomic<CUcontext>& slot = contexts[static_cast<std::size_t>(device)];
+        if (CUcontext known = slot.load(std::memory_order_acquire)) return known;
+        static const auto get_device = reinterpret_cast<PFN_cuDeviceGet_v2000>(cuda_driver::lookup("cuDeviceGet", 2000).function);
+        static const auto retain =
+            reinterpret_cast<PFN_cuDevicePrimaryCtxRetain_v7000>(cuda_driver::lookup("cuDevicePrimaryCtxRetain", 7000).function);
+        CUdevice handle = 0;
+        CUcontext context = nullptr;
+        if (get_device == nullptr || retain == nullptr || get_device(&handle, device) != CUDA_SUCCESS ||
+            retain(&context, handle) != CUDA_SUCCESS) {
+            return nullptr;
         }
-        CUdevice found = 0;
-        if (device_get == nullptr || device_get(&found, device) != CUDA_SUCCESS || found < 0) return -1;
-        if (cached) known[static_cast<std::size_t>(device)].store(found + 1, std::memory_order_relaxed);
-        return found;
+        CUcontext expected = nullptr;
+        if (!slot.compare_exchange_strong(expected, context, std::memory_order_acq_rel)) return expected;  // retained twice: harmless
+        return context;
+    }
+
+    // The devices the driver has (0 where it cannot say), asked once.
+    static int device_count() noexcept {
+        static const int count = [] {
+            const auto get_count = reinterpret_cast<PFN_cuDeviceGetCount_v2000>(cuda_driver::lookup("cuDeviceGetCount", 2000).function);
+            int devices = 0;
+            return get_count != nullptr && get_count(&devices) == CUDA_SUCCESS ? devices : 0;
+        }();
+        return count;
     }
 
     int device_;
