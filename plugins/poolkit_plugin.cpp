@@ -125,8 +125,8 @@ struct backend {
         return total_bytes;
     }
 
-    // Asks the driver which device's context is current before the runtime (cudaGetDevice is
-    // slower than the layers around the pool): see detail::device_scope.
+    // Compares the driver's current context with the device's primary one before asking the
+    // runtime (cudaGetDevice costs more than the layers around the pool): detail::device_scope.
     using device_scope = detail::device_scope;
 };
 #endif
