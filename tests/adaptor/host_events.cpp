@@ -68,6 +68,21 @@ TEST_CASE("host_events: a stream is idle once every item issued on it completed"
     CHECK_THROWS_AS(static_cast<void>(events.idle(s)), std::logic_error);
 }
 
+TEST_CASE("host_events: a stream declared lasting says so and may not be destroyed; the default stream is lasting") {
+    host_events events;
+    const stream_ref kept = events.make_stream();
+    const stream_ref other = events.make_stream();
+    CHECK(events.lasting(default_stream));
+    CHECK_FALSE(events.lasting(host_events::per_thread_stream()));
+    CHECK_FALSE(events.lasting(kept));
+    events.declare_lasting(kept);
+    CHECK(events.lasting(kept));
+    CHECK_FALSE(events.lasting(other));
+    CHECK_THROWS_AS(events.destroy_stream(kept), std::logic_error);
+    CHECK(events.idle(kept));  // still alive
+    events.destroy_stream(other);
+}
+
 TEST_CASE("host_events: a wait on work already done holds nothing") {
     host_events events;
     const stream_ref a = events.make_stream();

@@ -499,6 +499,85 @@ TEST_CASE("a large free covers its front at once: another stream takes it at its
     f.put(taken, ordered::min_large_free, f.b);
 }
 
+TEST_CASE("a lasting stream's large frees in a row are covered at the next allocation, on any stream, by one query") {
+    fixture f;
+    f.events.declare_lasting(f.a);
+    f.know(f.b);
+    f.know(f.a);
+    void* small = f.get(4 * KiB, f.a);
+    std::vector<void*> large;
+    for (int i = 0; i < 3; ++i) large.push_back(f.get(ordered::min_large_free, f.a));
+    f.put(small, 4 * KiB, f.a);
+    for (void* p : large) f.put(p, ordered::min_large_free, f.a);  // a's frees, one after another
+    CHECK(f.events.asked_idle() == 0);
+    CHECK(f.pool.front_blocks_held() == 4);
+    f.pool.check_invariants();
+    void* taken = f.get(ordered::min_large_free, f.b);  // b's call asks a once: idle, all into the pool
+    CHECK(f.events.asked_idle() == 1);
+    CHECK(f.pool.front_blocks_held() == 0);
+    CHECK(f.pool.waiting_blocks() == 0);
+    CHECK(std::find(large.begin(), large.end(), taken) != large.end());
+    CHECK(f.events.wait_count() == 0);
+    SUBCASE("a stream not declared lasting is asked at each large free, in its own calls") {
+        void* on_b = f.get(ordered::min_large_free, f.b);
+        void* second = f.get(ordered::min_large_free, f.b);
+        f.put(on_b, ordered::min_large_free, f.b);
+        f.put(second, ordered::min_large_free, f.b);
+        CHECK(f.events.asked_idle() == 3);
+        CHECK(f.pool.front_blocks_held() == 0);
+    }
+    SUBCASE("a smaller free on that stream covers the frees before it first, and stays in its front") {
+        void* block = f.get(ordered::min_large_free, f.a);
+        void* small_again = f.get(4 * KiB, f.a);
+        f.put(block, ordered::min_large_free, f.a);
+        CHECK(f.events.asked_idle() == 1);
+        f.put(small_again, 4 * KiB, f.a);
+        CHECK(f.events.asked_idle() == 2);
+        CHECK(f.pool.front_blocks_held() == 1);
+        void* taken_too = f.get(ordered::min_large_free, f.b);  // nothing due: no query
+        CHECK(taken_too == block);
+        CHECK(f.events.asked_idle() == 2);
+        f.put(taken_too, ordered::min_large_free, f.b);
+    }
+    SUBCASE("work issued after the frees holds them back: the event recorded at the cover covers it too") {
+        void* block = f.get(ordered::min_large_free, f.a);
+        f.put(block, ordered::min_large_free, f.a);
+        f.events.submit(f.a);
+        void* grown = f.get(ordered::min_large_free, f.b);  // a is busy now: its front waits behind an event
+        CHECK(grown != block);
+        CHECK(f.pool.waiting_blocks() == 1);
+        // Found busy, a's next large free is covered at once, behind an event recorded then.
+        void* next = f.get(ordered::min_large_free, f.a);
+        const std::size_t recorded = f.events.recorded();
+        f.put(next, ordered::min_large_free, f.a);
+        CHECK(f.events.recorded() == recorded + 1);
+        CHECK(f.pool.front_blocks_held() == 0);
+        f.put(grown, ordered::min_large_free, f.b);
+    }
+    f.put(taken, ordered::min_large_free, f.b);
+}
+
+TEST_CASE("a lasting stream that began a capture after its large free is not asked during another stream's call") {
+    fixture f;
+    f.events.declare_lasting(f.a);
+    f.know(f.b);
+    f.know(f.a);
+    void* block = f.get(ordered::min_large_free, f.a);
+    f.put(block, ordered::min_large_free, f.a);
+    f.events.begin_capture(f.a, capture_mode::relaxed);
+    void* other = f.get(ordered::min_large_free, f.b);  // a is in capture: its front stays
+    CHECK(other != block);
+    CHECK(f.events.asked_idle() == 0);
+    CHECK(f.pool.front_blocks_held() == 1);
+    const auto graph = f.events.end_capture(f.a);
+    CHECK(graph.valid);
+    CHECK(f.events.capture_errors() == 0);
+    void* again = f.get(ordered::min_large_free, f.a);  // a's own call: its front serves it
+    CHECK(again == block);
+    f.put(again, ordered::min_large_free, f.a);
+    f.put(other, ordered::min_large_free, f.b);
+}
+
 TEST_CASE("before growing, a miss puts waiting blocks into the pool behind their events, other streams wait on them too") {
     fixture f;
     void* block = f.get(768 * KiB, f.a);  // under a large free
@@ -922,12 +1001,15 @@ TEST_CASE("random multi-stream traffic never hands out a block before its earlie
     struct traffic {
         bool few_sizes, dependencies;
         std::size_t solo_steps;
+        std::size_t lasting_share;  // about one stream in this many lasting: covered during others' calls
     };
-    for (const traffic t : {traffic{false, true, 0}, traffic{true, true, 0}, traffic{true, false, 0},
-                            traffic{false, true, 3 * ordered::rehome_after}, traffic{true, true, 3 * ordered::rehome_after}}) {
+    for (const traffic t : {traffic{false, true, 0, 0}, traffic{true, true, 0, 0}, traffic{true, false, 0, 0},
+                            traffic{false, true, 3 * ordered::rehome_after, 0}, traffic{true, true, 3 * ordered::rehome_after, 0},
+                            traffic{true, true, 0, 2}, traffic{false, false, 0, 2}}) {
         CAPTURE(t.few_sizes);
         CAPTURE(t.dependencies);
         CAPTURE(t.solo_steps);
+        CAPTURE(t.lasting_share);
         instrumented<simulated_resource> memory;
         watched_events events;
         using simulated_upstream = ref<instrumented<simulated_resource>>;
@@ -943,7 +1025,8 @@ TEST_CASE("random multi-stream traffic never hands out a block before its earlie
                                                                      {.streams = 8,
                                                                       .steps = t.solo_steps != 0 ? std::size_t{60000} : std::size_t{100000},
                                                                       .largest = largest,
-                                                                      .solo_steps = t.solo_steps},
+                                                                      .solo_steps = t.solo_steps,
+                                                                      .lasting_share = t.lasting_share},
                                                                      next);
         MESSAGE(report.describe());
         CHECK(report.violations == 0);

@@ -68,6 +68,32 @@ TEST_CASE("a block freed on one stream is reused on another only after the first
     pool.release();
 }
 
+TEST_CASE("a lasting stream's large frees, covered during another stream's call, reach it only after their work") {
+    // Declared lasting, so never destroyed (a destroyed one would lend its id to a new stream).
+    static cudaStream_t a = [] {
+        cudaStream_t made{};
+        REQUIRE(cudaStreamCreateWithFlags(&made, cudaStreamNonBlocking) == cudaSuccess);
+        REQUIRE(cuda_events::declare_lasting(stream_ref{made}));
+        return made;
+    }();
+    REQUIRE(cuda_events::lasting(stream_ref{a}));
+    scoped_stream b;
+    CHECK_FALSE(cuda_events::lasting(b));
+    counter bad;
+    // a's large free is left for the next allocation, b's, which finds a busy: b waits on an event.
+    caching_device_resource caching{cuda_device_resource{}, caching_options{.large_growth = growth_policy::as_needed(2 << 20)}};
+    const int reused = ping_pong(caching, a, b.handle, bad, 20);
+    expandable_device_resource expandable;
+    const int reused_expandable = ping_pong(expandable, a, b.handle, bad, 20);
+    CHECK(bad.read() == 0);
+    CHECK(reused > 0);
+    CHECK(reused_expandable > 0);
+    MESSAGE("cross-stream reuses: " << reused << " and " << reused_expandable << " of 20");
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    caching.release();
+    expandable.release();
+}
+
 TEST_CASE("control: the same traffic through an unordered pool is caught by the pattern check") {
     streams s(2);
     counter bad;

@@ -4,7 +4,8 @@
 // Random traffic on a changing set of streams: allocations (out_of_memory is expected and
 // counted: the upstream is meant to run out), record_use on other streams, frees on the
 // allocating stream or another, streams catching up, and streams that end — their blocks freed on
-// them, sometimes forget_stream(), then destroyed with their work still pending, as servers do.
+// them, sometimes forget_stream(), then destroyed with their work still pending, as servers do
+// (but those declared lasting, lasting_share, which only catch up).
 // Oracle: when a block is handed to stream S, every earlier use of any byte of it by any stream
 // must be complete once S's work completes (host_events propagates S's waits); live blocks never
 // overlap. Choices come from `next(bound)`, a random engine in the tests and the input in the
@@ -40,6 +41,9 @@ struct oracle_options {
     // (a program that left its other streams, whose work may still be pending), between stretches
     // as many steps long in which any stream may.
     std::size_t solo_steps = 0;
+    // Non-zero: about one stream in this many is declared lasting (host_events::declare_lasting) and
+    // never ends, so that a pool may ask about it during other streams' calls.
+    std::size_t lasting_share = 0;
 };
 
 struct oracle_report {
@@ -119,6 +123,7 @@ inline oracle_report stream_order_oracle(oracle_pool& pool, host_events& events,
     std::vector<stream_ref> streams;
     const auto make = [&] {
         streams.push_back(events.make_stream());
+        if (options.lasting_share != 0 && next(options.lasting_share) == 0) events.declare_lasting(streams.back());
         ++report.streams_made;
     };
     for (std::size_t i = 0; i < std::min<std::size_t>(options.streams, 3); ++i) make();
@@ -194,8 +199,8 @@ inline oracle_report stream_order_oracle(oracle_pool& pool, host_events& events,
             // Usually freed on the stream that allocated it, sometimes on another.
             const stream_ref freeing = solo || next(4) == 0 ? s : block.history.uses.front().stream;
             free_block(std::move(block), freeing);
-        } else if (action < 97 || solo) {
-            events.complete(s);  // some stream catches up on its own (the lone stream does not end)
+        } else if (action < 97 || solo || events.lasting(s)) {
+            events.complete(s);  // some stream catches up on its own (the lone stream and lasting ones do not end)
         } else {
             // s ends: what it used is freed on it, it may be forgotten, and it is destroyed with
             // its work still pending. A new stream may take its place, or two.

@@ -30,27 +30,45 @@ inline void require_gpu() {
     }
 }
 
-// One stream per trace stream: handle 0 is the default stream, every other gets a new stream.
+// One stream per trace stream: handle 0 is the default stream, every other a created stream.
+// Lasting ones are the process's, made at their first need, kept to its end and declared lasting
+// (cuda_events::declare_lasting), as PyTorch keeps its own; others are made for this trace and
+// destroyed after it.
 class cuda_streams {
 public:
-    explicit cuda_streams(const trace& t) {
+    cuda_streams(const trace& t, bool lasting) {
+        std::size_t kept = 0;
         for (std::uint64_t handle : t.streams) {
             cudaStream_t stream = nullptr;
-            if (handle != 0) detail::check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
-            created_.push_back(stream);
+            if (handle != 0 && lasting) {
+                stream = kept_stream(kept++);
+            } else if (handle != 0) {
+                detail::check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+                created_.push_back(stream);
+            }
             refs_.emplace_back(stream);
         }
     }
     cuda_streams(const cuda_streams&) = delete;
     ~cuda_streams() {
         static_cast<void>(cudaDeviceSynchronize());
-        for (cudaStream_t stream : created_) {
-            if (stream != nullptr) static_cast<void>(cudaStreamDestroy(stream));
-        }
+        for (cudaStream_t stream : created_) static_cast<void>(cudaStreamDestroy(stream));
     }
     [[nodiscard]] std::span<const stream_ref> refs() const noexcept { return refs_; }
 
 private:
+    // The process's `index`-th lasting stream (made and declared at its first need).
+    static cudaStream_t kept_stream(std::size_t index) {
+        static std::vector<cudaStream_t> streams;
+        while (streams.size() <= index) {
+            cudaStream_t stream = nullptr;
+            detail::check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+            streams.push_back(stream);
+            static_cast<void>(cuda_events::declare_lasting(stream_ref{stream}));  // past its capacity: an ordinary stream
+        }
+        return streams[index];
+    }
+
     std::vector<cudaStream_t> created_;
     std::vector<stream_ref> refs_;
 };

@@ -34,12 +34,16 @@ private:
     }
 };
 
-// One simulated stream per trace stream (handle 0 stays the default stream), and the work that
-// lags behind the replay by `lag` events.
+// One simulated stream per trace stream (handle 0 stays the default stream), declared lasting
+// where `lasting` says (never destroyed: none is), and the work that lags behind the replay by
+// `lag` events.
 class lagging_streams {
 public:
-    lagging_streams(const trace& t, std::size_t lag) : issued_(lag) {
-        for (std::uint64_t handle : t.streams) refs_.push_back(handle == 0 ? default_stream : events_.make_stream());
+    lagging_streams(const trace& t, std::size_t lag, bool lasting) : issued_(lag) {
+        for (std::uint64_t handle : t.streams) {
+            refs_.push_back(handle == 0 ? default_stream : events_.make_stream());
+            if (lasting && handle != 0) events_.declare_lasting(refs_.back());
+        }
     }
     [[nodiscard]] std::span<const stream_ref> refs() const noexcept { return refs_; }
 

@@ -87,6 +87,7 @@ struct command_line {
     std::optional<bool> progress;
     std::size_t streams = 0;  // 0: the trace's own streams
     std::optional<std::size_t> lag;  // none: simulated streams are always done (completed_events)
+    bool transient_streams = false;  // --transient-streams: the replay's streams not declared lasting
     std::size_t passes = 2;  // the cold pass, then warm ones: the last is reported
     std::size_t cold_caches = 0;  // --cold-caches: bytes read between events (cache_sweep.hpp)
     std::string captures = "every_call";  // when stream-ordered compositions ask about CUDA graph capture
@@ -151,6 +152,11 @@ command_line parse_arguments(int argc, char** argv) {
                    "work lags (as on a GPU replaying a trace, which launches no kernels), the calls still counted")
         ->type_name("K")
         ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20));
+    app.add_flag("--transient-streams", options.transient_streams,
+                 "do not declare the replay's streams lasting (never destroyed), as a program that may destroy its "
+                 "streams would not: stream-ordered compositions then ask a stream about its frees only in its own "
+                 "calls, and over CUDA ask each created stream's id at every call (with --upstream=cuda, new streams "
+                 "for each trace; by default the process keeps its streams to its end)");
     app.add_option("--capture-checks", options.captures,
                    "when stream-ordered compositions ask whether a stream is in CUDA graph capture: every_call "
                    "(default), announced (only while a capture is announced) or never")
@@ -468,10 +474,10 @@ int run(const command_line& options) {
     for (const trace& t : traces) {
 #if POOLKIT_HAS_CUDA
         std::optional<cuda_streams> device_streams;
-        if (options.upstream == "cuda") device_streams.emplace(t);
+        if (options.upstream == "cuda") device_streams.emplace(t, !options.transient_streams);
 #endif
         std::optional<lagging_streams> lagging;
-        if (options.lag) lagging.emplace(t, *options.lag);
+        if (options.lag) lagging.emplace(t, *options.lag, !options.transient_streams);
         const std::vector<stream_ref> simulated = simulated_streams(t);
         for (const composition& c : chosen) {
             outcome result{t.name, c.name, t.events.size(), t.peak_live_bytes, std::nullopt, {}, std::nullopt};

@@ -15,7 +15,8 @@
 // cudaStreamPerThread — and the default stream 0 where this translation unit was compiled for the
 // per-thread default stream — names a different stream on each host thread: per_thread() says so,
 // and stream_ordered keeps such streams apart by thread. A stream declared lasting
-// (declare_lasting: one the program never destroys) is told apart without a driver call.
+// (declare_lasting: one the program never destroys) is told apart without a driver call, and
+// lasting() lets stream_ordered cover its frees during another stream's call.
 #pragma once
 
 #include <poolkit/adaptor/detail/lasting_streams.hpp>
@@ -205,7 +206,7 @@ public:
     // failure invalidates the capture.
     [[nodiscard]] static std::uint64_t identity(stream_ref stream) noexcept {
         if (special_handle(stream)) return stream_id(stream) | special;
-        if (std::uint64_t declared = 0; lasting().find(stream.get(), declared)) return declared;
+        if (std::uint64_t declared = 0; lasting_table().find(stream.get(), declared)) return declared;
         unsigned long long id = 0;
         if (const auto get_id = driver_stream_get_id()) {
             if (get_id(stream.get(), &id) == CUDA_SUCCESS) return id;
@@ -217,7 +218,7 @@ public:
     }
 
     // Declares `stream` lasting, for the process's life: identity() then answers for it without a
-    // driver call. Only for a stream the program never destroys (PyTorch's pooled streams, say): a
+    // driver call, and stream_ordered may ask about it during other streams' calls (lasting()). Only for a stream the program never destroys (PyTorch's pooled streams, say): a
     // stream created later at a destroyed lasting stream's handle would take its id, and blocks
     // freed on the one could be taken by the other before the first's work is done. True where it
     // is declared now or was, or needs no declaring (a special handle); false, declaring nothing,
@@ -226,7 +227,7 @@ public:
     static bool declare_lasting(stream_ref stream) noexcept {
         if (special_handle(stream)) return true;
         std::uint64_t id = 0;
-        if (lasting().find(stream.get(), id)) return true;
+        if (lasting_table().find(stream.get(), id)) return true;
         CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
         const auto is_capturing = driver_stream_is_capturing();
         if (is_capturing == nullptr || is_capturing(stream.get(), &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE) {
@@ -234,7 +235,15 @@ public:
             return false;
         }
         id = identity(stream);
-        return (id & special) == 0 && lasting().declare(stream.get(), id);
+        return (id & special) == 0 && lasting_table().declare(stream.get(), id);
+    }
+
+    // Whether `stream` outlives every call: declared lasting, or the legacy stream (any special
+    // handle that does not name a per-thread stream), which is never destroyed.
+    [[nodiscard]] static bool lasting(stream_ref stream) noexcept {
+        if (special_handle(stream)) return !per_thread(stream);
+        std::uint64_t id = 0;
+        return lasting_table().find(stream.get(), id);
     }
 
     [[nodiscard]] static bool per_thread(stream_ref stream) noexcept {
@@ -359,7 +368,7 @@ private:
     static constexpr std::uint64_t special = std::uint64_t{1} << 63;  // identity()'s mark of a handle's own bits
 
     // The streams declared lasting (declare_lasting), of the process.
-    static detail::lasting_streams& lasting() noexcept {
+    static detail::lasting_streams& lasting_table() noexcept {
         static detail::lasting_streams streams;
         return streams;
     }

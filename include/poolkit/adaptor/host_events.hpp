@@ -8,7 +8,9 @@
 // completes the event's work first, as a GPU would. synchronize(event) (the host blocking) completes just what the event needs.
 // destroy_stream(s) ends a stream as cudaStreamDestroy does: its work still completes and its
 // events stay valid, but recording on it, waiting with it or submitting to it afterwards is a use
-// after destruction, reported by throwing std::logic_error.
+// after destruction, reported by throwing std::logic_error. declare_lasting(s) promises that s is
+// never destroyed (cuda_events::declare_lasting); destroying it then throws std::logic_error, and
+// lasting(s) says so (the default stream is lasting).
 // The most recent waits (up to log_limit) are logged with a count of all of them, so tests can
 // check how a reuse was ordered; memory stays bounded by the waits not yet completed, however long
 // a simulation runs. per_thread_stream() names another stream on each host thread, as
@@ -138,7 +140,22 @@ public:
         const std::lock_guard lock(timeline_->mutex);
         auto& s = alive(stream);
         if (s.capture != 0) throw capture_error("poolkit::host_events: a stream in capture was destroyed");
+        if (s.lasting) throw std::logic_error("poolkit::host_events: a stream declared lasting was destroyed");
         s.destroyed = true;
+    }
+
+    // Promises that `stream` (not the per-thread handle) is never destroyed.
+    void declare_lasting(stream_ref stream) {
+        POOLKIT_ASSERT(stream.get() != per_thread_handle(), "a per-thread handle names a stream per thread");
+        const std::lock_guard lock(timeline_->mutex);
+        alive(stream).lasting = true;
+    }
+    // Whether `stream` is never destroyed: the default stream, or one declared lasting.
+    [[nodiscard]] bool lasting(stream_ref stream) const {
+        if (stream.get() == per_thread_handle()) return false;
+        const std::lock_guard lock(timeline_->mutex);
+        const stream_state& s = state(stream);
+        return stream.get() == nullptr || s.lasting;
     }
 
     // Capture. Puts `stream` in a new capture begun by this thread; returns its id.
@@ -355,6 +372,7 @@ private:
         std::uint64_t completed = 0;
         std::deque<pending_wait> waits;  // in the order given; dropped once the stream's work passes them
         bool destroyed = false;
+        bool lasting = false;  // declare_lasting
         std::uint64_t capture = 0;  // the capture it is in (0: none)
     };
     struct capture_state {

@@ -25,7 +25,8 @@ concept cached_pool = resource<P> && has_release<P> && has_try_allocate_cached<P
 
 // Events: record on a stream, let another stream wait, ask or block until done, recycle.
 // Optional, where the policy can tell: idle(stream), whether all work issued on a stream is done
-// (stream_ordered then covers a front with no event); capture_of(stream) and unprohibited(f),
+// (stream_ordered then covers a front with no event); lasting(stream), whether the program never
+// destroys it; capture_of(stream) and unprohibited(f),
 // what capture a stream is in and a call in relaxed capture mode (CUDA graphs are then served).
 template <class E>
 concept events_policy = requires(E& e, stream_ref stream, typename E::event_type event) {
@@ -43,6 +44,14 @@ concept events_policy = requires(E& e, stream_ref stream, typename E::event_type
 template <class E>
 concept idle_events = requires(E& e, stream_ref stream) {
     { e.idle(stream) } -> std::convertible_to<bool>;
+};
+
+// Events that tell which streams the program never destroys: lasting(stream). stream_ordered
+// may then touch such a stream during another stream's call (cover its frees later, in one
+// query, docs/stream_ordering.md).
+template <class E>
+concept lasting_events = requires(E& e, stream_ref stream) {
+    { e.lasting(stream) } -> std::convertible_to<bool>;
 };
 
 // Events that see stream captures: capture_of(stream), the capture a stream is in (0: none), and

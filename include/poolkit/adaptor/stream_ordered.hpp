@@ -29,10 +29,12 @@
 //   next takes from the pool.
 // - block_uses: record_use (PyTorch's record_stream) streams; such a block waits at its free
 //   behind an event on each of them and on the freeing stream.
-// No stream is touched after the call that named it: one may be destroyed once its work is
-// issued. A front asked settle_after misses ago and still open (its stream destroyed without
-// forget_stream, say) makes the host wait for the whole device once, and everything becomes free
-// for all. No memory leaves the pool before the work that may use it is done: the pool reaches the
+// No stream is touched after the call that named it (one may be destroyed once its work is
+// issued), but one the Events call lasting (never destroyed): where its front must be covered and
+// it was idle at its last cover, the front is covered at the next allocation, on any stream, so
+// that a run of frees costs one query. A front asked settle_after misses ago and still open (its
+// stream destroyed without forget_stream, say) makes the host wait for the whole device once, and
+// everything becomes free for all. No memory leaves the pool before the work that may use it is done: the pool reaches the
 // upstream only through its gate (detail/gated_upstream.hpp), which first waits for the home's
 // frees and the covers. When the upstream is exhausted the host waits for everything, every free
 // block goes into the pool, the pool releases its wholly free chunks and the request is tried once
@@ -290,6 +292,7 @@ public:
         if (forgotten == nullptr) return;
         if (tag_.home() == forgotten) tag_.clear();  // its frees are done
         sole_.forget(*forgotten);
+        std::erase(due_, forgotten);
         front_into_pool(*forgotten);
         records_.erase_if([&](const record_type& r) { return &r == forgotten; });
     }
@@ -352,15 +355,19 @@ public:
         if (door_.graphs() != nullptr) door_.graphs()->check_invariants();
         POOLKIT_VERIFY(records_.consistent(), "a stream record missing from its index");
         POOLKIT_VERIFY(fronts_.open().consistent() && waiting_.consistent(), "open fronts or waiting blocks lost count");
-        std::size_t bytes = 0, open = 0;
+        std::size_t bytes = 0, open = 0, due = 0;
         bool home_found = tag_.home() == nullptr;
         records_.for_each([&](const record_type& r) {
             POOLKIT_VERIFY(r.front.consistent(), "a front cache lost count");
+            POOLKIT_VERIFY(!r.cover_due || std::find(due_.begin(), due_.end(), &r) != due_.end(),
+                           "a front due to be covered is not listed");
+            due += r.cover_due ? 1 : 0;
             bytes += r.front.bytes();
             open += r.front.empty() ? 0 : 1;
             home_found = home_found || tag_.home() == &r;
         });
         POOLKIT_VERIFY(bytes == fronts_.bytes() && open == fronts_.open().size(), "the fronts lost count");
+        POOLKIT_VERIFY(due == due_.size(), "a front listed to be covered is not due");
         POOLKIT_VERIFY(home_found, "the pool's home is not a stream record");
         bool sole_found = sole_.last() == nullptr;
         records_.for_each([&](const record_type& r) { sole_found = sole_found || sole_.last() == &r; });
@@ -468,6 +475,7 @@ private:
         std::uint64_t last_call = 0;  // the call clock at its stream's last call
         std::uint8_t busy_streak = 0;  // fronts' idle_first
         std::uint8_t idle_skips = 0;
+        bool cover_due = false;  // in due_: its front is covered before the pool next serves
     };
 
     // The pool's return gate: memory leaves it only after secure().
@@ -604,10 +612,12 @@ private:
         if (records_.size() >= trim_at_) {
             // Streams not seen since the last trim, with nothing in their fronts (their streams may
             // be gone: a new one has a new identity). The last call's stream was seen since.
-            records_.erase_if([&](const record_type& r) { return r.front.empty() && tag_.home() != &r && r.last_call < trimmed_at_; });
+            records_.erase_if(
+                [&](const record_type& r) { return r.front.empty() && !r.cover_due && tag_.home() != &r && r.last_call < trimmed_at_; });
             trim_at_ = std::max(min_trim_records, 2 * records_.size());
             trimmed_at_ = clock_;
         }
+        if (due_.capacity() <= records_.size()) due_.reserve(2 * records_.size() + 4);  // cover_soon() cannot fail
         return records_.add(std::make_unique<record_type>(key, stream));  // turn_to() tells the home
     }
 
@@ -639,6 +649,8 @@ private:
     // `r`: the record of the call's stream (nullptr for a plain allocate); `stream`: that stream.
     // Requires a valid alignment and bytes > 0.
     void* allocate_on(record_type* r, const stream_ref* stream, std::size_t bytes, std::size_t alignment) {
+        if (!due_.empty()) [[unlikely]]
+            cover_due();
         if (r != nullptr) {
             if (fronts_.due(*r, clock_)) cover(*r, *stream);
             if (!r->front.empty()) {
@@ -760,12 +772,63 @@ private:
             cover_one(stream, block);  // nothing to batch: covered and polled at once
             return;
         }
+        // A smaller free after a front was left for cover_due covers it first, as it found the
+        // front covered before: the pool then gets what it would have, when it would have.
+        if (r->cover_due && block.bytes < fronts_.large(reserved_or_zero())) [[unlikely]] {
+            r->cover_due = false;
+            std::erase(due_, r);
+            cover(*r, stream);
+        }
         if (fronts_.due(*r, clock_) || r->front.full()) cover(*r, stream);
         if (!fronts_.push(*r, block, clock_)) {  // no event could be recorded, or no room
             wait_then_pool(stream, block);
             return;
         }
-        if (fronts_.crowded(*r, block.bytes, reserved_or_zero(), clock_)) cover(*r, stream);
+        if (fronts_.crowded(*r, block.bytes, reserved_or_zero(), clock_)) cover_soon(*r, stream);
+    }
+
+    // `r`'s front must be covered now that its stream freed. Where that stream is lasting (Events'
+    // lasting(): never destroyed, so any call may ask about it) and was idle at its last cover, it
+    // is covered at the next allocation instead, on whatever stream (cover_due): before the pool
+    // serves again, so that it holds what it would have, and a run of large frees costs one query
+    // instead of one each. A stream found busy is covered now: an event recorded later would also
+    // cover work issued after the frees.
+    void cover_soon(record_type& r, stream_ref stream) noexcept {
+        if constexpr (lasting_events<Events> && idle_events<Events>) {
+            if (r.cover_due) return;
+            if (r.busy_streak == 0 && tag_.home() != &r && lasting(stream)) {
+                r.cover_due = true;
+                due_.push_back(&r);  // room for every record (add_record)
+                return;
+            }
+        }
+        cover(r, stream);
+    }
+
+    // The fronts cover_soon() left, covered before the pool serves: one query of each lasting
+    // stream for every free it made since. A stream that began a capture since is not asked (that
+    // would break the capture): its front stays open for its own calls.
+    [[gnu::noinline]] void cover_due() noexcept {
+        for (record_type* r : due_) {
+            r->cover_due = false;
+            std::uint64_t capture = 1;
+            try {
+                capture = door_.capture_of(r->stream);
+            } catch (...) {  // taken as in capture
+            }
+            if (capture == 0) cover(*r, r->stream);
+        }
+        due_.clear();
+    }
+
+    bool lasting(stream_ref stream) noexcept {
+        if constexpr (lasting_events<Events>) {
+            try {
+                return events_.lasting(stream);
+            } catch (...) {
+            }
+        }
+        return false;
     }
 
     // `block`, freed on `stream`, behind an event of its own (into the pool at once where events
@@ -1014,6 +1077,7 @@ private:
     detail::block_uses uses_;  // record_use streams, rarely any
     detail::passed_through<upstream_type> passed_;
     detail::capture_door<Events, graphs_type> door_{events_};  // captures, graph pools, what is held meanwhile
+    std::vector<record_type*> due_;  // lasting streams' fronts to cover before the pool serves (cover_soon)
     std::size_t uncovered_misses_ = 0;  // misses passed through since the home last covered
     std::size_t live_count_ = 0;
     std::size_t trim_at_ = min_trim_records;
