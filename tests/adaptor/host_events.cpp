@@ -68,7 +68,7 @@ TEST_CASE("host_events: a stream is idle once every item issued on it completed"
     CHECK_THROWS_AS(static_cast<void>(events.idle(s)), std::logic_error);
 }
 
-TEST_CASE("host_events: a stream declared lasting says so and may not be destroyed; the default stream is lasting") {
+TEST_CASE("host_events: a stream declared lasting says so and may not be destroyed, and the default stream is lasting") {
     host_events events;
     const stream_ref kept = events.make_stream();
     const stream_ref other = events.make_stream();

@@ -557,6 +557,21 @@ TEST_CASE("a lasting stream's large frees in a row are covered at the next alloc
     f.put(taken, ordered::min_large_free, f.b);
 }
 
+TEST_CASE("release covers a lasting stream's front left for the next allocation by asking it, not the whole device") {
+    fixture f;
+    f.events.declare_lasting(f.a);
+    f.know(f.b);
+    f.know(f.a);
+    void* block = f.get(ordered::min_large_free, f.a);
+    f.put(block, ordered::min_large_free, f.a);
+    CHECK(f.events.asked_idle() == 0);
+    CHECK(f.pool.front_blocks_held() == 1);
+    f.pool.release();
+    CHECK(f.events.asked_idle() == 1);
+    CHECK(f.pool.front_blocks_held() == 0);
+    CHECK(f.events.synchronizations() == 0);
+}
+
 TEST_CASE("a lasting stream that began a capture after its large free is not asked during another stream's call") {
     fixture f;
     f.events.declare_lasting(f.a);

@@ -954,8 +954,10 @@ private:
     }
 
     // The host waits for everything (no more than it must: the device only where a stream that
-    // may be gone holds frees); every free block is then in the pool.
+    // may be gone holds frees; lasting streams' due fronts are covered first); every free block is
+    // then in the pool.
     void settle_everything() {
+        if (!due_.empty()) cover_due();
         waiting_.wait_all([&](const detail::free_block& b) { into_pool(b); });
         if (fronts_.open().empty() && !tag_.uncovered()) {
             tag_.wait_for_all(nullptr);
