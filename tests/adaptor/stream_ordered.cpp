@@ -86,6 +86,18 @@ struct fixture {
     void put(void* p, std::size_t bytes, stream_ref s) { pool.deallocate_async(p, bytes, 256, s); }
     // A 256-byte block on `s`, kept to the end: the pool knows `s` (two known: no home).
     void know(stream_ref s) { known.emplace_back(get(256, s), s); }
+    // a declared lasting, both streams known.
+    void lasting_a() {
+        events.declare_lasting(a);
+        know(b);
+        know(a);
+    }
+    // A large block allocated and freed on `s`; returns where it was.
+    void* freed_large(stream_ref s) {
+        void* block = get(ordered::min_large_free, s);
+        put(block, ordered::min_large_free, s);
+        return block;
+    }
 
     ~fixture() {
         for (const auto& [p, s] : known) put(p, 256, s);
@@ -501,9 +513,7 @@ TEST_CASE("a large free covers its front at once: another stream takes it at its
 
 TEST_CASE("a lasting stream's large frees in a row are covered at the next allocation, on any stream, by one query") {
     fixture f;
-    f.events.declare_lasting(f.a);
-    f.know(f.b);
-    f.know(f.a);
+    f.lasting_a();
     void* small = f.get(4 * KiB, f.a);
     std::vector<void*> large;
     for (int i = 0; i < 3; ++i) large.push_back(f.get(ordered::min_large_free, f.a));
@@ -540,8 +550,7 @@ TEST_CASE("a lasting stream's large frees in a row are covered at the next alloc
         f.put(taken_too, ordered::min_large_free, f.b);
     }
     SUBCASE("work issued after the frees holds them back: the event recorded at the cover covers it too") {
-        void* block = f.get(ordered::min_large_free, f.a);
-        f.put(block, ordered::min_large_free, f.a);
+        void* block = f.freed_large(f.a);
         f.events.submit(f.a);
         void* grown = f.get(ordered::min_large_free, f.b);  // a is busy now: its front waits behind an event
         CHECK(grown != block);
@@ -559,11 +568,8 @@ TEST_CASE("a lasting stream's large frees in a row are covered at the next alloc
 
 TEST_CASE("release covers a lasting stream's front left for the next allocation by asking it, not the whole device") {
     fixture f;
-    f.events.declare_lasting(f.a);
-    f.know(f.b);
-    f.know(f.a);
-    void* block = f.get(ordered::min_large_free, f.a);
-    f.put(block, ordered::min_large_free, f.a);
+    f.lasting_a();
+    static_cast<void>(f.freed_large(f.a));
     CHECK(f.events.asked_idle() == 0);
     CHECK(f.pool.front_blocks_held() == 1);
     f.pool.release();
@@ -574,11 +580,8 @@ TEST_CASE("release covers a lasting stream's front left for the next allocation 
 
 TEST_CASE("a lasting stream that began a capture after its large free is not asked during another stream's call") {
     fixture f;
-    f.events.declare_lasting(f.a);
-    f.know(f.b);
-    f.know(f.a);
-    void* block = f.get(ordered::min_large_free, f.a);
-    f.put(block, ordered::min_large_free, f.a);
+    f.lasting_a();
+    void* block = f.freed_large(f.a);
     f.events.begin_capture(f.a, capture_mode::relaxed);
     void* other = f.get(ordered::min_large_free, f.b);  // a is in capture: its front stays
     CHECK(other != block);
