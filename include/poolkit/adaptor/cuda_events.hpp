@@ -218,9 +218,10 @@ public:
     }
 
     // Declares `stream` lasting, for the process's life: identity() then answers for it without a
-    // driver call, and stream_ordered may ask about it during other streams' calls (lasting()). Only for a stream the program never destroys (PyTorch's pooled streams, say): a
-    // stream created later at a destroyed lasting stream's handle would take its id, and blocks
-    // freed on the one could be taken by the other before the first's work is done. True where it
+    // driver call, and stream_ordered may ask about it during other streams' calls (lasting()).
+    // Only for a stream the program never destroys (PyTorch's pooled streams, say): a stream
+    // created later at a destroyed lasting stream's handle would take its id, and blocks freed on
+    // the one could be taken by the other before the first's work is done. True where it
     // is declared now or was, or needs no declaring (a special handle); false, declaring nothing,
     // for a stream in capture (asking its id would invalidate the capture), one the driver cannot
     // say the id of, or past detail::lasting_streams::capacity streams.

@@ -26,8 +26,8 @@ concept cached_pool = resource<P> && has_release<P> && has_try_allocate_cached<P
 // Events: record on a stream, let another stream wait, ask or block until done, recycle.
 // Optional, where the policy can tell: idle(stream), whether all work issued on a stream is done
 // (stream_ordered then covers a front with no event); lasting(stream), whether the program never
-// destroys it; capture_of(stream) and unprohibited(f),
-// what capture a stream is in and a call in relaxed capture mode (CUDA graphs are then served).
+// destroys it; capture_of(stream) and unprohibited(f), what capture a stream is in and a call in
+// relaxed capture mode (CUDA graphs are then served).
 template <class E>
 concept events_policy = requires(E& e, stream_ref stream, typename E::event_type event) {
     { e.record(stream) } -> std::same_as<typename E::event_type>;
