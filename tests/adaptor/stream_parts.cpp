@@ -4,6 +4,7 @@
 #include "../support/instrumented.hpp"
 
 #include <poolkit/adaptor/detail/capture_door.hpp>
+#include <poolkit/adaptor/detail/due_fronts.hpp>
 #include <poolkit/adaptor/detail/front_cache.hpp>
 #include <poolkit/adaptor/detail/fronts.hpp>
 #include <poolkit/adaptor/detail/open_fronts.hpp>
@@ -263,6 +264,35 @@ TEST_CASE("open_fronts asks every other open front and says when one asked long 
     open.close(a);
     CHECK(open.empty());
     CHECK_FALSE(open.ask_all(nullptr));
+}
+
+TEST_CASE("due_fronts lists a stream once, unlists it on drop, and hands every listed one over oldest first") {
+    struct due_record {
+        int id;
+        bool cover_due = false;
+    };
+    due_fronts<due_record> due;
+    due.reserve(3);
+    due_record a{1}, b{2}, c{3};
+    CHECK(due.add(b));
+    CHECK(due.add(a));
+    CHECK_FALSE(due.add(b));  // listed already
+    CHECK(due.add(c));
+    CHECK(due.consistent(3));
+    CHECK_FALSE(due.consistent(2));
+    due.drop(a);
+    CHECK_FALSE(a.cover_due);
+    due.drop(a);  // not listed: nothing
+    CHECK(due.size() == 2);
+    std::vector<int> taken;
+    due.take_all([&](due_record& r) {
+        CHECK_FALSE(r.cover_due);
+        taken.push_back(r.id);
+    });
+    CHECK(taken == std::vector<int>{2, 3});
+    CHECK(due.empty());
+    CHECK((!b.cover_due && !c.cover_due));
+    CHECK(due.consistent(0));
 }
 
 TEST_CASE("pool_tag: blocks put in the pool behind events are ready for the stream that waited, and for others once they wait") {

@@ -67,6 +67,7 @@
 #include <poolkit/adaptor/completed_events.hpp>
 #include <poolkit/adaptor/detail/block_uses.hpp>
 #include <poolkit/adaptor/detail/capture_door.hpp>
+#include <poolkit/adaptor/detail/due_fronts.hpp>
 #include <poolkit/adaptor/detail/fronts.hpp>
 #include <poolkit/adaptor/detail/gated_upstream.hpp>
 #include <poolkit/adaptor/detail/graph_pools.hpp>
@@ -292,7 +293,7 @@ public:
         if (forgotten == nullptr) return;
         if (tag_.home() == forgotten) tag_.clear();  // its frees are done
         sole_.forget(*forgotten);
-        std::erase(due_, forgotten);
+        due_.drop(*forgotten);
         front_into_pool(*forgotten);
         records_.erase_if([&](const record_type& r) { return &r == forgotten; });
     }
@@ -359,15 +360,13 @@ public:
         bool home_found = tag_.home() == nullptr;
         records_.for_each([&](const record_type& r) {
             POOLKIT_VERIFY(r.front.consistent(), "a front cache lost count");
-            POOLKIT_VERIFY(!r.cover_due || std::find(due_.begin(), due_.end(), &r) != due_.end(),
-                           "a front due to be covered is not listed");
             due += r.cover_due ? 1 : 0;
             bytes += r.front.bytes();
             open += r.front.empty() ? 0 : 1;
             home_found = home_found || tag_.home() == &r;
         });
         POOLKIT_VERIFY(bytes == fronts_.bytes() && open == fronts_.open().size(), "the fronts lost count");
-        POOLKIT_VERIFY(due == due_.size(), "a front listed to be covered is not due");
+        POOLKIT_VERIFY(due_.consistent(due), "the fronts due to be covered lost count");
         POOLKIT_VERIFY(home_found, "the pool's home is not a stream record");
         bool sole_found = sole_.last() == nullptr;
         records_.for_each([&](const record_type& r) { sole_found = sole_found || sole_.last() == &r; });
@@ -475,7 +474,7 @@ private:
         std::uint64_t last_call = 0;  // the call clock at its stream's last call
         std::uint8_t busy_streak = 0;  // fronts' idle_first
         std::uint8_t idle_skips = 0;
-        bool cover_due = false;  // in due_: its front is covered before the pool next serves
+        bool cover_due = false;  // due_fronts': its front is covered before the pool next serves
     };
 
     // The pool's return gate: memory leaves it only after secure().
@@ -617,7 +616,7 @@ private:
             trim_at_ = std::max(min_trim_records, 2 * records_.size());
             trimmed_at_ = clock_;
         }
-        if (due_.capacity() <= records_.size()) due_.reserve(2 * records_.size() + 4);  // cover_soon() cannot fail
+        due_.reserve(records_.size() + 1);  // cover_soon() cannot fail
         return records_.add(std::make_unique<record_type>(key, stream));  // turn_to() tells the home
     }
 
@@ -775,8 +774,7 @@ private:
         // A smaller free after a front was left for cover_due covers it first, as it found the
         // front covered before: the pool then gets what it would have, when it would have.
         if (r->cover_due && block.bytes < fronts_.large(reserved_or_zero())) [[unlikely]] {
-            r->cover_due = false;
-            std::erase(due_, r);
+            due_.drop(*r);
             cover(*r, stream);
         }
         if (fronts_.due(*r, clock_) || r->front.full()) cover(*r, stream);
@@ -797,8 +795,7 @@ private:
         if constexpr (lasting_events<Events> && idle_events<Events>) {
             if (r.cover_due) return;
             if (r.busy_streak == 0 && tag_.home() != &r && lasting(stream)) {
-                r.cover_due = true;
-                due_.push_back(&r);  // room for every record (add_record)
+                static_cast<void>(due_.add(r));  // room for every record (add_record)
                 return;
             }
         }
@@ -809,16 +806,14 @@ private:
     // stream for every free it made since. A stream that began a capture since is not asked (that
     // would break the capture): its front stays open for its own calls.
     [[gnu::noinline]] void cover_due() noexcept {
-        for (record_type* r : due_) {
-            r->cover_due = false;
+        due_.take_all([&](record_type& r) {
             std::uint64_t capture = 1;
             try {
-                capture = door_.capture_of(r->stream);
+                capture = door_.capture_of(r.stream);
             } catch (...) {  // taken as in capture
             }
-            if (capture == 0) cover(*r, r->stream);
-        }
-        due_.clear();
+            if (capture == 0) cover(r, r.stream);
+        });
     }
 
     bool lasting(stream_ref stream) noexcept {
@@ -1079,7 +1074,7 @@ private:
     detail::block_uses uses_;  // record_use streams, rarely any
     detail::passed_through<upstream_type> passed_;
     detail::capture_door<Events, graphs_type> door_{events_};  // captures, graph pools, what is held meanwhile
-    std::vector<record_type*> due_;  // lasting streams' fronts to cover before the pool serves (cover_soon)
+    detail::due_fronts<record_type> due_;  // lasting streams' fronts to cover before the pool serves (cover_soon)
     std::size_t uncovered_misses_ = 0;  // misses passed through since the home last covered
     std::size_t live_count_ = 0;
     std::size_t trim_at_ = min_trim_records;
