@@ -301,7 +301,7 @@ private:
     // request of half a granule or more that its spans would map a granule for goes instead into a
     // large span's mapped hole where one fits it: a new granule would hold little else, while
     // small spans' memory, once mapped, serves no large request (multi-scale vision draws
-    // 1.012-1.016 -> 1.001-1.007 of the live peak; docs/virtual_memory.md, "Choosing a preset").
+    // 1.012-1.016 -> 1.001-1.007 of the live peak; docs/virtual_memory.md, "How the defaults were chosen").
     placement find(std::size_t rounded, std::size_t alignment, std::size_t most_unmapped = std::numeric_limits<std::size_t>::max()) {
         namespace parts = detail::expandable_parts;
         if (!is_small(rounded)) return parts::find_large(grid_, large_free_, rounded, alignment, most_unmapped);

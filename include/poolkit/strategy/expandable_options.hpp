@@ -36,7 +36,7 @@ struct expandable_options {
     // PyTorch expandable_segments' policy (keep_mapped). Over six passes of every trace measured it
     // reserves no more than following live memory does on all but two, and never remaps once
     // settled; following it (0) remapped on BERT in every pass, to 1.28 of live, where keeping
-    // settles at 1.235 (docs/virtual_memory.md, "Choosing a preset").
+    // settles at 1.235 (docs/virtual_memory.md, "How the defaults were chosen").
     double peak_slack = std::numeric_limits<double>::infinity();
     // The most the pool raises peak_slack to while following live memory costs many remaps: each
     // time it has unmapped a quarter of its peak live bytes' worth of granules for new mappings in

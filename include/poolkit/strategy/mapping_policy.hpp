@@ -56,7 +56,7 @@ concept mapping_policy =
 // without the slack is mapped ahead, so that a growing workload needs few map calls. The slack
 // starts at options.peak_slack. Infinite (the default), nothing is unmapped for new mappings and
 // nothing mapped ahead: keep_mapped's policy, which settles where following live memory keeps
-// remapping (docs/virtual_memory.md, "Choosing a preset"). Given a larger options.max_peak_slack,
+// remapping (docs/virtual_memory.md, "How the defaults were chosen"). Given a larger options.max_peak_slack,
 // a finite slack rises towards it while those unmaps come often (more than one granule per
 // options.allocations_per_remap allocations, over windows of a quarter of the peak): where shapes
 // vary so much that following live memory would remap on most calls, the pool keeps that much
