@@ -192,6 +192,7 @@ public:
     virtual void set_limit(std::size_t bytes) = 0;
     virtual void release() = 0;  // empty_cache
     virtual void reset_peak() = 0;
+    virtual void reset_accumulated() = 0;
     [[nodiscard]] virtual stats_map memory_stats() const = 0;
     [[nodiscard]] virtual std::string summary() const = 0;
     [[nodiscard]] virtual std::string snapshot_json() const = 0;
@@ -300,6 +301,9 @@ public:
     void release() override { parts_.users.release(); }
     void reset_peak() override {
         parts_.users.locked([](auto& c) { c.reset_peak(); });
+    }
+    void reset_accumulated() override {
+        parts_.users.locked([](auto& c) { c.reset_accumulated(); });
     }
     [[nodiscard]] stats_map memory_stats() const override {
         return parts_.users.locked([](const auto& c) { return c.memory_stats(); });
@@ -536,6 +540,18 @@ long device_text(int device, char* buffer, std::size_t capacity, Text&& text) no
     });
 }
 
+// Resets figures of `device`'s pool (reset_peak, reset_accumulated); a device with no pool yet
+// has none to reset.
+int reset_figures(int device, void (device_pool::*reset)()) noexcept {
+    return guarded(-1, [&] {
+        if (device_pool* pool = registry::instance().made_pool(device)) {
+            backend::device_scope scope(device);
+            (pool->*reset)();
+        }
+        return 0;
+    });
+}
+
 }  // namespace
 
 extern "C" {
@@ -645,13 +661,11 @@ void poolkit_empty_cache(void) POOLKIT_C_NOEXCEPT {
 }
 
 int poolkit_reset_peak_stats(int device) POOLKIT_C_NOEXCEPT {
-    return guarded(-1, [&] {
-        if (device_pool* pool = registry::instance().made_pool(device)) {
-            backend::device_scope scope(device);
-            pool->reset_peak();
-        }
-        return 0;
-    });
+    return reset_figures(device, &device_pool::reset_peak);
+}
+
+int poolkit_reset_accumulated_stats(int device) POOLKIT_C_NOEXCEPT {
+    return reset_figures(device, &device_pool::reset_accumulated);
 }
 
 long poolkit_memory_stats_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT {

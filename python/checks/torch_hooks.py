@@ -10,7 +10,8 @@ each allocator in its own process:
   allocator's for the same program (each block counted as its request rounded up to 512 bytes;
   after ResNet-18, PyTorch's default mode also counts the unsplit remainders of some blocks, so
   poolkit's figure equals expandable_segments' and is at most the default's); reset_peak_memory_stats() brings the peak down to the current
-  figure; memory_summary() and max_memory_reserved() answer.
+  figure; after reset_accumulated_memory_stats() and one allocation and free the totals equal PyTorch's;
+  memory_summary() and max_memory_reserved() answer.
 - make_graphed_callables of an MLP: its gradients equal the eager module's.
 - torch.compile(mode="reduce-overhead") of an MLP: inference equals eager, training steps run.
 - torch.cuda.memory._snapshot() shows the live memory (poolkit's snapshot under poolkit).
@@ -84,6 +85,16 @@ def stats_figures(torch, name):
               "summary_lines": len(torch.cuda.memory_summary().splitlines())}
     torch.cuda.reset_peak_memory_stats()
     result["peak_after_reset_is_current"] = torch.cuda.max_memory_allocated() == torch.cuda.memory_allocated()
+    # reset_accumulated_memory_stats(): totals from 0, then one allocation and its free counted.
+    torch.cuda.reset_accumulated_memory_stats()
+    after = torch.cuda.memory_stats()
+    extra = torch.empty(1 << 20, device="cuda")
+    del extra
+    torch.cuda.synchronize()
+    counted = torch.cuda.memory_stats()
+    result["accumulated_after_reset"] = [after["allocation.all.allocated"], after["allocation.all.freed"], after["num_ooms"],
+                                         counted["allocation.all.allocated"], counted["allocation.all.freed"],
+                                         counted["allocated_bytes.all.allocated"]]
     if allocators.ALLOCATORS[name][1] is not None:
         import poolkit.torch
         own = poolkit.torch.memory_stats()
@@ -295,6 +306,9 @@ def main():
                 failures.append(f"{name}: allocated figures differ from PyTorch's allocator's: {stats} against {reference['stats']}")
             if not stats["peak_after_reset_is_current"]:
                 failures.append(f"{name}: reset_peak_memory_stats() left the peak above the current figure")
+            if stats["accumulated_after_reset"] != reference["stats"]["accumulated_after_reset"]:
+                failures.append(f"{name}: after reset_accumulated_memory_stats() and one allocation the totals are "
+                                f"{stats['accumulated_after_reset']}, PyTorch's {reference['stats']['accumulated_after_reset']}")
             if not stats.get("poolkit_agrees", True):
                 failures.append(f"{name}: torch.cuda.memory_stats() differs from poolkit.torch.memory_stats()")
         # Both allocators count a block as its request rounded up to 512 bytes; PyTorch's default

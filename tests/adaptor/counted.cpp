@@ -155,10 +155,24 @@ TEST_CASE("counted over a pool that maps virtual memory reports the mapped bytes
     CHECK(stats.at("reserved_bytes.all.peak") == stats.at("reserved_bytes.all.current"));
     CHECK(stats.at("reserved_bytes.all.peak") < static_cast<std::int64_t>(40 * MiB));
     CHECK(stats.at("allocated_bytes.all.peak") == stats.at("allocated_bytes.all.current"));
+    // reset_accumulated_memory_stats(): the map and unmap calls count from here on, the layer's own
+    // counts run on.
+    const std::size_t maps = memory.map_calls();
+    REQUIRE(maps > 0);
+    pool.reset_accumulated();
+    stats = pool.memory_stats();
+    CHECK(stats.at("num_device_alloc") == 0);
+    CHECK(stats.at("num_device_free") == 0);
+    CHECK(stats.at("allocation.all.allocated") == 0);
+    CHECK(stats.at("allocation.all.current") == 1);
+    void* c = pool.allocate(50 * MiB);
+    CHECK(pool.memory_stats().at("num_device_alloc") == static_cast<std::int64_t>(memory.map_calls() - maps));
+    CHECK(memory.map_calls() > maps);
+    pool.deallocate(c, 50 * MiB);
     pool.deallocate(a, 10 * MiB);
 }
 
-TEST_CASE("counted: reset_peak resets the reserved figures' peak of the statistics below") {
+TEST_CASE("counted: reset_peak and reset_accumulated reset the reserved figures of the statistics below") {
     simulated_resource upstream;
     counted<ref<simulated_resource>> reserved{upstream};
     counted<best_fit<ref<counted<ref<simulated_resource>>>>> outer{std::in_place, reserved};
@@ -169,6 +183,14 @@ TEST_CASE("counted: reset_peak resets the reserved figures' peak of the statisti
     CHECK(outer.memory_stats().at("reserved_bytes.all.peak") > outer.memory_stats().at("reserved_bytes.all.current"));
     outer.reset_peak();
     CHECK(outer.memory_stats().at("reserved_bytes.all.peak") == outer.memory_stats().at("reserved_bytes.all.current"));
+    CHECK(outer.memory_stats().at("num_device_alloc") == 2);
+    outer.reset_accumulated();  // and the totals below (segments made and freed, device calls)
+    const auto stats = outer.memory_stats();
+    CHECK(stats.at("num_device_alloc") == 0);
+    CHECK(stats.at("num_device_free") == 0);
+    CHECK(stats.at("reserved_bytes.all.allocated") == 0);
+    CHECK(stats.at("reserved_bytes.all.current") == static_cast<std::int64_t>(reserved.figures().allocated_bytes.current));
+    CHECK(stats.at("allocated_bytes.all.freed") == 0);
     outer.deallocate(a, 4 * MiB);
 }
 
@@ -212,6 +234,22 @@ TEST_CASE("counted: scopes measure a region and fold their peak into the enclosi
     CHECK(stats.scope_depth() == 0);
     CHECK(stats.figures().requested_bytes.peak == 1000);  // the earlier peak survives
     stats.deallocate(base, 100);
+}
+
+TEST_CASE("counted: a scope open across reset_accumulated still counts from its push") {
+    counted<new_delete_resource, single_thread_counters> stats;
+    void* before = stats.allocate(100);
+    stats.push_scope();
+    void* a = stats.allocate(200);
+    stats.reset_accumulated();
+    CHECK(stats.figures().requested_bytes.allocated == 0);
+    stats.deallocate(a, 200);
+    const statistics_figures scope = stats.pop_scope();
+    CHECK(scope.requested_bytes.allocated == 200);
+    CHECK(scope.requested_bytes.freed == 200);
+    CHECK(scope.allocations.allocated == 1);
+    CHECK(stats.figures().requested_bytes.freed == 200);
+    stats.deallocate(before, 100);
 }
 
 TEST_CASE("counted: failed allocations count as OOMs and propagate") {

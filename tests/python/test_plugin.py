@@ -270,6 +270,26 @@ class CApi(unittest.TestCase):
         self.assertEqual(stats["reserved_bytes.all.peak"], stats["reserved_bytes.all.current"])
         plugin.free(small, MiB, 0, STREAM_A)
 
+    def test_reset_accumulated_stats(self):
+        plugin = fresh_plugin()
+        pointer = plugin.alloc(64 * MiB, 0, STREAM_A)
+        plugin.free(pointer, 64 * MiB, 0, STREAM_A)
+        small = plugin.alloc(MiB, 0, STREAM_A)
+        plugin.empty_cache()
+        before = plugin.memory_stats(0)
+        self.assertEqual(before["allocation.all.allocated"], 2)
+        self.assertGreater(before["num_device_free"], 0)
+        plugin.reset_accumulated_stats(0)
+        stats = plugin.memory_stats(0)
+        for key in ("allocation.all.allocated", "allocation.all.freed", "allocated_bytes.all.freed", "num_device_alloc",
+                    "num_device_free", "num_ooms"):
+            self.assertEqual(stats[key], 0, key)
+        self.assertEqual(stats["allocated_bytes.all.current"], before["allocated_bytes.all.current"])
+        plugin.free(small, MiB, 0, STREAM_A)
+        self.assertEqual(plugin.memory_stats(0)["allocation.all.freed"], 1)
+        with self.assertRaisesRegex(poolkit.PoolkitError, "no device 7"):
+            plugin.reset_accumulated_stats(7)
+
     def test_summary_is_a_table_of_the_stats(self):
         plugin = fresh_plugin()
         empty = plugin.memory_summary(0)

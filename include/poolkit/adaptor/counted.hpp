@@ -12,7 +12,8 @@
 // segment.*, num_device_alloc/free, num_alloc_retries) come from the nearest counted<> found
 // by walking upstream_resource() (and through ref<>); where there is none, from a virtual memory
 // below (reserved_bytes.all.current and .peak are its mapped bytes, num_device_alloc/free its map
-// and unmap calls); else they are absent. reset_peak() resets the peaks it reads there too.
+// and unmap calls); else they are absent. reset_peak() and reset_accumulated() reset the peaks
+// and the totals it reads there too.
 // push_scope()/pop_scope() measure a region: pop returns what was allocated and freed since the
 // matching push and the peak reached in between, then folds that peak into the enclosing one.
 // Complexity: O(1) per call on top of Upstream. Thread safety: with concurrent_counters (the
@@ -33,6 +34,7 @@
 #include <poolkit/core/stack.hpp>
 #include <poolkit/core/virtual_memory.hpp>
 
+#include <atomic>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -168,8 +170,8 @@ public:
         } else if (const auto mapped = detail::find_mapped(upstream_)) {
             stats["reserved_bytes.all.current"] = mapped->current;
             stats["reserved_bytes.all.peak"] = mapped->peak;
-            stats["num_device_alloc"] = mapped->maps;
-            stats["num_device_free"] = mapped->unmaps;
+            stats["num_device_alloc"] = mapped->maps - maps_before_.load(std::memory_order_relaxed);
+            stats["num_device_free"] = mapped->unmaps - unmaps_before_.load(std::memory_order_relaxed);
         }
         return stats;
     }
@@ -192,12 +194,40 @@ public:
             return std::nullopt;
         }));
     }
-    // Totals allocated and freed and the OOM count restart at 0 (reset_accumulated_memory_stats()).
-    void reset_accumulated() noexcept {
-        allocations_.reset_accumulated();
-        allocated_bytes_.reset_accumulated();
-        requested_bytes_.reset_accumulated();
-        ooms_.reset();
+    // Totals allocated and freed and the OOM count restart at 0 (reset_accumulated_memory_stats()):
+    // this layer's, and those of the reserved figures memory_stats() reads below it (a counted<>,
+    // or a virtual memory's map and unmap calls, counted from here on).
+    // An open scope's totals go on counting from its push.
+    void reset_accumulated() {
+        {
+            std::lock_guard lock(scopes_mutex_);
+            const statistics_figures now = figures();
+            const auto shift = [](metric_figures& before, const metric_figures& reset) {
+                before.allocated -= reset.allocated;
+                before.freed -= reset.freed;
+            };
+            for (statistics_figures& scope : scopes_) {
+                shift(scope.allocations, now.allocations);
+                shift(scope.allocated_bytes, now.allocated_bytes);
+                shift(scope.requested_bytes, now.requested_bytes);
+                scope.ooms -= now.ooms;
+            }
+            allocations_.reset_accumulated();
+            allocated_bytes_.reset_accumulated();
+            requested_bytes_.reset_accumulated();
+            ooms_.reset();
+        }
+        static_cast<void>(find_in_stack(upstream_, [this]<class Layer>(Layer& layer) -> std::optional<bool> {
+            if constexpr (detail::is_counted<std::remove_const_t<Layer>> && !std::is_const_v<Layer>) {
+                layer.reset_accumulated();
+                return true;
+            } else if constexpr (virtual_memory<std::remove_const_t<Layer>>) {
+                maps_before_.store(static_cast<std::int64_t>(layer.map_calls()), std::memory_order_relaxed);
+                unmaps_before_.store(static_cast<std::int64_t>(layer.unmap_calls()), std::memory_order_relaxed);
+                return true;
+            }
+            return std::nullopt;
+        }));
     }
 
     // Opens a scope: its totals start at 0 and its peaks at the current values.
@@ -292,6 +322,9 @@ private:
     detail::metric<Counters> allocated_bytes_;
     detail::metric<Counters> requested_bytes_;
     detail::event_count<Counters> ooms_;
+    // A virtual memory's map and unmap calls at the last reset_accumulated(), which its
+    // num_device_alloc/free figures start from (the layer's own counts run for its life).
+    std::atomic<std::int64_t> maps_before_{0}, unmaps_before_{0};
     mutable std::mutex scopes_mutex_;
     std::vector<statistics_figures> scopes_;  // what was read at each open push_scope(), innermost last
 };

@@ -106,6 +106,10 @@ POOLKIT_C_API void poolkit_empty_cache(void) POOLKIT_C_NOEXCEPT;
 /* Every peak figure of `device` becomes its current value (torch.cuda.reset_peak_memory_stats).
  * Returns 0, or -1 for a device that does not exist (poolkit_last_error says why). */
 POOLKIT_C_API int poolkit_reset_peak_stats(int device) POOLKIT_C_NOEXCEPT;
+/* Every total of `device` (the *.allocated and *.freed figures, num_ooms, num_alloc_retries,
+ * num_device_alloc/free) restarts at 0 (torch.cuda.reset_accumulated_memory_stats). Returns 0, or
+ * -1 for a device that does not exist (poolkit_last_error says why). */
+POOLKIT_C_API int poolkit_reset_accumulated_stats(int device) POOLKIT_C_NOEXCEPT;
 
 /* memory_stats() of `device` as a JSON object, or memory_summary() as text, written to `buffer`
  * (NUL-terminated, truncated to `capacity`), with torch.cuda.memory_stats() keys. For the

@@ -46,7 +46,7 @@ class Frontend:
     argument means, `as_index(device)` turns the framework's device into an index."""
 
     FUNCTIONS = ("memory_stats", "memory_summary", "memory_allocated", "max_memory_allocated", "memory_reserved",
-                 "max_memory_reserved", "reset_peak_memory_stats", "empty_cache", "set_per_process_memory_fraction",
+                 "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats", "empty_cache", "set_per_process_memory_fraction",
                  "record_memory_history", "snapshot", "dump_snapshot")
 
     def __init__(self, current_device, as_index=int):
@@ -92,6 +92,11 @@ class Frontend:
 
     def reset_peak_memory_stats(self, device=None):
         _plugin.load().reset_peak_stats(self._device(device))
+
+    def reset_accumulated_memory_stats(self, device=None):
+        """The totals (*.allocated, *.freed, num_ooms, num_alloc_retries, num_device_alloc and
+        num_device_free) restart at 0."""
+        _plugin.load().reset_accumulated_stats(self._device(device))
 
     def empty_cache(self):
         """Returns every cached, wholly free chunk (caching) or mapped granule (expandable) of

@@ -69,6 +69,7 @@ class Plugin:
         self._bind("poolkit_set_memory_fraction", c.c_int, [c.c_int, c.c_double])
         self._bind("poolkit_empty_cache", None, [])
         self._bind("poolkit_reset_peak_stats", c.c_int, [c.c_int])
+        self._bind("poolkit_reset_accumulated_stats", c.c_int, [c.c_int])
         for text in ("poolkit_memory_stats_json", "poolkit_memory_summary", "poolkit_snapshot_json"):
             self._bind(text, c.c_long, [c.c_int, c.c_char_p, c.c_size_t])
         self._bind("poolkit_history_json", c.c_long, [c.c_int, c.c_char_p, c.c_size_t])
@@ -232,6 +233,10 @@ class Plugin:
     def reset_peak_stats(self, device):
         if self._lib.poolkit_reset_peak_stats(device) != 0:
             raise self._error(f"cannot reset the peaks of device {device}")
+
+    def reset_accumulated_stats(self, device):
+        if self._lib.poolkit_reset_accumulated_stats(device) != 0:
+            raise self._error(f"cannot reset the totals of device {device}")
 
     def _text(self, function, device):
         # The text can grow between the sizing call and the copy: retry until it fits.

@@ -9,7 +9,7 @@
 // - torch.cuda.empty_cache -> poolkit_empty_cache (the reset hook);
 // - torch.cuda.memory_stats and everything built on it (memory_allocated, max_memory_reserved,
 //   memory_summary ...) -> poolkit_memory_stats_json; reset_peak_memory_stats ->
-//   poolkit_reset_peak_stats;
+//   poolkit_reset_peak_stats; reset_accumulated_memory_stats -> poolkit_reset_accumulated_stats;
 // - CUDA graphs: each PyTorch mempool id a capture allocates to (beginAllocateToPool, with the
 //   filter that names its streams) is one poolkit graph pool, given to the capture's streams at
 //   their first call in it (poolkit_capture_into), so that graphs captured with one
@@ -80,6 +80,7 @@ struct plugin_api {
     void (*record_stream)(void*, int, cudaStream_t) = nullptr;
     void (*empty_cache)() = nullptr;
     int (*reset_peak_stats)(int) = nullptr;
+    int (*reset_accumulated_stats)(int) = nullptr;
     long (*memory_stats_json)(int, char*, size_t) = nullptr;
     int (*capture_into)(int, cudaStream_t, unsigned long long) = nullptr;
     void (*announce_capture)(int) = nullptr;
@@ -515,10 +516,9 @@ public:
         plugin.reset_peak_stats(device);
         check("reset_peak_memory_stats");
     }
-    void resetAccumulatedStats(c10::DeviceIndex) override {
-        TORCH_CHECK(false,
-                    "poolkit: reset_accumulated_memory_stats is not supported: poolkit's allocated/freed counts run for the "
-                    "pool's life (reset_peak_memory_stats resets the peaks)");
+    void resetAccumulatedStats(c10::DeviceIndex device) override {
+        plugin.reset_accumulated_stats(device);
+        check("reset_accumulated_memory_stats");
     }
 
     void attachOutOfMemoryObserver(c10::cuda::CUDACachingAllocator::OutOfMemoryObserver observer) override {
@@ -608,6 +608,7 @@ void install(const std::map<std::string, std::uintptr_t>& functions, int device_
     bind_function(plugin.record_stream, functions, "poolkit_record_stream");
     bind_function(plugin.empty_cache, functions, "poolkit_empty_cache");
     bind_function(plugin.reset_peak_stats, functions, "poolkit_reset_peak_stats");
+    bind_function(plugin.reset_accumulated_stats, functions, "poolkit_reset_accumulated_stats");
     bind_function(plugin.memory_stats_json, functions, "poolkit_memory_stats_json");
     bind_function(plugin.capture_into, functions, "poolkit_capture_into");
     bind_function(plugin.announce_capture, functions, "poolkit_announce_capture");

@@ -154,10 +154,9 @@ def _route_snapshots(torch):
 
 # What each of PyTorch's allocator entry points does under poolkit once the hooks are live
 # (docs/python.md has the whole table).
-_HOOKED = ("record_stream", "empty_cache", "memory_stats", "reset_peak_memory_stats", "graph_pool_sharing", "out_of_memory_error",
-           "out_of_memory_observers", "memory_fraction", "history_stacks")
+_HOOKED = ("record_stream", "empty_cache", "memory_stats", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
+           "graph_pool_sharing", "out_of_memory_error", "out_of_memory_observers", "memory_fraction", "history_stacks")
 _NOT_WIRED = {
-    "reset_accumulated_memory_stats": "raises: poolkit's allocated/freed counts run for the pool's life",
     "mem_pool": "torch.cuda.MemPool and use_mem_pool are not supported: PyTorch's pluggable allocator refuses to make the pool "
                 "(createOrIncrefPool), and poolkit's private pools serve CUDA graph captures only",
 }
