@@ -660,13 +660,9 @@ void poolkit_empty_cache(void) POOLKIT_C_NOEXCEPT {
     });
 }
 
-int poolkit_reset_peak_stats(int device) POOLKIT_C_NOEXCEPT {
-    return reset_figures(device, &device_pool::reset_peak);
-}
+int poolkit_reset_peak_stats(int device) POOLKIT_C_NOEXCEPT { return reset_figures(device, &device_pool::reset_peak); }
 
-int poolkit_reset_accumulated_stats(int device) POOLKIT_C_NOEXCEPT {
-    return reset_figures(device, &device_pool::reset_accumulated);
-}
+int poolkit_reset_accumulated_stats(int device) POOLKIT_C_NOEXCEPT { return reset_figures(device, &device_pool::reset_accumulated); }
 
 long poolkit_memory_stats_json(int device, char* buffer, size_t capacity) POOLKIT_C_NOEXCEPT {
     return device_text(device, buffer, capacity, [](const device_pool* pool) { return pool ? stats_json(*pool) : std::string("{}"); });
