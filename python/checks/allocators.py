@@ -178,15 +178,34 @@ def consistency(stats, snapshot):
     return [statement for statement, holds in checks.items() if not holds]
 
 
-def start_child(script, name, arguments):
+def cpu_set(text):
+    """The CPUs of a list such as "2-5,8" (as taskset -c reads it), each one this process may run
+    on; raises ValueError naming what is wrong."""
+    cpus = set()
+    for part in text.split(","):
+        first, dash, last = part.strip().partition("-")
+        last = last if dash else first
+        if not first.isdigit() or not last.isdigit() or int(last) < int(first):
+            raise ValueError(f"not a CPU list: {text!r} (such as 2-5,8)")
+        cpus.update(range(int(first), int(last) + 1))
+    outside = sorted(cpus - os.sched_getaffinity(0))
+    if outside:
+        raise ValueError(f"this process may not run on CPU {', '.join(map(str, outside))} (it may on "
+                         f"{len(os.sched_getaffinity(0))} CPUs)")
+    return cpus
+
+
+def start_child(script, name, arguments, cpus=None):
     """Starts `script --child NAME ...` with NAME's environment; its stdin and stdout are pipes
-    (text, line-buffered on our side), its stderr a temporary file that finish_child shows on failure."""
+    (text, line-buffered on our side), its stderr a temporary file that finish_child shows on failure.
+    With `cpus` (a set) the child runs only on those CPUs, from its first instruction."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTORCH_CUDA_ALLOC_CONF",)}
     env.update(spec(name)[0])
     env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     errors = tempfile.TemporaryFile(mode="w+")
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     child = subprocess.Popen([sys.executable, script, "--child", name, *arguments], env=env, stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=errors, text=True, bufsize=1)
+                             stdout=subprocess.PIPE, stderr=errors, text=True, bufsize=1, preexec_fn=pin)
     child.errors = errors
     return child
 
@@ -258,11 +277,12 @@ def _expect(child, name, word):
     raise SystemExit(f"{name}: lockstep: the child ended before saying {word!r}")
 
 
-def lockstep_round(script, names, arguments, steps, round_index=0):
+def lockstep_round(script, names, arguments, steps, round_index=0, cpus=None):
     """One round of `script --child NAME *arguments` for every name at once, `steps` steps each:
     step i of each in turn (rotated(names, round_index + i)). Returns {allocator: the child's
-    output}, as run_child's."""
-    children = {name: start_child(script, name, arguments) for name in names}
+    output}, as run_child's. With `cpus` every child runs on those CPUs alone: one steps at a time,
+    so they share them without contending, and each step runs on the same cores whoever takes it."""
+    children = {name: start_child(script, name, arguments, cpus) for name in names}
     try:
         for name, child in children.items():
             _expect(child, name, "ready")

@@ -4,7 +4,7 @@ allocators.py in a process of its own: peak reserved, peak allocated and the med
 default allocator (fixed seeds, deterministic kernels).
 
     PYTHONPATH=python/src:python/checks POOLKIT_PLUGIN=build/plugins/libpoolkit_plugin.so \\
-        python3 python/checks/programs.py [PROGRAM ...] [--steps N] [--rounds R] [--lockstep] [--json FILE]
+        python3 python/checks/programs.py [PROGRAM ...] [--steps N] [--rounds R] [--lockstep [--cpus LIST]] [--json FILE]
 
 Programs (default: all):
   resnet18_train      ResNet-18 training, batch 64 at 224x224
@@ -28,7 +28,9 @@ every round and step of a step's time over the same step's under PyTorch (the sa
 with a 95% interval (paired_steps): a figure whose interval holds 1 is within noise.
 With --lockstep a round runs every allocator's process at once and interleaves their steps one
 by one, each alone on the GPU while the others wait: a drift over the round then reaches every
-allocator alike, and a step's pair lies seconds apart instead of a whole run.
+allocator alike, and a step's pair lies seconds apart instead of a whole run. --cpus (such as
+2-5) runs every child on those CPUs alone, so that every allocator's steps run on the same cores
+(elsewhere the scheduler places each process where it will, and a host-bound step's time follows).
 
 Exits 1 when a program's results differ from PyTorch's default allocator's, a child fails, or
 poolkit's statistics disagree with its snapshot. A program whose library is missing
@@ -232,10 +234,11 @@ def allocations_per_step(runs, steps):
     return {name: run["figures"].get("allocations", 0) / max(steps, 1) for name, run in runs.items()}
 
 
-def lockstep_round(script, program, names, steps, round_index=0):
+def lockstep_round(script, program, names, steps, round_index=0, cpus=None):
     """One round of `program` with every allocator's child alive at once, the steps interleaved
-    (allocators.lockstep_round). Returns {allocator: the child's output}, as run_child's."""
-    return allocators.lockstep_round(script, names, [program, str(steps), "--lockstep"], steps, round_index)
+    (allocators.lockstep_round), on `cpus` where given. Returns {allocator: the child's output}, as
+    run_child's."""
+    return allocators.lockstep_round(script, names, [program, str(steps), "--lockstep"], steps, round_index, cpus)
 
 
 def child(name, program, steps, lockstep=False):
@@ -259,8 +262,18 @@ def main():
     parser.add_argument("--rounds", type=int, default=1, help="runs of each allocator, interleaved (default 1)")
     parser.add_argument("--lockstep", action="store_true",
                         help="run a round's allocators at once, their steps interleaved one by one (lockstep_round)")
+    parser.add_argument("--cpus", help="with --lockstep: run every child on these CPUs alone (such as 2-5), so that a "
+                                       "step's time does not depend on which cores its process was given")
     parser.add_argument("--json", help="also write every run's figures here")
     args = parser.parse_args()
+    cpus = None
+    if args.cpus:
+        if not args.lockstep:
+            parser.error("--cpus needs --lockstep (children that run at once would contend for them)")
+        try:
+            cpus = allocators.cpu_set(args.cpus)
+        except ValueError as error:
+            parser.error(str(error))
     names, unknown = allocators.chosen(args.allocators)
     unknown = [p for p in args.programs if p not in PROGRAMS] + unknown
     if unknown or "pytorch" not in names:
@@ -275,7 +288,7 @@ def main():
         rounds = []
         for index in range(max(1, args.rounds)):
             if args.lockstep:
-                rounds.append(lockstep_round(__file__, program, names, args.steps, index))
+                rounds.append(lockstep_round(__file__, program, names, args.steps, index, cpus))
                 continue
             runs = {name: allocators.run_child(__file__, name, [program, str(args.steps)]) for name in allocators.rotated(names, index)}
             rounds.append({name: runs[name] for name in names})

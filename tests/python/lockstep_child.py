@@ -1,6 +1,6 @@
 """A stand-in for a programs.py child in --lockstep mode, without torch: says "lockstep ready" (and
 a line of chatter), runs a step per "go" (appending "NAME STEP" to the file named by
-LOCKSTEP_LOG), says "lockstep step MS", and prints run_child's JSON at the end.
+LOCKSTEP_LOG), says "lockstep step MS", and prints run_child's JSON at the end (with the CPUs it may run on).
 LOCKSTEP_FAIL=NAME:STEP makes that child exit 3 at that step."""
 import json
 import os
@@ -21,7 +21,8 @@ def main():
         with open(os.environ["LOCKSTEP_LOG"], "a") as log:
             log.write(f"{name} {i}\n")
         print(f"lockstep step {1.0 + i}", flush=True)
-    print(json.dumps({"losses": [program], "ms_per_step": 1.0, "step_ms": [1.0] * int(steps), "figures": {}}))
+    print(json.dumps({"losses": [program], "ms_per_step": 1.0, "step_ms": [1.0] * int(steps), "figures": {},
+                      "cpus": sorted(os.sched_getaffinity(0))}))
     return 0
 
 

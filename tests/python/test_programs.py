@@ -252,12 +252,12 @@ class Lockstep(unittest.TestCase):
     CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lockstep_child.py")
     NAMES = ["pytorch", "poolkit caching", "poolkit expandable"]
 
-    def run_round(self, steps, round_index, fail=""):
+    def run_round(self, steps, round_index, fail="", cpus=None):
         with tempfile.TemporaryDirectory() as folder:
             log = os.path.join(folder, "log")
             os.environ.update(LOCKSTEP_LOG=log, LOCKSTEP_FAIL=fail)
             try:
-                runs = programs.lockstep_round(self.CHILD, "a_program", self.NAMES, steps, round_index)
+                runs = programs.lockstep_round(self.CHILD, "a_program", self.NAMES, steps, round_index, cpus)
             finally:
                 del os.environ["LOCKSTEP_LOG"], os.environ["LOCKSTEP_FAIL"]
             with open(log) as f:
@@ -269,6 +269,25 @@ class Lockstep(unittest.TestCase):
         self.assertEqual(order, expected)
         self.assertEqual(sorted(runs), sorted(self.NAMES))
         self.assertEqual(runs["poolkit caching"]["losses"], ["a_program"])
+
+    def test_every_child_runs_on_the_cpus_given(self):
+        last = max(os.sched_getaffinity(0))
+        runs, _ = self.run_round(2, 0, cpus=allocators.cpu_set(str(last)))
+        self.assertEqual({name: run["cpus"] for name, run in runs.items()}, {name: [last] for name in self.NAMES})
+        runs, _ = self.run_round(2, 0)
+        self.assertEqual(runs["pytorch"]["cpus"], sorted(os.sched_getaffinity(0)))
+
+    def test_a_cpu_list_is_read_as_taskset_reads_it_and_checked(self):
+        first = min(os.sched_getaffinity(0))
+        self.assertEqual(allocators.cpu_set(str(first)), {first})
+        if {first, first + 1} <= os.sched_getaffinity(0):
+            self.assertEqual(allocators.cpu_set(f"{first}-{first + 1},{first + 1}"), {first, first + 1})
+        for text in ("", "a", "3-1", "1-", "-2"):
+            with self.assertRaisesRegex(ValueError, "not a CPU list"):
+                allocators.cpu_set(text)
+        with self.assertRaisesRegex(ValueError, "may not run on CPU 100000"):
+            allocators.cpu_set("100000")
+        self.assertEqual(exit_status(programs.main, ["programs.py", "--cpus", str(first)]), 2)  # needs --lockstep
 
     def test_a_child_that_fails_stops_the_round(self):
         with self.assertRaises(SystemExit) as stopped:
