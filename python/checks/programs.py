@@ -251,6 +251,13 @@ def child(name, program, steps, lockstep=False):
                       "figures": allocators.figures(name)}))
 
 
+def write_json(path, everything):
+    """Every round so far into `path` (none: nothing), replacing what an earlier call wrote."""
+    if path:
+        with open(path, "w") as f:
+            json.dump(everything, f, indent=1)
+
+
 def main():
     if len(sys.argv) >= 5 and sys.argv[1] == "--child":
         child(sys.argv[2], sys.argv[3], int(sys.argv[4]), lockstep=sys.argv[5:] == ["--lockstep"])
@@ -285,14 +292,14 @@ def main():
         except ImportError:
             print(f"{program}: skipped: {NEEDS[program]} is not installed\n")
             continue
-        rounds = []
+        rounds = everything[program] = []
         for index in range(max(1, args.rounds)):
             if args.lockstep:
                 rounds.append(lockstep_round(__file__, program, names, args.steps, index, cpus))
-                continue
-            runs = {name: allocators.run_child(__file__, name, [program, str(args.steps)]) for name in allocators.rotated(names, index)}
-            rounds.append({name: runs[name] for name in names})
-        everything[program] = rounds
+            else:
+                runs = {name: allocators.run_child(__file__, name, [program, str(args.steps)]) for name in allocators.rotated(names, index)}
+                rounds.append({name: runs[name] for name in names})
+            write_json(args.json, everything)  # each round as it ends: a run stopped by a time limit keeps those before
         print(f"{program}, {args.steps} steps, {len(rounds)} round(s); the first round's figures:")
         print(allocators.table(rounds[0]))
         print("allocations per step: " + ", ".join(f"{n} {v:,.0f}" for n, v in allocations_per_step(rounds[0], args.steps).items()))
@@ -308,9 +315,6 @@ def main():
         for runs in rounds:
             failures += [f"{program}: {name}: results differ from pytorch's" for name, run in runs.items() if run["losses"] != expected]
             failures += [f"{program}: {line}" for line in allocators.inconsistencies(runs)]
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(everything, f, indent=1)
     for failure in failures:
         print("FAILED:", failure)
     print("OK" if not failures else f"FAILED: {len(failures)} checks")

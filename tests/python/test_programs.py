@@ -1,10 +1,12 @@
 """python/checks/programs.py's and allocator_calls.py's bookkeeping, which needs no GPU: the order of
 the allocators in each round and the paired ratios (each run against the PyTorch run of the same
 round)."""
+import json
 import os
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python", "checks"))
 import allocator_calls  # noqa: E402
@@ -80,7 +82,6 @@ class Rounds(unittest.TestCase):
 
 class Controls(unittest.TestCase):
     def test_a_control_runs_pytorchs_allocator_after_its_import(self):
-        from unittest import mock
         name = "pytorch with torch._inductor.config imported"
         self.assertEqual(programs.allocators.spec(name), ({}, None, {}))
         with mock.patch.object(programs.allocators.importlib, "import_module") as imported:
@@ -88,7 +89,6 @@ class Controls(unittest.TestCase):
         imported.assert_called_once_with("torch._inductor.config")
 
     def test_a_control_of_poolkit_installs_its_preset_in_its_environment(self):
-        from unittest import mock
         name = "poolkit expandable asking about captures at every call"
         self.assertEqual(programs.allocators.spec(name), ({"POOLKIT_CAPTURE_CHECKS": "every_call"}, "expandable", {}))
         package = mock.MagicMock()  # poolkit, whose torch module records use()
@@ -174,7 +174,6 @@ class CallTable(unittest.TestCase):
         """The output lines of a trace child over a two-event trace, with stand_in_torch."""
         import contextlib
         import io
-        from unittest import mock
         with tempfile.TemporaryDirectory() as folder:
             path = os.path.join(folder, "t.csv")
             with open(path, "w") as f:
@@ -211,7 +210,6 @@ class CallTable(unittest.TestCase):
             self.run_trace_child([], lockstep=True, stdin="go\n" * (steps - 1))
 
     def test_lockstep_rounds_interleave_every_allocator_s_timings(self):
-        from unittest import mock
         import contextlib
         import io
         paths = dict.fromkeys(allocator_calls.TRACE_PATHS, 300.0)
@@ -288,6 +286,22 @@ class Lockstep(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "may not run on CPU 100000"):
             allocators.cpu_set("100000")
         self.assertEqual(exit_status(programs.main, ["programs.py", "--cpus", str(first)]), 2)  # needs --lockstep
+
+    def test_the_json_keeps_the_rounds_before_one_that_stops(self):
+        run = {"losses": [1], "ms_per_step": 1.0, "step_ms": [1.0] * 3, "figures": {"peak_allocated": 1, "peak_reserved": 1}}
+
+        def lockstep_round(script, program, names, steps, round_index, cpus):
+            if round_index == 1:
+                raise SystemExit("round 1 ran out of time")
+            return {name: run for name in names}
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "runs.json")
+            argv = ["programs.py", "alloc_free", "--lockstep", "--rounds", "3", "--allocators", "pytorch", "--json", path]
+            with mock.patch.object(programs, "lockstep_round", lockstep_round), \
+                    mock.patch.dict(programs.NEEDS, {"alloc_free": "json"}):
+                self.assertEqual(exit_status(programs.main, argv), "round 1 ran out of time")
+            with open(path) as f:
+                self.assertEqual(json.load(f), {"alloc_free": [{"pytorch": run}]})
 
     def test_a_child_that_fails_stops_the_round(self):
         with self.assertRaises(SystemExit) as stopped:
