@@ -654,6 +654,10 @@ class Frontend(unittest.TestCase):
         self.front.empty_cache()
         self.assertEqual(self.front.memory_reserved(), 0)
         self.assertGreater(self.front.max_memory_reserved(), 0)  # a peak stays until reset
+        self.assertEqual(self.front.memory_stats()["allocation.all.allocated"], 1)
+        self.front.reset_accumulated_memory_stats(0)
+        self.assertEqual(self.front.memory_stats()["allocation.all.allocated"], 0)
+        self.assertEqual(self.front.memory_stats()["num_device_free"], 0)
 
     def test_history_is_off_until_recorded_and_bounded(self):
         self.plugin.free(self.plugin.alloc(MiB, 0, STREAM_A), MiB, 0, STREAM_A)
