@@ -46,8 +46,8 @@ class Frontend:
     argument means, `as_index(device)` turns the framework's device into an index."""
 
     FUNCTIONS = ("memory_stats", "memory_summary", "memory_allocated", "max_memory_allocated", "memory_reserved",
-                 "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats", "empty_cache", "set_per_process_memory_fraction",
-                 "record_memory_history", "snapshot", "dump_snapshot")
+                 "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats", "empty_cache",
+                 "set_per_process_memory_fraction", "record_memory_history", "snapshot", "dump_snapshot")
 
     def __init__(self, current_device, as_index=int):
         self._current_device = current_device

@@ -16,8 +16,8 @@ _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_hooks
 # The plugin's functions the extension calls (include/poolkit/interop/c_api.h); poolkit_lasting_stream
 # may be missing (a plugin built before it).
 FUNCTIONS = ("poolkit_alloc", "poolkit_free", "poolkit_record_stream", "poolkit_empty_cache", "poolkit_reset_peak_stats",
-             "poolkit_memory_stats_json", "poolkit_capture_into", "poolkit_announce_capture", "poolkit_set_memory_fraction",
-             "poolkit_record_history", "poolkit_last_error", "poolkit_lasting_stream", "poolkit_reset_accumulated_stats")
+             "poolkit_reset_accumulated_stats", "poolkit_memory_stats_json", "poolkit_capture_into", "poolkit_announce_capture",
+             "poolkit_set_memory_fraction", "poolkit_record_history", "poolkit_last_error", "poolkit_lasting_stream")
 
 
 def build_directory(torch):
