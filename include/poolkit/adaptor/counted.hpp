@@ -183,16 +183,8 @@ public:
         allocations_.reset_peak();
         allocated_bytes_.reset_peak();
         requested_bytes_.reset_peak();
-        static_cast<void>(find_in_stack(upstream_, []<class Layer>(Layer& layer) -> std::optional<bool> {
-            if constexpr (detail::is_counted<std::remove_const_t<Layer>> && !std::is_const_v<Layer>) {
-                layer.reset_peak();
-                return true;
-            } else if constexpr (virtual_memory<std::remove_const_t<Layer>> && requires { layer.reset_peak_mapped_bytes(); }) {
-                layer.reset_peak_mapped_bytes();
-                return true;
-            }
-            return std::nullopt;
-        }));
+        reset_below([](auto& below) { below.reset_peak(); },
+                    [](auto& memory) -> decltype(memory.reset_peak_mapped_bytes()) { memory.reset_peak_mapped_bytes(); });
     }
     // Totals allocated and freed and the OOM count restart at 0 (reset_accumulated_memory_stats()):
     // this layer's, and those of the reserved figures memory_stats() reads below it (a counted<>,
@@ -217,17 +209,11 @@ public:
             requested_bytes_.reset_accumulated();
             ooms_.reset();
         }
-        static_cast<void>(find_in_stack(upstream_, [this]<class Layer>(Layer& layer) -> std::optional<bool> {
-            if constexpr (detail::is_counted<std::remove_const_t<Layer>> && !std::is_const_v<Layer>) {
-                layer.reset_accumulated();
-                return true;
-            } else if constexpr (virtual_memory<std::remove_const_t<Layer>>) {
-                maps_before_.store(static_cast<std::int64_t>(layer.map_calls()), std::memory_order_relaxed);
-                unmaps_before_.store(static_cast<std::int64_t>(layer.unmap_calls()), std::memory_order_relaxed);
-                return true;
-            }
-            return std::nullopt;
-        }));
+        reset_below([](auto& below) { below.reset_accumulated(); },
+                    [this](auto& memory) -> decltype(static_cast<void>(memory.map_calls() + memory.unmap_calls())) {
+                        maps_before_.store(static_cast<std::int64_t>(memory.map_calls()), std::memory_order_relaxed);
+                        unmaps_before_.store(static_cast<std::int64_t>(memory.unmap_calls()), std::memory_order_relaxed);
+                    });
     }
 
     // Opens a scope: its totals start at 0 and its peaks at the current values.
@@ -280,6 +266,23 @@ public:
     friend bool operator==(const counted& a, const counted& b) { return a.upstream_ == b.upstream_; }
 
 private:
+    // The reset of the reserved figures memory_stats() reads below this layer: of_counted(layer)
+    // on the first counted<> met walking down, or of_memory(layer) on the first virtual memory
+    // that of_memory accepts, whichever comes first. of_memory's return type says which it
+    // accepts (decltype of what it calls), as it is asked of every layer.
+    template <class OfCounted, class OfMemory>
+    void reset_below(OfCounted of_counted, OfMemory of_memory) {
+        static_cast<void>(find_in_stack(upstream_, [&]<class Layer>(Layer& layer) -> std::optional<bool> {
+            if constexpr (detail::is_counted<std::remove_const_t<Layer>> && !std::is_const_v<Layer>) {
+                of_counted(layer);
+                return true;
+            } else if constexpr (virtual_memory<std::remove_const_t<Layer>> && requires { of_memory(layer); }) {
+                of_memory(layer);
+                return true;
+            }
+            return std::nullopt;
+        }));
+    }
     // Every allocating entry point: counted when it succeeds; a failure counts as an OOM, except a
     // cache miss (try_allocate_cached) and requests that could never succeed.
     template <class Call>
