@@ -1,8 +1,8 @@
 // Fuzzes expandable over simulated virtual memory with small granules, spans and a tight physical
 // limit, so that claiming spans, mapping, mapping ahead, trimming the cache, raising the peak
-// slack, coalescing across a span, alignment padding, physical exhaustion and stitching (large
-// requests served from free allocations aliased together, lent and taken back) all happen often,
-// under both mapping policies.
+// slack, coalescing across a span, alignment padding, physical exhaustion, small requests in old
+// large holes (small_in_old_holes) and stitching (large requests served from free allocations
+// aliased together, lent and taken back) all happen often, under both mapping policies.
 // After the steps every block is freed, release() unmaps everything, and the virtual memory must
 // hold no mapped granule.
 // Mapping costs a bookkeeping step per piece (granule to 8 granules), so the sizes are kept to a few
@@ -43,6 +43,7 @@ void run(const std::uint8_t* data, std::size_t size) {
              .allocations_per_remap = size % 50,  // 0 at times: treated as 1
              .mapping_bytes = size % 3 == 0 ? 0 : granule << (size % 4),
              .max_cached_bytes = size % 5 == 0 ? granule * 4 : ~std::size_t{0},
+             .small_in_old_holes = (size / 4) % 2 == 0,
              .stitch = (size / 2) % 2 == 0,
              .min_stitch_bytes = size % 13 == 0 ? granule * 8 : 0,  // 0: from one allocation on
              .max_stitches = 1 + size % 3}};  // few: new stitches often give up old ones

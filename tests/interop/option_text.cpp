@@ -71,6 +71,8 @@ TEST_CASE("expandable_options are checked against the granule the pool will have
     set_option(options, "stitch", "true", std::size_t{2} << 20);
     CHECK(options.stitch);
     CHECK_THROWS_AS(set_option(options, "stitch", "2", std::size_t{2} << 20), std::invalid_argument);
+    set_option(options, "small_in_old_holes", "true", std::size_t{2} << 20);
+    CHECK(options.small_in_old_holes);
     set_option(options, "min_stitch_bytes", "67108864", std::size_t{2} << 20);
     CHECK(options.min_stitch_bytes == std::size_t{64} << 20);
     set_option(options, "max_stitches", "8", std::size_t{2} << 20);
@@ -81,6 +83,7 @@ TEST_CASE("expandable_options are checked against the granule the pool will have
         const std::string name = field.name;
         CAPTURE(name);
         expandable_options fresh;
-        CHECK_NOTHROW(set_option(fresh, name, name == "stitch" ? "true" : "512", std::size_t{2} << 20));
+        const bool flag = name == "stitch" || name == "small_in_old_holes";
+        CHECK_NOTHROW(set_option(fresh, name, flag ? "true" : "512", std::size_t{2} << 20));
     }
 }

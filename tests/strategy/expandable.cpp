@@ -224,6 +224,39 @@ TEST_CASE("a small request of half a granule or more that its spans would map fo
     CHECK(memory.mapped_bytes() == 0);
 }
 
+TEST_CASE("small_in_old_holes: a smaller request its spans would map for goes into the large hole freed longest ago") {
+    checked_memory memory{memory_options()};
+    bool on = false;
+    SUBCASE("off (the default): the small span maps a granule") {}
+    SUBCASE("on") { on = true; }
+    pool_type pool{memory, {.small_in_old_holes = on}};
+    void* older = pool.allocate(64 * MiB);
+    void* between = pool.allocate(16 * MiB);  // keeps the two holes apart
+    void* newer = pool.allocate(64 * MiB);
+    pool.deallocate(older, 64 * MiB);
+    pool.deallocate(newer, 64 * MiB);
+    const std::size_t reserved = pool.reserved_bytes();
+    void* small = pool.allocate(granule / 4);
+    const auto at = reinterpret_cast<std::uintptr_t>(small), hole = reinterpret_cast<std::uintptr_t>(older);
+    if (on) {
+        CHECK(pool.reserved_bytes() == reserved);
+        CHECK((at >= hole && at < hole + 64 * MiB));
+        void* large = pool.allocate(64 * MiB);  // the hole it took is short now: the newer one serves
+        CHECK(large == newer);
+        CHECK(pool.reserved_bytes() == reserved);
+        pool.deallocate(large, 64 * MiB);
+    } else {
+        CHECK(pool.reserved_bytes() == reserved + granule);
+        CHECK((at < hole || at >= hole + 64 * MiB));
+    }
+    pool.check_invariants();
+    pool.deallocate(small, granule / 4);
+    pool.deallocate(between, 16 * MiB);
+    pool.check_invariants();
+    pool.release();
+    CHECK(memory.mapped_bytes() == 0);
+}
+
 TEST_CASE("with mapping_bytes, trimming unmaps the fewest whole allocations the budget needs") {
     checked_memory memory{memory_options()};
     pool_type pool{memory,
@@ -1158,11 +1191,21 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
         mapping = 8 * MiB;
         stitch = true;
     }
+    bool old_holes = false;
+    SUBCASE("the defaults with small requests in old large holes (small_in_old_holes)") {
+        const expandable_options defaults;
+        slack = defaults.peak_slack;
+        mapping = defaults.mapping_bytes;
+        stitch = defaults.stitch;
+        min_stitch = defaults.min_stitch_bytes;
+        old_holes = true;
+    }
     pool_type pool{memory,
                    {.span_bytes = std::size_t{512} << 20,
                     .cache_fraction = fraction,
                     .peak_slack = slack,
                     .mapping_bytes = mapping,
+                    .small_in_old_holes = old_holes,
                     .stitch = stitch,
                     .min_stitch_bytes = min_stitch}};
     std::mt19937_64 random(42);

@@ -282,6 +282,10 @@ std::vector<composition> expandable_compositions(MakeMemory make_memory) {
                  "the expandable preset without stitching (expandable_options::stitch false): a large request that no free "
                  "block holds maps new memory",
                  expandable_options{.stitch = false}),
+            make("expandable/old_holes",
+                 "the expandable preset with expandable_options::small_in_old_holes: a small request under half a granule "
+                 "that its small spans would map for goes into the large spans' longest-free mapped hole instead",
+                 expandable_options{.small_in_old_holes = true}),
             make("expandable/follow",
                  "the expandable preset with mapped memory following live memory (peak_slack 0): the cache unmapped for new "
                  "mappings down to the peak of live memory, up to 20% more kept where that remaps often",

@@ -163,11 +163,11 @@ command_line parse_arguments(int argc, char** argv) {
         ->type_name("every_call|announced|never")
         ->check(CLI::IsMember({"every_call", "announced", "never"}));
     std::vector<std::string> expandable_changes;
-    app.add_option(
-           "--expandable-option", expandable_changes,
-           "set an expandable_options field by its C++ name on every expandable composition, "
-           "expandable/unstitched, expandable/follow and expandable/exact included (repeatable; e.g. peak_slack=0.05): what would these "
-           "options do to my trace? Checked by a 2 MiB granule's rules here, by the device's when run")
+    app.add_option("--expandable-option", expandable_changes,
+                   "set an expandable_options field by its C++ name on every expandable composition, "
+                   "expandable/unstitched, expandable/old_holes, expandable/follow and expandable/exact included "
+                   "(repeatable; e.g. peak_slack=0.05): what would these "
+                   "options do to my trace? Checked by a 2 MiB granule's rules here, by the device's when run")
         ->type_name("NAME=VALUE")
         ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

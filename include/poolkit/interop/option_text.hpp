@@ -104,6 +104,7 @@ inline std::span<const text_option<expandable_options>> text_options<expandable_
         {"mapping_bytes", &set_field<&o::mapping_bytes, o>},
         {"max_cached_bytes", &set_field<&o::max_cached_bytes, o>},
         {"candidates", &set_field<&o::candidates, o>},
+        {"small_in_old_holes", &set_field<&o::small_in_old_holes, o>},
         {"stitch", &set_field<&o::stitch, o>},
         {"min_stitch_bytes", &set_field<&o::min_stitch_bytes, o>},
         {"max_stitches", &set_field<&o::max_stitches, o>},

@@ -60,6 +60,15 @@ struct expandable_options {
     // Free blocks for small requests (best fit first, at most 64) compared for a placement that
     // needs no mapping; large requests compare every free block that fits.
     int candidates = 8;
+    // A small request under half a granule that its small spans would map a granule for goes
+    // instead into the large spans' free block that has kept mapped granules longest, where it
+    // fits with nothing to map: the two regions then share one peak, and an old hole is one that
+    // growing requests have not come back to. Over simulated memory 64 of 122 traces lower
+    // (generation draws 1.022-1.025 -> 1.004-1.008 of the live peak) and 3 higher (kv_serving_s5
+    // 1.064 -> 1.071); no small span creeps a granule a pass. A live small block there pins its
+    // large allocation at release(). Off until measured beside the peers on a GPU
+    // (docs/virtual_memory.md, "Choosing a preset").
+    bool small_in_old_holes = false;
     // Serve a large request that would map new memory from free physical allocations scattered
     // through the pool, aliased into an address range of its own (GMLake's stitching). Keeps the
     // footprint near the peak of live memory where large blocks come and go in varying sizes

@@ -228,6 +228,7 @@ public:
     [[nodiscard]] std::size_t unmap_calls() const noexcept { return unmap_calls_; }
     // The free blocks with a cache, oldest freed first.
     [[nodiscard]] const cached_list& cached() const noexcept { return cached_; }
+    [[nodiscard]] cached_list& cached() noexcept { return cached_; }
 
 private:
     // Maps granules [a, b) of large span `s` as allocations of at most per_allocation granules,

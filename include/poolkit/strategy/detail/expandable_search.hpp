@@ -135,6 +135,21 @@ struct placement {
     return best;
 }
 
+// The first placement of `rounded` bytes that maps nothing in a large span's free block among the
+// first `compared` blocks of `cached` (a pool's cache: free blocks with mapped granules, oldest
+// freed first); where == nullptr: none.
+template <class Blocks>
+[[nodiscard]] placement find_oldest_mapped(const grid& g, Blocks& cached, std::size_t rounded, std::size_t alignment,
+                                           int compared) noexcept {
+    for (block& b : cached) {
+        if (compared-- == 0) break;
+        if (b.owner->small || b.bytes < rounded) continue;
+        const placement here = least_unmapped(g, b, rounded, alignment);
+        if (here.where != nullptr && here.unmapped == 0) return here;
+    }
+    return {};
+}
+
 // The most free blocks find_small compares.
 inline constexpr int max_candidates = 64;
 
