@@ -1172,32 +1172,29 @@ TEST_CASE("random traffic keeps every live block mapped and mapped memory within
     const double fraction = 0.02;
     std::size_t mapping = 0;
     double slack = 0;
-    SUBCASE("following live memory, a physical allocation per granule") {}
-    SUBCASE("following live memory, physical allocations of 8 MiB in large spans") { mapping = 8 * MiB; }
     bool stitch = false;
     std::size_t min_stitch = 0;
+    bool old_holes = false;
+    const auto take_defaults = [&] {
+        const expandable_options defaults;
+        slack = defaults.peak_slack;
+        mapping = defaults.mapping_bytes;
+        stitch = defaults.stitch;
+        min_stitch = defaults.min_stitch_bytes;
+    };
+    SUBCASE("following live memory, a physical allocation per granule") {}
+    SUBCASE("following live memory, physical allocations of 8 MiB in large spans") { mapping = 8 * MiB; }
     SUBCASE("nothing unmapped for new mappings, 32 MiB allocations") {
         slack = std::numeric_limits<double>::infinity();
         mapping = 32 * MiB;
     }
-    SUBCASE("the defaults: nothing unmapped for new mappings, 16 MiB allocations, stitching from 32 MiB") {
-        const expandable_options defaults;
-        slack = defaults.peak_slack;
-        mapping = defaults.mapping_bytes;
-        stitch = defaults.stitch;
-        min_stitch = defaults.min_stitch_bytes;
-    }
+    SUBCASE("the defaults: nothing unmapped for new mappings, 16 MiB allocations, stitching from 32 MiB") { take_defaults(); }
     SUBCASE("following live memory in 8 MiB allocations, stitching: trims give the free stitches up") {
         mapping = 8 * MiB;
         stitch = true;
     }
-    bool old_holes = false;
     SUBCASE("the defaults with small requests in old large holes (small_in_old_holes)") {
-        const expandable_options defaults;
-        slack = defaults.peak_slack;
-        mapping = defaults.mapping_bytes;
-        stitch = defaults.stitch;
-        min_stitch = defaults.min_stitch_bytes;
+        take_defaults();
         old_holes = true;
     }
     pool_type pool{memory,
