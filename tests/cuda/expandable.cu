@@ -46,6 +46,13 @@ TEST_CASE("expandable preset: every byte of live blocks holds while others are u
         options.max_peak_slack = defaults.max_peak_slack;
         options.mapping_bytes = defaults.mapping_bytes;
     }
+    SUBCASE("the defaults with small_in_old_holes: small blocks in large spans' old holes, beside large ones") {
+        const expandable_options defaults;
+        options.peak_slack = defaults.peak_slack;
+        options.max_peak_slack = defaults.max_peak_slack;
+        options.mapping_bytes = defaults.mapping_bytes;
+        options.small_in_old_holes = true;
+    }
     SUBCASE("the defaults, stitching: large blocks of free allocations aliased together, no cache bound") {
         const expandable_options defaults;
         options.peak_slack = defaults.peak_slack;
