@@ -63,11 +63,11 @@ struct expandable_options {
     // A small request under half a granule that its small spans would map a granule for goes
     // instead into the large spans' free block that has kept mapped granules longest, where it
     // fits with nothing to map: the two regions then share one peak, and an old hole is one that
-    // growing requests have not come back to. Over simulated memory 64 of 122 traces lower
-    // (generation draws 1.022-1.025 -> 1.004-1.008 of the live peak) and 3 higher (kv_serving_s5
-    // 1.064 -> 1.071); no small span creeps a granule a pass. A live small block there pins its
-    // large allocation at release(). Off until measured beside the peers on a GPU
-    // (docs/virtual_memory.md, "Choosing a preset").
+    // growing requests have not come back to, and no small span creeps a granule a pass. On an
+    // H100, 66 of 125 traces lower (generation draws 1.022-1.025 -> 1.004-1.008 of the live peak)
+    // and 4 higher, two of them half a point above PyTorch ES (kv_serving_s5 1.064 -> 1.071); a
+    // live small block there pins its large allocation at release(). Off by default for those
+    // (docs/virtual_memory.md, "Measured against the peers").
     bool small_in_old_holes = false;
     // Serve a large request that would map new memory from free physical allocations scattered
     // through the pool, aliased into an address range of its own (GMLake's stitching). Keeps the
